@@ -1,0 +1,42 @@
+//! Elementwise activations (spec §4.0), f32 with separate multiply and add.
+
+/// `σ(x) = 1 / (1 + e^−x)` in f32.
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `x·σ(x)`.
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x * sigmoid(x)
+}
+
+/// SiTU-GLU: `y = (b1·tanh(g/b1))·σ(g) · (b2·tanh(u/b2))` — the sigmoid takes the UNCAPPED
+/// gate `g`, so `|y| ≤ b1·b2`.
+#[inline(always)]
+pub fn situ(g: f32, u: f32, b1: f32, b2: f32) -> f32 {
+    let a = (b1 * (g / b1).tanh()) * sigmoid(g);
+    let v = b2 * (u / b2).tanh();
+    a * v
+}
+
+/// `out[i] = situ(gate[i], up[i])` over equal-length slices.
+pub fn situ_glu(out: &mut [f32], gate: &[f32], up: &[f32], b1: f32, b2: f32) {
+    assert_eq!(out.len(), gate.len(), "situ_glu gate length");
+    assert_eq!(out.len(), up.len(), "situ_glu up length");
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = situ(g, u, b1, b2);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn situ_saturates_at_b1_b2() {
+        assert!((situ(1000.0, 1000.0, 4.0, 25.0) - 100.0).abs() < 1e-4);
+        assert_eq!(situ(0.0, 3.0, 4.0, 25.0), 0.0);
+    }
+}

@@ -1,0 +1,68 @@
+//! Softmax and the block attention-residual mix (spec §4.0, §4.5).
+
+use crate::norm::rms_inv;
+
+/// In-place softmax with an f64 denominator: `e = exp(s − max)` in f32,
+/// `Z = Σ (f64)e` sequential, `p = (f32)(e / Z)`.
+pub fn softmax_inplace(s: &mut [f32]) {
+    let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut z = 0f64;
+    for v in s.iter_mut() {
+        *v = (*v - m).exp();
+        z += *v as f64;
+    }
+    for v in s.iter_mut() {
+        *v = (*v as f64 / z) as f32;
+    }
+}
+
+/// Attention-residual aggregation over `sources` (each `[n]`):
+/// key of source s = RMS-normalised source; `score_s = (f32) Σ (f64)(v_i·inv_s)·(f64)fold_i`;
+/// `p = softmax(score)` (f64 denominator); `out_i = Σ_s p_s·v_i^{(s)}` in f32, source order,
+/// from 0. VALUES are the raw sources. `fold = res_norm ⊙ res_proj`. `scores` is scratch
+/// of at least `sources.len()`.
+pub fn attn_res(out: &mut [f32], sources: &[&[f32]], fold: &[f32], eps: f64, scores: &mut [f32]) {
+    let n = out.len();
+    assert!(!sources.is_empty(), "attn_res needs at least one source");
+    assert_eq!(fold.len(), n, "attn_res fold length");
+    let scores = &mut scores[..sources.len()];
+    for (sc, src) in scores.iter_mut().zip(sources) {
+        assert_eq!(src.len(), n, "attn_res source length");
+        let inv = rms_inv(src, eps);
+        let mut acc = 0f64;
+        for (&v, &f) in src.iter().zip(fold) {
+            acc += ((v * inv) as f64) * (f as f64);
+        }
+        *sc = acc as f32;
+    }
+    softmax_inplace(scores);
+    out.fill(0.0);
+    for (&p, src) in scores.iter().zip(sources) {
+        for (o, &v) in out.iter_mut().zip(src.iter()) {
+            *o += p * v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_sums_to_one() {
+        let mut s = [1.0f32, 2.0, 3.0];
+        softmax_inplace(&mut s);
+        assert!((s.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(s[2] > s[1] && s[1] > s[0]);
+    }
+
+    #[test]
+    fn single_source_passes_through() {
+        let src = [1.0f32, -2.0, 3.0];
+        let fold = [0.1f32, 0.2, 0.3];
+        let mut out = [0f32; 3];
+        let mut sc = [0f32; 1];
+        attn_res(&mut out, &[&src], &fold, 1e-5, &mut sc);
+        assert_eq!(out, src);
+    }
+}

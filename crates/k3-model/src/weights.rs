@@ -1,0 +1,125 @@
+//! The seam between the model and weight storage (design: the two traits of
+//! `architecture.md`). The model reads every weight through these traits and never opens a
+//! file; stores (resident mmap, streaming ring, expert cache) implement them.
+
+use k3_kernels::Matrix;
+
+/// Error raised by a store; the model wraps it with the layer/expert it was asked for.
+pub type SourceError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Model-level weights used after the last layer.
+pub struct HeadWeights<'a> {
+    /// Final RMSNorm gain `[hidden]`.
+    pub norm: &'a [f32],
+    /// Output attention-residual aggregator: norm gain `[hidden]` and projection row `[hidden]`.
+    pub out_res_norm: &'a [f32],
+    pub out_res_proj: &'a [f32],
+    /// `[vocab][hidden]`, not tied to the embedding.
+    pub lm_head: Matrix<'a>,
+}
+
+/// Kimi Delta Attention weights (spec §2.2, §4.4). P = heads·head_dim, D = head_dim.
+pub struct KdaWeights<'a> {
+    pub q_proj: Matrix<'a>, // [P][E]
+    pub k_proj: Matrix<'a>, // [P][E]
+    pub v_proj: Matrix<'a>, // [P][E]
+    pub g_proj: Matrix<'a>, // [P][E] full-rank output gate
+    pub o_proj: Matrix<'a>, // [E][P]
+    pub q_conv: &'a [f32],  // [P][K] taps oldest→newest
+    pub k_conv: &'a [f32],  // [P][K]
+    pub v_conv: &'a [f32],  // [P][K]
+    pub f_a_proj: Matrix<'a>, // [D][E]
+    pub f_b_proj: Matrix<'a>, // [P][D]
+    pub b_proj: Matrix<'a>,   // [H][E]
+    pub a_log: &'a [f32],     // [≥H]: only the first H values (one per HEAD) are used
+    pub dt_bias: &'a [f32],   // [P]
+    pub o_norm: &'a [f32],    // [D] shared by all heads
+}
+
+/// Gated MLA weights, NoPE (spec §2.2, §4.5).
+pub struct MlaWeights<'a> {
+    pub q_a_proj: Matrix<'a>,      // [q_lora][E]
+    pub q_a_norm: &'a [f32],       // [q_lora]
+    pub q_b_proj: Matrix<'a>,      // [H·(nope+rope)][q_lora]
+    pub kv_a_proj: Matrix<'a>,     // [kv_lora+rope][E]
+    pub kv_a_norm: &'a [f32],      // [kv_lora]
+    pub kv_b_proj: Matrix<'a>,     // [H·(nope+v)][kv_lora]
+    pub o_proj: Matrix<'a>,        // [E][H·v]
+    pub g_proj: Option<Matrix<'a>>, // [H·v][E] when mla_use_output_gate
+}
+
+/// Token mixer of one layer.
+pub enum AttnWeights<'a> {
+    Kda(KdaWeights<'a>),
+    Mla(MlaWeights<'a>),
+}
+
+/// Dense SiTU-GLU MLP (layer 0).
+pub struct DenseWeights<'a> {
+    pub gate_proj: Matrix<'a>, // [DI][E]
+    pub up_proj: Matrix<'a>,   // [DI][E]
+    pub down_proj: Matrix<'a>, // [E][DI]
+}
+
+/// The trunk part of a Stable LatentMoE layer (routed experts come from [`ExpertProvider`]).
+pub struct MoeWeights<'a> {
+    pub router: Matrix<'a>,         // [NE][E]
+    pub router_bias: &'a [f32],     // [NE] selection-only bias
+    pub down_proj: Matrix<'a>,      // [L][E] routed_expert_down_proj
+    pub latent_norm: &'a [f32],     // [L] routed_expert_norm
+    pub up_proj: Matrix<'a>,        // [E][L] routed_expert_up_proj
+    pub shared_gate: Matrix<'a>,    // [SI][E]
+    pub shared_up: Matrix<'a>,      // [SI][E]
+    pub shared_down: Matrix<'a>,    // [E][SI]
+}
+
+/// Channel mixer of one layer.
+pub enum FfnWeights<'a> {
+    Dense(DenseWeights<'a>),
+    Moe(MoeWeights<'a>),
+}
+
+/// Every non-expert weight of one decoder layer (its "trunk").
+pub struct LayerWeights<'a> {
+    pub input_norm: &'a [f32],     // [E]
+    pub post_attn_norm: &'a [f32], // [E]
+    pub attn_res_norm: &'a [f32],  // [E]
+    pub attn_res_proj: &'a [f32],  // [E]
+    pub mlp_res_norm: &'a [f32],   // [E]
+    pub mlp_res_proj: &'a [f32],   // [E]
+    pub attn: AttnWeights<'a>,
+    pub ffn: FfnWeights<'a>,
+}
+
+/// One routed expert (MXFP4 in the release; any [`Matrix`] storage is accepted).
+pub struct ExpertWeights<'a> {
+    pub w1: Matrix<'a>, // gate [I][L]
+    pub w2: Matrix<'a>, // down [L][I]
+    pub w3: Matrix<'a>, // up   [I][L]
+}
+
+/// Trunk weights: embedding rows, per-layer weights and the head.
+pub trait WeightProvider: Sync {
+    /// Writes embedding row `id` (widened to f32) into `out` (`[hidden]`).
+    fn embed_row(&self, id: u32, out: &mut [f32]) -> Result<(), SourceError>;
+    /// Calls `f` with layer `l`'s weights, kept alive for the duration of the call (a pinned
+    /// layer or a ring slot). May block on a read and start reading ahead.
+    fn with_layer(&self, l: usize, f: &mut dyn FnMut(&LayerWeights<'_>)) -> Result<(), SourceError>;
+    /// Calls `f` with the model-level head weights.
+    fn with_head(&self, f: &mut dyn FnMut(&HeadWeights<'_>)) -> Result<(), SourceError>;
+}
+
+/// Routed experts, fetched on demand.
+pub trait ExpertProvider: Sync {
+    /// Makes experts `experts` of `layer` available and calls `on_ready(i, w)` once for each
+    /// `experts[i]` as it becomes available, in ANY order (resident ones first). The model
+    /// adds outputs in top-k order itself, so arrival order never changes a result.
+    fn fetch(
+        &self,
+        layer: usize,
+        experts: &[u32],
+        on_ready: &mut dyn FnMut(usize, &ExpertWeights<'_>),
+    ) -> Result<(), SourceError>;
+    /// Lookahead hint: these experts of `layer` are likely to be fetched soon.
+    fn hint(&self, _layer: usize, _experts: &[u32]) {}
+}
