@@ -1,6 +1,8 @@
 //! `cargo xtask <command>`: project automation (conformance, generators, benchmarks).
 
+mod bench_index;
 mod conformance;
+mod sim_cache;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -21,11 +23,52 @@ enum Cmd {
         #[arg(long, default_value = "../shared/fixtures/upstream")]
         upstream: PathBuf,
     },
+    /// Index a synthetic real-size checkpoint (96 shards, 497,220 tensors): time and bytes/tensor.
+    BenchIndex {
+        /// Keep the synthetic checkpoint here (default: a temp dir, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Timed opens (the best and the median are reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+    /// Replay a recorded expert trace through every cache policy at a ladder of capacities.
+    SimCache {
+        /// Trace file (8-byte records: u32 layer, u32 expert, little-endian).
+        trace: PathBuf,
+        /// Capacities in experts, comma-separated (default: a ladder plus the presets).
+        #[arg(long, value_delimiter = ',')]
+        capacities: Vec<usize>,
+        /// Policies, comma-separated (default: all; lru, lfu, lfu:HALF_LIFE, arc, layer-lru, opt).
+        #[arg(long, value_delimiter = ',')]
+        policies: Vec<k3_plan::PolicyKind>,
+        /// Experts per token per layer.
+        #[arg(long, default_value_t = 16)]
+        top_k: usize,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Conformance { upstream } => conformance::run(&upstream),
+        Cmd::BenchIndex { dir, runs } => match bench_index::run(dir, runs) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench-index: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::SimCache {
+            trace,
+            capacities,
+            policies,
+            top_k,
+        } => sim_cache::run(&sim_cache::Options {
+            trace: &trace,
+            capacities: &capacities,
+            policies: &policies,
+            top_k,
+        }),
     }
 }

@@ -1,6 +1,66 @@
-//! `k3`: the command-line front end. Thin: parses flags, calls the engine, maps errors to exit
-//! codes once (0 ok, 1 runtime failure, 2 usage/config/refusal, 4 expert load failure).
+//! `k3`: the command-line front end. Thin: parses flags, calls the engine, reports errors once
+//! and maps them to the documented exit codes (0 ok, 1 runtime failure, 2 usage/config/refusal,
+//! 4 expert load failure ⇒ token ids unsound).
 
-fn main() {
-    println!("k3 {}", env!("CARGO_PKG_VERSION"));
+mod ids;
+mod run;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "k3",
+    version,
+    about = "Run Kimi K3 on a CPU, in any memory budget, with the same tokens",
+    after_help = "Examples:\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 16\n  k3 run fixtures/tiny-k3 --prompt 'Hello' -n 16 --json out.json"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate tokens from a prompt (greedy).
+    Run(run::RunArgs),
+}
+
+/// An error already formatted for the user, with its exit code.
+pub struct CliError {
+    pub code: u8,
+    pub message: String,
+}
+
+impl CliError {
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError { code: k3_engine::EXIT_USAGE, message: message.into() }
+    }
+    pub fn runtime(message: impl Into<String>) -> Self {
+        CliError { code: k3_engine::EXIT_RUNTIME, message: message.into() }
+    }
+}
+
+impl From<k3_engine::EngineError> for CliError {
+    fn from(e: k3_engine::EngineError) -> Self {
+        let mut message = e.to_string();
+        if e.exit_code() == k3_engine::EXIT_EXPERT {
+            message.push_str("\nk3: a routed expert failed to load: the token ids are unsound");
+        }
+        CliError { code: e.exit_code(), message }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Command::Run(args) => run::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("k3: error: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
 }

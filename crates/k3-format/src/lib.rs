@@ -1,6 +1,32 @@
 //! Bytes on disk: safetensors shards, `config.json`, tensor binding by released names, routed
 //! expert byte ranges and the packed-trunk format. No math lives here.
+//!
+//! - [`Checkpoint::open`] indexes a directory of safetensors shards (integrity-checked, with
+//!   zero-copy [`TensorView`]s).
+//! - [`K3Config::load`] reads `config.json` in either accepted shape (spec §1).
+//! - [`bind_model`] binds every tensor by its released name and locates the routed experts.
 
+#[cfg(not(target_endian = "little"))]
+compile_error!(
+    "k3-format reads little-endian tensor data in place; big-endian hosts are not supported"
+);
+
+pub mod bind;
 pub mod config;
+pub mod dtype;
+pub mod error;
+mod header;
+pub mod index;
+pub mod safetensors;
+mod shard_list;
+pub mod view;
+pub mod writer;
 
-pub use config::{ConfigShape, K3Config};
+pub use bind::{bind_model, BindError, ExpertLocation, ModelBinding, TensorRef};
+pub use config::{ConfigError, ConfigShape, K3Config};
+pub use dtype::Dtype;
+pub use error::FormatError;
+pub use index::{Checkpoint, Shard, INDEX_FILE};
+pub use safetensors::{HeaderTensor, ShardHeader};
+pub use view::TensorView;
+pub use writer::TensorSpec;

@@ -26,6 +26,7 @@ fn reduce16(a: &[f64; LANES]) -> f64 {
 
 /// Generic 16-lane dot of a weight row (converted by `w`) with `x`.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // the index order IS the contract here
 fn dot16(n: usize, w: impl Fn(usize) -> f32, x: &[f32]) -> f64 {
     let mut a = [0f64; LANES];
     let full = n / LANES * LANES;
@@ -43,21 +44,42 @@ fn dot16(n: usize, w: impl Fn(usize) -> f32, x: &[f32]) -> f64 {
     acc
 }
 
-/// `Σ w_i·x_i` over an f32 row, in the fixed order; returns the f64 sum.
+/// `Σ w_i·x_i` over an f32 row, in the fixed order; returns the f64 sum. Runs the fastest
+/// available path ([`crate::simd`]); bit-identical to [`dot_f32_scalar`].
+#[inline]
 pub fn dot_f32(w: &[f32], x: &[f32]) -> f64 {
+    crate::simd::dot_f32_at(crate::simd::active_level(), w, x)
+}
+
+/// `Σ w_i·x_i` over a bf16 row (widened by bit shift), in the fixed order. Runs the fastest
+/// available path ([`crate::simd`]); bit-identical to [`dot_bf16_scalar`].
+#[inline]
+pub fn dot_bf16(w: &[bf16], x: &[f32]) -> f64 {
+    crate::simd::dot_bf16_at(crate::simd::active_level(), w, x)
+}
+
+/// One MXFP4 row: `packed` holds `x.len()/2` bytes, `scales` `x.len()/32` E8M0 bytes.
+/// `x.len()` must be a multiple of 32 (binding guarantees it). Runs the fastest available
+/// path ([`crate::simd`]); bit-identical to [`dot_mxfp4_scalar`].
+#[inline]
+pub fn dot_mxfp4(packed: &[u8], scales: &[u8], x: &[f32]) -> f64 {
+    crate::simd::dot_mxfp4_at(crate::simd::active_level(), packed, scales, x)
+}
+
+/// The scalar definition of [`dot_f32`].
+pub fn dot_f32_scalar(w: &[f32], x: &[f32]) -> f64 {
     debug_assert_eq!(w.len(), x.len());
     dot16(w.len(), |i| w[i], x)
 }
 
-/// `Σ w_i·x_i` over a bf16 row (widened by bit shift), in the fixed order.
-pub fn dot_bf16(w: &[bf16], x: &[f32]) -> f64 {
+/// The scalar definition of [`dot_bf16`].
+pub fn dot_bf16_scalar(w: &[bf16], x: &[f32]) -> f64 {
     debug_assert_eq!(w.len(), x.len());
     dot16(w.len(), |i| bf16_to_f32(w[i]), x)
 }
 
-/// One MXFP4 row: `packed` holds `x.len()/2` bytes, `scales` `x.len()/32` E8M0 bytes.
-/// `x.len()` must be a multiple of 32 (binding guarantees it).
-pub fn dot_mxfp4(packed: &[u8], scales: &[u8], x: &[f32]) -> f64 {
+/// The scalar definition of [`dot_mxfp4`].
+pub fn dot_mxfp4_scalar(packed: &[u8], scales: &[u8], x: &[f32]) -> f64 {
     debug_assert_eq!(x.len() % GROUP, 0);
     debug_assert_eq!(packed.len() * 2, x.len());
     debug_assert_eq!(scales.len() * GROUP, x.len());
@@ -96,7 +118,11 @@ mod tests {
     fn dot_matches_naive_on_exact_values() {
         let w: Vec<f32> = (0..37).map(|i| (i as f32) * 0.5 - 4.0).collect();
         let x: Vec<f32> = (0..37).map(|i| 1.0 + (i % 5) as f32).collect();
-        let naive: f64 = w.iter().zip(&x).map(|(a, b)| (*a as f64) * (*b as f64)).sum();
+        let naive: f64 = w
+            .iter()
+            .zip(&x)
+            .map(|(a, b)| (*a as f64) * (*b as f64))
+            .sum();
         assert_eq!(dot_f32(&w, &x), naive);
         let wb: Vec<bf16> = w.iter().map(|v| bf16::from_f32(*v)).collect();
         assert_eq!(dot_bf16(&wb, &x), naive);
@@ -108,7 +134,11 @@ mod tests {
         let scales = [126u8, 255];
         let x: Vec<f32> = (0..64).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
         let deq = crate::mxfp4::dequantize(&packed, &scales, 1, 64);
-        let want: f64 = deq.iter().zip(&x).map(|(a, b)| (*a as f64) * (*b as f64)).sum();
+        let want: f64 = deq
+            .iter()
+            .zip(&x)
+            .map(|(a, b)| (*a as f64) * (*b as f64))
+            .sum();
         assert_eq!(dot_mxfp4(&packed, &scales, &x), want);
     }
 }

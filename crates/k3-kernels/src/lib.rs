@@ -19,3 +19,5 @@ pub use matrix::{matmul, matvec, par_matvec, Matrix, MatrixData};
 pub fn bf16_to_f32(b: half::bf16) -> f32 {
     f32::from_bits((b.to_bits() as u32) << 16)
 }
+pub mod simd;
+pub mod tmatvec;

@@ -4,8 +4,10 @@
 
 use crate::dot::{dot_bf16, dot_f32, dot_mxfp4};
 use crate::mxfp4::GROUP;
+use crate::simd::{active_level, row_dots, token_block, Level, Row};
 use half::bf16;
 use rayon::prelude::*;
+use std::cell::RefCell;
 
 /// Storage of a weight matrix.
 #[derive(Clone, Copy, Debug)]
@@ -29,18 +31,30 @@ pub struct Matrix<'a> {
 impl<'a> Matrix<'a> {
     /// A bf16 matrix; `None` when the length disagrees with the shape.
     pub fn bf16(rows: usize, cols: usize, data: &'a [bf16]) -> Option<Self> {
-        (data.len() == rows.checked_mul(cols)?).then_some(Matrix { rows, cols, data: MatrixData::Bf16(data) })
+        (data.len() == rows.checked_mul(cols)?).then_some(Matrix {
+            rows,
+            cols,
+            data: MatrixData::Bf16(data),
+        })
     }
     /// An f32 matrix; `None` when the length disagrees with the shape.
     pub fn f32(rows: usize, cols: usize, data: &'a [f32]) -> Option<Self> {
-        (data.len() == rows.checked_mul(cols)?).then_some(Matrix { rows, cols, data: MatrixData::F32(data) })
+        (data.len() == rows.checked_mul(cols)?).then_some(Matrix {
+            rows,
+            cols,
+            data: MatrixData::F32(data),
+        })
     }
     /// An MXFP4 matrix; `None` unless `cols % 32 == 0` and both lengths match the shape.
     pub fn mxfp4(rows: usize, cols: usize, packed: &'a [u8], scales: &'a [u8]) -> Option<Self> {
         let ok = cols % GROUP == 0
             && packed.len() == rows.checked_mul(cols / 2)?
             && scales.len() == rows.checked_mul(cols / GROUP)?;
-        ok.then_some(Matrix { rows, cols, data: MatrixData::Mxfp4 { packed, scales } })
+        ok.then_some(Matrix {
+            rows,
+            cols,
+            data: MatrixData::Mxfp4 { packed, scales },
+        })
     }
 
     /// Bytes of weight data read by one full product (for bandwidth reports).
@@ -67,6 +81,38 @@ impl<'a> Matrix<'a> {
         };
         acc as f32
     }
+
+    /// Row `r` in kernel form.
+    #[inline]
+    fn row(&self, r: usize) -> Row<'a> {
+        let c = self.cols;
+        match self.data {
+            MatrixData::Bf16(d) => Row::Bf16(bytemuck::cast_slice(&d[r * c..(r + 1) * c])),
+            MatrixData::F32(d) => Row::F32(&d[r * c..(r + 1) * c]),
+            MatrixData::Mxfp4 { packed, scales } => Row::Mxfp4(
+                &packed[r * c / 2..(r + 1) * c / 2],
+                &scales[r * c / GROUP..(r + 1) * c / GROUP],
+            ),
+        }
+    }
+}
+
+/// Below this many rows a mat-vec reads `x` as f32 instead of widening it once to f64.
+const WIDEN_MIN_ROWS: usize = 8;
+
+/// `x` widened to f64 (exact) when the SIMD path will reuse it across enough rows.
+fn widened(level: Level, rows: usize, x: &[f32]) -> Option<Vec<f64>> {
+    (level != Level::Scalar && rows >= WIDEN_MIN_ROWS)
+        .then(|| x.iter().map(|&v| v as f64).collect())
+}
+
+/// Row `r` of `W·x` on `level`, from the pre-widened `x64` when present (same bits either way).
+#[inline]
+fn row_out(level: Level, w: &Matrix, r: usize, x: &[f32], x64: Option<&[f64]>) -> f32 {
+    match x64 {
+        Some(x64) => row_dots(level, w.row(r), [x64])[0] as f32,
+        None => w.row_dot(r, x),
+    }
 }
 
 /// Rows per parallel task: big enough to amortise scheduling, small enough to balance.
@@ -76,8 +122,10 @@ const ROWS_PER_TASK: usize = 32;
 pub fn matvec(y: &mut [f32], w: &Matrix, x: &[f32]) {
     assert_eq!(y.len(), w.rows, "matvec output length");
     assert_eq!(x.len(), w.cols, "matvec input length");
+    let level = active_level();
+    let x64 = widened(level, w.rows, x);
     for (r, out) in y.iter_mut().enumerate() {
-        *out = w.row_dot(r, x);
+        *out = row_out(level, w, r, x, x64.as_deref());
     }
 }
 
@@ -85,39 +133,98 @@ pub fn matvec(y: &mut [f32], w: &Matrix, x: &[f32]) {
 pub fn par_matvec(y: &mut [f32], w: &Matrix, x: &[f32]) {
     assert_eq!(y.len(), w.rows, "matvec output length");
     assert_eq!(x.len(), w.cols, "matvec input length");
-    y.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(chunk, ys)| {
-        let r0 = chunk * ROWS_PER_TASK;
-        for (i, out) in ys.iter_mut().enumerate() {
-            *out = w.row_dot(r0 + i, x);
+    let level = active_level();
+    let x64 = widened(level, w.rows, x);
+    y.par_chunks_mut(ROWS_PER_TASK)
+        .enumerate()
+        .for_each(|(chunk, ys)| {
+            let r0 = chunk * ROWS_PER_TASK;
+            for (i, out) in ys.iter_mut().enumerate() {
+                *out = row_out(level, w, r0 + i, x, x64.as_deref());
+            }
+        });
+}
+
+/// `Y[t] = W·X[t]` for `t` tokens: `x` is `[t][cols]`, `y` is `[t][rows]`. Every output equals
+/// the `matvec` one bit for bit.
+///
+/// Tiled as (block of `ROWS_PER_TASK` rows) × (all tokens), one rayon task per row block:
+/// the block's weights come from memory once and stay cache-resident while the tokens pass
+/// over them a few at a time (each weight row is widened once per token block and dotted
+/// with every token of it). Outputs are written in place; the only allocation is one slot
+/// table per call.
+pub fn matmul(y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
+    assert_eq!(y.len(), t * w.rows, "matmul output length");
+    assert_eq!(x.len(), t * w.cols, "matmul input length");
+    if t == 0 || w.rows == 0 {
+        return;
+    }
+    let level = active_level();
+    let nchunks = w.rows.div_ceil(ROWS_PER_TASK);
+    // slots[c * t + tok] = the part of token `tok`'s output owned by row block `c`.
+    let mut slots: Vec<Option<&mut [f32]>> = (0..nchunks * t).map(|_| None).collect();
+    for (tok, yt) in y.chunks_mut(w.rows).enumerate() {
+        for (c, part) in yt.chunks_mut(ROWS_PER_TASK).enumerate() {
+            slots[c * t + tok] = Some(part);
+        }
+    }
+    slots.par_chunks_mut(t).enumerate().for_each(|(c, outs)| {
+        matmul_tile(level, w, x, c * ROWS_PER_TASK, outs);
+    });
+}
+
+thread_local! {
+    /// Per-thread f64 copy of the current token block (reused across calls).
+    static XBUF: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Rows `r0..` of every token; `outs[tok]` receives the rows of token `tok`.
+fn matmul_tile(level: Level, w: &Matrix, x: &[f32], r0: usize, outs: &mut [Option<&mut [f32]>]) {
+    let cols = w.cols;
+    if level == Level::Scalar {
+        for (tok, out) in outs.iter_mut().enumerate() {
+            let xt = &x[tok * cols..(tok + 1) * cols];
+            for (i, o) in out.as_deref_mut().into_iter().flatten().enumerate() {
+                *o = w.row_dot(r0 + i, xt);
+            }
+        }
+        return;
+    }
+    let nb = token_block(level);
+    XBUF.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        let mut tok = 0;
+        while tok < outs.len() {
+            let n = if outs.len() - tok >= nb { nb } else { 1 };
+            buf.clear();
+            buf.extend(x[tok * cols..(tok + n) * cols].iter().map(|&v| v as f64));
+            let outs = &mut outs[tok..tok + n];
+            match n {
+                4 => token_block_rows::<4>(level, w, r0, &buf, outs),
+                2 => token_block_rows::<2>(level, w, r0, &buf, outs),
+                _ => token_block_rows::<1>(level, w, r0, &buf, outs),
+            }
+            tok += n;
         }
     });
 }
 
-/// `Y[t] = W·X[t]` for `t` tokens: `x` is `[t][cols]`, `y` is `[t][rows]`. Each weight row is
-/// read once for all tokens; every output equals the `matvec` one bit for bit.
-pub fn matmul(y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
-    assert_eq!(y.len(), t * w.rows, "matmul output length");
-    assert_eq!(x.len(), t * w.cols, "matmul input length");
-    let (rows, cols) = (w.rows, w.cols);
-    let results: Vec<(usize, Vec<f32>)> = (0..rows.div_ceil(ROWS_PER_TASK))
-        .into_par_iter()
-        .map(|chunk| {
-            let r0 = chunk * ROWS_PER_TASK;
-            let r1 = (r0 + ROWS_PER_TASK).min(rows);
-            let mut block = vec![0f32; (r1 - r0) * t];
-            for r in r0..r1 {
-                for tok in 0..t {
-                    block[(r - r0) * t + tok] = w.row_dot(r, &x[tok * cols..(tok + 1) * cols]);
-                }
-            }
-            (r0, block)
-        })
-        .collect();
-    for (r0, block) in results {
-        let n = block.len() / t.max(1);
-        for i in 0..n {
-            for tok in 0..t {
-                y[tok * rows + r0 + i] = block[i * t + tok];
+/// Every row of the tile against the `N` widened tokens in `xb` (`[N][cols]`).
+fn token_block_rows<const N: usize>(
+    level: Level,
+    w: &Matrix,
+    r0: usize,
+    xb: &[f64],
+    outs: &mut [Option<&mut [f32]>],
+) {
+    let cols = w.cols;
+    let xs: [&[f64]; N] = std::array::from_fn(|k| &xb[k * cols..(k + 1) * cols]);
+    let nrows = outs[0].as_deref().map_or(0, <[f32]>::len);
+    for i in 0..nrows {
+        let v = row_dots(level, w.row(r0 + i), xs);
+        for (out, vk) in outs.iter_mut().zip(v) {
+            if let Some(o) = out.as_deref_mut() {
+                o[i] = vk as f32;
             }
         }
     }
@@ -130,8 +237,12 @@ mod tests {
     #[test]
     fn matmul_equals_matvec_per_token() {
         let (rows, cols, t) = (70, 45, 3);
-        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 31 % 97) as f32 - 48.0) / 17.0).collect();
-        let x: Vec<f32> = (0..t * cols).map(|i| ((i * 13 % 29) as f32 - 14.0) / 7.0).collect();
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 31 % 97) as f32 - 48.0) / 17.0)
+            .collect();
+        let x: Vec<f32> = (0..t * cols)
+            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 7.0)
+            .collect();
         let m = Matrix::f32(rows, cols, &w).unwrap();
         let mut y = vec![0f32; t * rows];
         matmul(&mut y, &m, &x, t);

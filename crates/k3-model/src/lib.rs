@@ -1,5 +1,39 @@
 //! The Kimi K3 graph: KDA, gated MLA (latent KV cache), Stable LatentMoE, block attention
 //! residuals. Weights arrive through [`weights::WeightProvider`] and
 //! [`weights::ExpertProvider`]; the model never opens a file.
+//!
+//! Reading order follows the paper: [`kda`], [`mla`], [`router`], [`moe`], [`dense`],
+//! [`residual`], [`layer`], [`forward`]; carried session state lives in [`state`].
+//!
+//! # Parallelism policy
+//! Work is split with rayon only across INDEPENDENT outputs: matrix rows (`par_matvec`,
+//! `matmul`), KDA heads, MLA heads, router experts. No reduction is ever split across threads
+//! and every sum has one fixed order (documented per op and in `docs/NUMERICS.md`), so logits
+//! are bit-identical at any thread count, for prefill vs decode vs recompute, and for any
+//! order in which an expert store delivers experts. Routed experts are computed one at a time
+//! as they arrive (rows in parallel inside each).
 
+pub mod dense;
+pub mod dims;
+pub mod error;
+pub mod forward;
+pub mod kda;
+pub mod layer;
+pub mod mla;
+pub mod moe;
+pub mod residual;
+pub mod router;
+pub mod scratch;
+pub mod state;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod weights;
+
+#[cfg(test)]
+mod tests;
+
+pub use dims::{Dims, LayerKind};
+pub use error::ModelError;
+pub use forward::{argmax, Logits, LogitsMode, Model};
+pub use mla::MlaPath;
+pub use state::{KdaState, MlaCache, State};

@@ -13,6 +13,7 @@ pub struct HeadWeights<'a> {
     pub norm: &'a [f32],
     /// Output attention-residual aggregator: norm gain `[hidden]` and projection row `[hidden]`.
     pub out_res_norm: &'a [f32],
+    /// Output aggregator projection row `[hidden]` (the `[1, hidden]` tensor).
     pub out_res_proj: &'a [f32],
     /// `[vocab][hidden]`, not tied to the embedding.
     pub lm_head: Matrix<'a>,
@@ -20,82 +21,130 @@ pub struct HeadWeights<'a> {
 
 /// Kimi Delta Attention weights (spec §2.2, §4.4). P = heads·head_dim, D = head_dim.
 pub struct KdaWeights<'a> {
-    pub q_proj: Matrix<'a>, // [P][E]
-    pub k_proj: Matrix<'a>, // [P][E]
-    pub v_proj: Matrix<'a>, // [P][E]
-    pub g_proj: Matrix<'a>, // [P][E] full-rank output gate
-    pub o_proj: Matrix<'a>, // [E][P]
-    pub q_conv: &'a [f32],  // [P][K] taps oldest→newest
-    pub k_conv: &'a [f32],  // [P][K]
-    pub v_conv: &'a [f32],  // [P][K]
-    pub f_a_proj: Matrix<'a>, // [D][E]
-    pub f_b_proj: Matrix<'a>, // [P][D]
-    pub b_proj: Matrix<'a>,   // [H][E]
-    pub a_log: &'a [f32],     // [≥H]: only the first H values (one per HEAD) are used
-    pub dt_bias: &'a [f32],   // [P]
-    pub o_norm: &'a [f32],    // [D] shared by all heads
+    /// [P][E]
+    pub q_proj: Matrix<'a>,
+    /// [P][E]
+    pub k_proj: Matrix<'a>,
+    /// [P][E]
+    pub v_proj: Matrix<'a>,
+    /// [P][E] full-rank output gate
+    pub g_proj: Matrix<'a>,
+    /// [E][P]
+    pub o_proj: Matrix<'a>,
+    /// [P][K] taps oldest→newest
+    pub q_conv: &'a [f32],
+    /// [P][K]
+    pub k_conv: &'a [f32],
+    /// [P][K]
+    pub v_conv: &'a [f32],
+    /// [D][E]
+    pub f_a_proj: Matrix<'a>,
+    /// [P][D]
+    pub f_b_proj: Matrix<'a>,
+    /// [H][E]
+    pub b_proj: Matrix<'a>,
+    /// [≥H]: only the first H values (one per HEAD) are used
+    pub a_log: &'a [f32],
+    /// [P]
+    pub dt_bias: &'a [f32],
+    /// [D] shared by all heads
+    pub o_norm: &'a [f32],
 }
 
 /// Gated MLA weights, NoPE (spec §2.2, §4.5).
 pub struct MlaWeights<'a> {
-    pub q_a_proj: Matrix<'a>,      // [q_lora][E]
-    pub q_a_norm: &'a [f32],       // [q_lora]
-    pub q_b_proj: Matrix<'a>,      // [H·(nope+rope)][q_lora]
-    pub kv_a_proj: Matrix<'a>,     // [kv_lora+rope][E]
-    pub kv_a_norm: &'a [f32],      // [kv_lora]
-    pub kv_b_proj: Matrix<'a>,     // [H·(nope+v)][kv_lora]
-    pub o_proj: Matrix<'a>,        // [E][H·v]
-    pub g_proj: Option<Matrix<'a>>, // [H·v][E] when mla_use_output_gate
+    /// [q_lora][E]
+    pub q_a_proj: Matrix<'a>,
+    /// [q_lora]
+    pub q_a_norm: &'a [f32],
+    /// [H·(nope+rope)][q_lora]
+    pub q_b_proj: Matrix<'a>,
+    /// [kv_lora+rope][E]
+    pub kv_a_proj: Matrix<'a>,
+    /// [kv_lora]
+    pub kv_a_norm: &'a [f32],
+    /// [H·(nope+v)][kv_lora]
+    pub kv_b_proj: Matrix<'a>,
+    /// [E][H·v]
+    pub o_proj: Matrix<'a>,
+    /// [H·v][E] when mla_use_output_gate
+    pub g_proj: Option<Matrix<'a>>,
 }
 
 /// Token mixer of one layer.
 pub enum AttnWeights<'a> {
+    /// Kimi Delta Attention.
     Kda(KdaWeights<'a>),
+    /// Gated MLA.
     Mla(MlaWeights<'a>),
 }
 
 /// Dense SiTU-GLU MLP (layer 0).
 pub struct DenseWeights<'a> {
-    pub gate_proj: Matrix<'a>, // [DI][E]
-    pub up_proj: Matrix<'a>,   // [DI][E]
-    pub down_proj: Matrix<'a>, // [E][DI]
+    /// [DI][E]
+    pub gate_proj: Matrix<'a>,
+    /// [DI][E]
+    pub up_proj: Matrix<'a>,
+    /// [E][DI]
+    pub down_proj: Matrix<'a>,
 }
 
 /// The trunk part of a Stable LatentMoE layer (routed experts come from [`ExpertProvider`]).
 pub struct MoeWeights<'a> {
-    pub router: Matrix<'a>,         // [NE][E]
-    pub router_bias: &'a [f32],     // [NE] selection-only bias
-    pub down_proj: Matrix<'a>,      // [L][E] routed_expert_down_proj
-    pub latent_norm: &'a [f32],     // [L] routed_expert_norm
-    pub up_proj: Matrix<'a>,        // [E][L] routed_expert_up_proj
-    pub shared_gate: Matrix<'a>,    // [SI][E]
-    pub shared_up: Matrix<'a>,      // [SI][E]
-    pub shared_down: Matrix<'a>,    // [E][SI]
+    /// [NE][E]
+    pub router: Matrix<'a>,
+    /// [NE] selection-only bias
+    pub router_bias: &'a [f32],
+    /// [L][E] routed_expert_down_proj
+    pub down_proj: Matrix<'a>,
+    /// [L] routed_expert_norm
+    pub latent_norm: &'a [f32],
+    /// [E][L] routed_expert_up_proj
+    pub up_proj: Matrix<'a>,
+    /// [SI][E]
+    pub shared_gate: Matrix<'a>,
+    /// [SI][E]
+    pub shared_up: Matrix<'a>,
+    /// [E][SI]
+    pub shared_down: Matrix<'a>,
 }
 
 /// Channel mixer of one layer.
 pub enum FfnWeights<'a> {
+    /// Dense SiTU-GLU MLP.
     Dense(DenseWeights<'a>),
+    /// Stable LatentMoE trunk part.
     Moe(MoeWeights<'a>),
 }
 
 /// Every non-expert weight of one decoder layer (its "trunk").
 pub struct LayerWeights<'a> {
-    pub input_norm: &'a [f32],     // [E]
-    pub post_attn_norm: &'a [f32], // [E]
-    pub attn_res_norm: &'a [f32],  // [E]
-    pub attn_res_proj: &'a [f32],  // [E]
-    pub mlp_res_norm: &'a [f32],   // [E]
-    pub mlp_res_proj: &'a [f32],   // [E]
+    /// [E]
+    pub input_norm: &'a [f32],
+    /// [E]
+    pub post_attn_norm: &'a [f32],
+    /// [E]
+    pub attn_res_norm: &'a [f32],
+    /// [E]
+    pub attn_res_proj: &'a [f32],
+    /// [E]
+    pub mlp_res_norm: &'a [f32],
+    /// [E]
+    pub mlp_res_proj: &'a [f32],
+    /// Token mixer.
     pub attn: AttnWeights<'a>,
+    /// Channel mixer.
     pub ffn: FfnWeights<'a>,
 }
 
 /// One routed expert (MXFP4 in the release; any [`Matrix`] storage is accepted).
 pub struct ExpertWeights<'a> {
-    pub w1: Matrix<'a>, // gate [I][L]
-    pub w2: Matrix<'a>, // down [L][I]
-    pub w3: Matrix<'a>, // up   [I][L]
+    /// gate [I][L]
+    pub w1: Matrix<'a>,
+    /// down [L][I]
+    pub w2: Matrix<'a>,
+    /// up   [I][L]
+    pub w3: Matrix<'a>,
 }
 
 /// Trunk weights: embedding rows, per-layer weights and the head.
@@ -104,9 +153,20 @@ pub trait WeightProvider: Sync {
     fn embed_row(&self, id: u32, out: &mut [f32]) -> Result<(), SourceError>;
     /// Calls `f` with layer `l`'s weights, kept alive for the duration of the call (a pinned
     /// layer or a ring slot). May block on a read and start reading ahead.
-    fn with_layer(&self, l: usize, f: &mut dyn FnMut(&LayerWeights<'_>)) -> Result<(), SourceError>;
+    fn with_layer(&self, l: usize, f: &mut dyn FnMut(&LayerWeights<'_>))
+        -> Result<(), SourceError>;
     /// Calls `f` with the model-level head weights.
     fn with_head(&self, f: &mut dyn FnMut(&HeadWeights<'_>)) -> Result<(), SourceError>;
+}
+
+/// A routed expert that could not be made available; the model reports it as
+/// [`crate::ModelError::Expert`] with the layer (the CLI exits 4).
+#[derive(Debug)]
+pub struct ExpertFetchError {
+    /// Expert id within the layer.
+    pub expert: u32,
+    /// The store's error.
+    pub source: SourceError,
 }
 
 /// Routed experts, fetched on demand.
@@ -119,7 +179,7 @@ pub trait ExpertProvider: Sync {
         layer: usize,
         experts: &[u32],
         on_ready: &mut dyn FnMut(usize, &ExpertWeights<'_>),
-    ) -> Result<(), SourceError>;
+    ) -> Result<(), ExpertFetchError>;
     /// Lookahead hint: these experts of `layer` are likely to be fetched soon.
     fn hint(&self, _layer: usize, _experts: &[u32]) {}
 }

@@ -1,6 +1,7 @@
 //! `cargo xtask conformance`: one line per check, then `N passed, M failed`.
 
 mod format;
+mod ops;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -13,10 +14,16 @@ pub struct Check {
 
 impl Check {
     pub fn pass(name: impl Into<String>, detail: impl Into<String>) -> Self {
-        Check { name: name.into(), result: Ok(detail.into()) }
+        Check {
+            name: name.into(),
+            result: Ok(detail.into()),
+        }
     }
     pub fn fail(name: impl Into<String>, why: impl Into<String>) -> Self {
-        Check { name: name.into(), result: Err(why.into()) }
+        Check {
+            name: name.into(),
+            result: Err(why.into()),
+        }
     }
 }
 
@@ -31,6 +38,7 @@ pub fn run(upstream: &Path) -> ExitCode {
     }
     let mut checks = Vec::new();
     checks.extend(format::checks(upstream));
+    checks.extend(ops::checks(upstream));
     let (mut passed, mut failed) = (0, 0);
     for c in &checks {
         match &c.result {

@@ -1,0 +1,132 @@
+//! `k3 run` driven as a user would: exact ids on the tiny model, JSON report, logits dump, and
+//! refusals with the documented exit codes and messages that name the culprit.
+
+use k3_format::writer::{write_index, write_shard, TensorSpec};
+use k3_format::Checkpoint;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn k3(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_k3")).args(args).output().expect("k3 runs")
+}
+
+fn tiny() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("k3-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn run_reproduces_expected_ids_and_writes_reports() {
+    let dir = scratch("reports");
+    let json = dir.join("out.json");
+    let logits = dir.join("logits.bin");
+    let o = k3(&[
+        "run",
+        tiny().to_str().unwrap(),
+        "--ids",
+        "637,229,263,638,730,42,197",
+        "-n",
+        "16",
+        "--json",
+        json.to_str().unwrap(),
+        "--dump-logits",
+        logits.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("391,655,292,730,776,115,719,393,787,679,255,821,638,667,420,461"), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["prompt_ids"], serde_json::json!([637, 229, 263, 638, 730, 42, 197]));
+    assert_eq!(report["generated_ids"].as_array().unwrap().len(), 16);
+    assert!(report["seconds_per_token"].as_f64().unwrap() >= 0.0);
+    assert!(report["peak_rss_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(std::fs::metadata(&logits).unwrap().len(), 1024 * 4, "vocab_size f32 values");
+}
+
+#[test]
+fn bad_ids_are_usage_errors() {
+    for (ids, needle) in [
+        ("1,abc", "not a decimal"),
+        ("-3", "negative"),
+        ("4294967301", "larger than"),
+        ("5000", "vocab_size is 1024"),
+        ("", "empty"),
+    ] {
+        let flag = format!("--ids={ids}");
+        let o = k3(&["run", tiny().to_str().unwrap(), &flag]);
+        assert_eq!(o.status.code(), Some(2), "--ids {ids:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "--ids {ids:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn missing_model_dir_and_missing_prompt_are_usage_errors() {
+    let o = k3(&["run", "/nonexistent/k3-model", "--ids", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("/nonexistent/k3-model"), "{}", stderr(&o));
+    let o = k3(&["run", tiny().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// Copies the tiny model into `dst`, rewriting the shard holding `victim` with `edit` applied
+/// to that tensor's spec (rename or reshape), and the index to match.
+fn doctored_copy(dst: &Path, victim: &str, edit: impl Fn(&mut TensorSpec)) {
+    let src = tiny();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
+    }
+    let ck = Checkpoint::open(&src).unwrap();
+    let mut index = Vec::new();
+    for (si, shard) in ck.shards().iter().enumerate() {
+        let file = shard.path().file_name().unwrap().to_str().unwrap().to_string();
+        let mut views: Vec<_> = ck.iter().filter(|v| v.shard == si).collect();
+        views.sort_by_key(|v| v.offset);
+        let specs: Vec<TensorSpec> = views
+            .iter()
+            .map(|v| {
+                let mut s = TensorSpec::new(v.name, v.dtype, v.shape);
+                if v.name == victim {
+                    edit(&mut s);
+                }
+                s
+            })
+            .collect();
+        write_shard(&dst.join(&file), &specs, |i, _, buf| buf.copy_from_slice(views[i].bytes)).unwrap();
+        index.extend(specs.iter().map(|s| (s.name.clone(), file.clone())));
+    }
+    write_index(&dst.join("model.safetensors.index.json"), index.iter().map(|(t, s)| (t.as_str(), s.as_str())))
+        .unwrap();
+}
+
+const VICTIM: &str = "language_model.model.layers.2.self_attn.f_a_proj.weight"; // [16, 64]
+
+#[test]
+fn missing_tensor_exits_2_naming_it() {
+    let dir = scratch("missing");
+    doctored_copy(&dir, VICTIM, |s| s.name = format!("{}.renamed", s.name));
+    let o = k3(&["run", dir.to_str().unwrap(), "--ids", "1", "-n", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains(VICTIM), "{}", stderr(&o));
+}
+
+#[test]
+fn transposed_tensor_exits_2_naming_it() {
+    let dir = scratch("transposed");
+    // Same element count, wrong shape: must be refused, not read as weights.
+    doctored_copy(&dir, VICTIM, |s| s.shape.reverse());
+    let o = k3(&["run", dir.to_str().unwrap(), "--ids", "1", "-n", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(VICTIM) && err.contains("16") && err.contains("64"), "{err}");
+}

@@ -1,0 +1,158 @@
+//! A conversation: token ids so far, the model's carried state and the latest logits.
+
+use crate::{Engine, EngineError};
+pub use k3_model::argmax;
+use k3_model::{LogitsMode, State};
+
+/// How generation advances.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DecodeMode {
+    /// Carry KDA state and the latent KV cache; run one token per step (the default).
+    #[default]
+    Incremental,
+    /// Re-run the whole sequence from a zeroed state every step (for testing).
+    Recompute,
+}
+
+
+/// One conversation with an [`Engine`].
+///
+/// Invariant: `state` holds exactly the effect of `fed`; a token chosen by [`Session::generate`]
+/// as the last of a run is kept in `pending` and fed lazily by the next call, so ending a
+/// generation never costs a forward pass whose logits nobody reads.
+pub struct Session<'e> {
+    engine: &'e Engine,
+    state: State,
+    fed: Vec<u32>,
+    pending: Option<u32>,
+    max_ctx: usize,
+    logits: Vec<f32>,
+}
+
+impl<'e> Session<'e> {
+    pub(crate) fn new(engine: &'e Engine, max_ctx: usize) -> Result<Self, EngineError> {
+        if max_ctx == 0 {
+            return Err(EngineError::Invalid("context length must be at least 1".into()));
+        }
+        let state = engine.model.new_state(max_ctx);
+        Ok(Session { engine, state, fed: Vec::new(), pending: None, max_ctx, logits: Vec::new() })
+    }
+
+    /// Every token of the conversation so far (fed and generated).
+    pub fn tokens(&self) -> Vec<u32> {
+        let mut t = self.fed.clone();
+        t.extend(self.pending);
+        t
+    }
+
+    /// Logits after the last fed token (`vocab_size` values; empty before any, and after a
+    /// generation ended — feed or step to get fresh ones).
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// The model state (KDA recurrent + conv state, latent KV), e.g. for saving a session.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Clears the conversation (state zeroed, no tokens).
+    pub fn reset(&mut self) {
+        self.state.reset();
+        self.fed.clear();
+        self.pending = None;
+        self.logits.clear();
+    }
+
+    fn check_ids(&self, ids: &[u32]) -> Result<(), EngineError> {
+        let vocab = self.engine.config.vocab_size;
+        if let Some((i, id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
+            return Err(EngineError::Invalid(format!(
+                "token id {id} at position {i} is out of range: the model's vocab_size is {vocab} (ids 0..={})",
+                vocab - 1
+            )));
+        }
+        let total = self.fed.len() + usize::from(self.pending.is_some()) + ids.len();
+        if total > self.max_ctx {
+            return Err(EngineError::Invalid(format!(
+                "{total} tokens would exceed the session's context of {} positions: raise --ctx or shorten the prompt",
+                self.max_ctx
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `ids` (preceded by any pending token) through the model with carried state.
+    fn run(&mut self, ids: &[u32], mode: LogitsMode) -> Result<Vec<f32>, EngineError> {
+        let mut batch = Vec::with_capacity(ids.len() + 1);
+        batch.extend(self.pending.take());
+        batch.extend_from_slice(ids);
+        let e = self.engine;
+        let out = e.pool.install(|| e.model.forward(&e.store, &e.store, &batch, &mut self.state, mode))?;
+        self.fed.extend_from_slice(&batch);
+        Ok(out.data)
+    }
+
+    /// Feeds `ids` (prefill in one pass) and keeps the logits of the last one.
+    pub fn feed(&mut self, ids: &[u32]) -> Result<(), EngineError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.check_ids(ids)?;
+        self.logits = self.run(ids, LogitsMode::Last)?;
+        Ok(())
+    }
+
+    /// Feeds `ids` and returns the logits at EVERY fed position (`[ids.len()][vocab]`,
+    /// teacher forcing; a pending generated token is fed first and its row included).
+    pub fn feed_all_logits(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
+        self.check_ids(ids)?;
+        let all = self.run(ids, LogitsMode::All)?;
+        let v = self.engine.config.vocab_size;
+        self.logits = all[all.len().saturating_sub(v)..].to_vec();
+        Ok(all)
+    }
+
+    /// Appends one token and computes the next logits, incrementally or by recomputing the
+    /// whole sequence from a zeroed state.
+    pub fn step(&mut self, id: u32, mode: DecodeMode) -> Result<(), EngineError> {
+        self.check_ids(&[id])?;
+        match mode {
+            DecodeMode::Incremental => self.logits = self.run(&[id], LogitsMode::Last)?,
+            DecodeMode::Recompute => {
+                let mut all = std::mem::take(&mut self.fed);
+                all.extend(self.pending.take());
+                all.push(id);
+                self.state.reset();
+                self.logits = self.run(&all, LogitsMode::Last)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Greedy generation of up to `n` tokens (ties → lowest id). `on_token` sees each new id
+    /// and returns `false` to stop. Returns the generated ids.
+    pub fn generate(
+        &mut self,
+        n: usize,
+        mode: DecodeMode,
+        mut on_token: impl FnMut(u32) -> bool,
+    ) -> Result<Vec<u32>, EngineError> {
+        if n > 0 && self.logits.is_empty() {
+            return Err(EngineError::Invalid("generate needs fresh logits: feed a prompt first".into()));
+        }
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let id = argmax(&self.logits);
+            out.push(id);
+            if !on_token(id) || i + 1 == n {
+                self.check_ids(&[id])?;
+                self.pending = Some(id);
+                self.logits.clear();
+                break;
+            }
+            self.step(id, mode)?;
+        }
+        Ok(out)
+    }
+}

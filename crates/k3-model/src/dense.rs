@@ -1,0 +1,68 @@
+//! Dense SiTU-GLU MLP (spec §4.3, layer 0): `down · SiTU-GLU(gate·x, up·x)`.
+
+use crate::dims::Dims;
+use crate::error::{check_shape, ModelError};
+use crate::scratch::grow;
+use crate::weights::DenseWeights;
+use k3_kernels::act::situ_glu;
+use k3_kernels::matmul;
+
+/// Preallocated buffers of one dense-MLP call.
+#[derive(Default)]
+pub struct DenseScratch {
+    g: Vec<f32>, // [T][DI] gate_proj · x
+    u: Vec<f32>, // [T][DI] up_proj · x
+    a: Vec<f32>, // [T][DI] SiTU-GLU
+}
+
+impl DenseScratch {
+    /// Grows every buffer for `t` tokens.
+    pub fn ensure(&mut self, d: &Dims, t: usize) {
+        for b in [&mut self.g, &mut self.u, &mut self.a] {
+            grow(b, t * d.dense_inter);
+        }
+    }
+}
+
+/// Checks the dense MLP tensors against the config.
+pub fn check_dense(d: &Dims, w: &DenseWeights, layer: Option<usize>) -> Result<(), ModelError> {
+    let (e, di) = (d.hidden, d.dense_inter);
+    check_shape(
+        layer,
+        "mlp gate_proj",
+        (w.gate_proj.rows, w.gate_proj.cols),
+        (di, e),
+    )?;
+    check_shape(
+        layer,
+        "mlp up_proj",
+        (w.up_proj.rows, w.up_proj.cols),
+        (di, e),
+    )?;
+    check_shape(
+        layer,
+        "mlp down_proj",
+        (w.down_proj.rows, w.down_proj.cols),
+        (e, di),
+    )
+}
+
+/// Dense MLP over `t` tokens: `x` normed input `[T][E]`, `out` receives `[T][E]`.
+pub fn dense_forward(
+    d: &Dims,
+    w: &DenseWeights,
+    x: &[f32],
+    t: usize,
+    out: &mut [f32],
+    sc: &mut DenseScratch,
+    layer: Option<usize>,
+) -> Result<(), ModelError> {
+    check_dense(d, w, layer)?;
+    sc.ensure(d, t);
+    let n = t * d.dense_inter;
+    matmul(&mut sc.g[..n], &w.gate_proj, x, t);
+    matmul(&mut sc.u[..n], &w.up_proj, x, t);
+    situ_glu(&mut sc.a[..n], &sc.g[..n], &sc.u[..n], d.situ_b1, d.situ_b2);
+    matmul(&mut out[..t * d.hidden], &w.down_proj, &sc.a[..n], t);
+    Ok(())
+}

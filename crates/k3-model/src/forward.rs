@@ -1,0 +1,308 @@
+//! The whole model: embedding → 93 decoder layers → output aggregator → final norm → lm_head.
+//!
+//! One entry point, [`Model::forward`], serves every execution path:
+//! * prefill: T tokens in one pass (mat-mats over T; MoE fetches the union of experts once);
+//! * incremental decode: T = 1 with the carried [`State`] ([`Model::decode`]);
+//! * full recompute: reset + the whole sequence ([`Model::recompute`]).
+//!
+//! All three give bit-identical logits because every op computes each token exactly as a
+//! single-token call would (row-independent mat-mats, per-token sums in fixed order).
+
+use crate::dims::{Dims, LayerKind};
+use crate::error::{check_len, check_shape, ModelError};
+use crate::layer::{decoder_layer, AttnState, Stream};
+use crate::mla::MlaPath;
+use crate::residual::{fold, mix};
+use crate::state::State;
+use crate::weights::{ExpertProvider, HeadWeights, WeightProvider};
+use k3_format::K3Config;
+use k3_kernels::norm::rmsnorm;
+use k3_kernels::{matmul, par_matvec};
+
+/// Which positions get logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitsMode {
+    /// Only the last token of the call (generation).
+    Last,
+    /// Every token of the call (teacher forcing, speculative verification).
+    All,
+    /// None (a prefill chunk whose logits are not needed).
+    None,
+}
+
+/// Logits of a call: `rows` positions × `vocab`, row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Logits {
+    /// Positions with logits (0, 1 or T).
+    pub rows: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// `[rows][vocab]`.
+    pub data: Vec<f32>,
+}
+
+impl Logits {
+    /// Logits of row `r`.
+    pub fn row(&self, r: usize) -> &[f32] {
+        &self.data[r * self.vocab..(r + 1) * self.vocab]
+    }
+    /// Logits of the last row (empty when `rows == 0`).
+    pub fn last(&self) -> &[f32] {
+        match self.rows {
+            0 => &[],
+            n => self.row(n - 1),
+        }
+    }
+}
+
+/// Greedy choice: the index of the largest logit, ties → lowest id (strict `>` scan; NaNs never
+/// win). Returns 0 for an empty slice.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &v) in logits.iter().enumerate().skip(1) {
+        if v > logits[best] || logits[best].is_nan() && !v.is_nan() {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// The Kimi K3 forward pass over pluggable weight stores.
+#[derive(Clone, Debug)]
+pub struct Model {
+    dims: Dims,
+    mla_path: MlaPath,
+}
+
+impl Model {
+    /// Builds the graph for `cfg`; refuses configs this build cannot run.
+    pub fn new(cfg: &K3Config) -> Result<Model, ModelError> {
+        Ok(Model {
+            dims: Dims::new(cfg)?,
+            mla_path: MlaPath::Latent,
+        })
+    }
+    /// The model's dimensions.
+    pub fn dims(&self) -> &Dims {
+        &self.dims
+    }
+    /// Selects the MLA formulation (default [`MlaPath::Latent`]; `Expanded` is a test reference).
+    pub fn with_mla_path(mut self, path: MlaPath) -> Model {
+        self.mla_path = path;
+        self
+    }
+    /// A fresh session able to hold `max_ctx` positions.
+    pub fn new_state(&self, max_ctx: usize) -> State {
+        State::new(&self.dims, max_ctx)
+    }
+
+    /// One decode step: `token` at position `state.pos()`, logits of that position (`[V]`).
+    pub fn decode(
+        &self,
+        weights: &dyn WeightProvider,
+        experts: &dyn ExpertProvider,
+        token: u32,
+        state: &mut State,
+    ) -> Result<Vec<f32>, ModelError> {
+        Ok(self
+            .forward(weights, experts, &[token], state, LogitsMode::Last)?
+            .data)
+    }
+
+    /// Full recompute: resets `state`, then runs `tokens` from position 0.
+    pub fn recompute(
+        &self,
+        weights: &dyn WeightProvider,
+        experts: &dyn ExpertProvider,
+        tokens: &[u32],
+        state: &mut State,
+        mode: LogitsMode,
+    ) -> Result<Logits, ModelError> {
+        state.reset();
+        self.forward(weights, experts, tokens, state, mode)
+    }
+
+    /// Runs `tokens` at positions `state.pos()..` with the carried state and advances it.
+    /// Input errors (empty call, id ≥ vocab, context overflow, foreign or poisoned state) are
+    /// reported before anything is touched; any later error poisons the state.
+    pub fn forward(
+        &self,
+        weights: &dyn WeightProvider,
+        experts: &dyn ExpertProvider,
+        tokens: &[u32],
+        state: &mut State,
+        mode: LogitsMode,
+    ) -> Result<Logits, ModelError> {
+        self.check_call(tokens, state)?;
+        state.poisoned = true;
+        let logits = self.run(weights, experts, tokens, state, mode)?;
+        state.advance(tokens.len());
+        state.poisoned = false;
+        Ok(logits)
+    }
+
+    fn check_call(&self, tokens: &[u32], state: &State) -> Result<(), ModelError> {
+        let d = &self.dims;
+        if state.dims != *d {
+            return Err(ModelError::StateMismatch(
+                "state built for another geometry".into(),
+            ));
+        }
+        if state.poisoned {
+            return Err(ModelError::StatePoisoned);
+        }
+        if tokens.is_empty() {
+            return Err(ModelError::NoTokens);
+        }
+        if let Some((index, &id)) = tokens
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| id as usize >= d.vocab)
+        {
+            return Err(ModelError::TokenOutOfRange {
+                id,
+                index,
+                vocab: d.vocab,
+            });
+        }
+        if state.pos() + tokens.len() > state.max_ctx() {
+            let (pos, max_ctx) = (state.pos(), state.max_ctx());
+            return Err(ModelError::ContextOverflow {
+                pos,
+                tokens: tokens.len(),
+                max_ctx,
+            });
+        }
+        Ok(())
+    }
+
+    fn run(
+        &self,
+        weights: &dyn WeightProvider,
+        experts: &dyn ExpertProvider,
+        tokens: &[u32],
+        state: &mut State,
+        mode: LogitsMode,
+    ) -> Result<Logits, ModelError> {
+        let (d, t) = (&self.dims, tokens.len());
+        let pos = state.pos();
+        let (kda, mla, sc) = state.split();
+        sc.ensure(d, t);
+        let e = d.hidden;
+        // 1. embedding rows
+        for (tok, &id) in tokens.iter().enumerate() {
+            weights
+                .embed_row(id, &mut sc.h[tok * e..(tok + 1) * e])
+                .map_err(|source| ModelError::Weights {
+                    layer: None,
+                    source,
+                })?;
+        }
+        // 2.–3. decoder layers; the block stack is rebuilt every call
+        let mut n_blocks = 0usize;
+        for l in 0..d.n_layers {
+            let attn = match d.kinds[l] {
+                LayerKind::Kda(i) => AttnState::Kda(&mut kda[i]),
+                LayerKind::Mla(i) => AttnState::Mla {
+                    cache: &mut mla[i],
+                    pos,
+                    path: self.mla_path,
+                },
+            };
+            let stream = Stream {
+                t,
+                h: &mut sc.h,
+                blocks: &mut sc.blocks,
+                n_blocks: &mut n_blocks,
+            };
+            let mut result = Ok(());
+            let mut attn = Some(attn);
+            let mut stream = Some(stream);
+            weights
+                .with_layer(l, &mut |lw| {
+                    if let (Some(a), Some(s)) = (attn.take(), stream.take()) {
+                        result = decoder_layer(d, l, lw, experts, s, a, &mut sc.layer);
+                    }
+                })
+                .map_err(|source| ModelError::Weights {
+                    layer: Some(l),
+                    source,
+                })?;
+            if attn.is_some() {
+                let source = "the store never called back with the layer".into();
+                return Err(ModelError::Weights {
+                    layer: Some(l),
+                    source,
+                });
+            }
+            result?;
+        }
+        // 4.–5. output aggregator, final norm, lm_head
+        let rows = match mode {
+            LogitsMode::Last => 1,
+            LogitsMode::All => t,
+            LogitsMode::None => 0,
+        };
+        let mut data = vec![0f32; rows * d.vocab];
+        let mut result = Ok(());
+        weights
+            .with_head(&mut |hw| result = self.head(hw, sc, n_blocks, t, rows, &mut data))
+            .map_err(|source| ModelError::Weights {
+                layer: None,
+                source,
+            })?;
+        result?;
+        Ok(Logits {
+            rows,
+            vocab: d.vocab,
+            data,
+        })
+    }
+
+    /// Output aggregator + final norm + lm_head for the last `rows` tokens.
+    fn head(
+        &self,
+        hw: &HeadWeights,
+        sc: &mut crate::scratch::Scratch,
+        n_blocks: usize,
+        t: usize,
+        rows: usize,
+        out: &mut [f32],
+    ) -> Result<(), ModelError> {
+        let (d, e) = (&self.dims, self.dims.hidden);
+        check_len(None, "norm", hw.norm.len(), e)?;
+        check_len(None, "output_attn_res_norm", hw.out_res_norm.len(), e)?;
+        check_len(None, "output_attn_res_proj", hw.out_res_proj.len(), e)?;
+        check_shape(
+            None,
+            "lm_head",
+            (hw.lm_head.rows, hw.lm_head.cols),
+            (d.vocab, e),
+        )?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let bs = d.max_blocks * e;
+        let fold_q = &mut sc.layer.fold[..e];
+        fold(fold_q, hw.out_res_norm, hw.out_res_proj);
+        let first = t - rows;
+        for (r, tok) in (first..t).enumerate() {
+            let mixed = &mut sc.layer.xn[..e];
+            mix(
+                mixed,
+                &sc.blocks[tok * bs..(tok + 1) * bs],
+                n_blocks,
+                &sc.h[tok * e..(tok + 1) * e],
+                fold_q,
+                d.eps,
+            );
+            rmsnorm(&mut sc.xn_head[r * e..(r + 1) * e], mixed, hw.norm, d.eps);
+        }
+        if rows == 1 {
+            par_matvec(out, &hw.lm_head, &sc.xn_head[..e]);
+        } else {
+            matmul(out, &hw.lm_head, &sc.xn_head[..rows * e], rows);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,251 @@
+//! Kimi Delta Attention (spec §4.4): projections, short convs, per-head L2 norm, per-head
+//! decay, the delta-rule recurrence, head-wise RMSNorm, sigmoid output gate, `o_proj`.
+//!
+//! Shapes: E hidden, H heads, D head width, P = H·D, K conv width, T tokens of this call.
+
+use crate::dims::Dims;
+use crate::error::{check_len, check_shape, ModelError};
+use crate::scratch::grow;
+use crate::state::KdaState;
+use crate::weights::KdaWeights;
+use k3_kernels::act::sigmoid;
+use k3_kernels::conv::shortconv_step;
+use k3_kernels::kda::kda_step_head;
+use k3_kernels::norm::{l2norm_inplace, rmsnorm_inplace, L2_EPS};
+use k3_kernels::{matmul, Matrix};
+use rayon::prelude::*;
+
+/// Preallocated buffers of one KDA call (grown to the largest T seen, never shrunk).
+#[derive(Default)]
+pub struct KdaScratch {
+    q: Vec<f32>,     // [T][P] q projection
+    k: Vec<f32>,     // [T][P]
+    v: Vec<f32>,     // [T][P]
+    g: Vec<f32>,     // [T][P] output-gate pre-activation
+    z: Vec<f32>,     // [T][P] decay pre-activation (f_b · f_a · x)
+    qc: Vec<f32>,    // [T][P] conv(q), then L2-normed and scaled
+    kc: Vec<f32>,    // [T][P] conv(k), then L2-normed
+    vc: Vec<f32>,    // [T][P] conv(v)
+    braw: Vec<f32>,  // [T][H] beta pre-activation, then beta
+    f: Vec<f32>,     // [T][D] decay low-rank code
+    alpha: Vec<f32>, // [T][P] per-channel decay
+    o_hm: Vec<f32>,  // [H][T][D] recurrence output, head-major
+    o: Vec<f32>,     // [T][P] gated, normed output (token-major)
+    u: Vec<f32>,     // [H][D] per-head read scratch
+}
+
+impl KdaScratch {
+    /// Grows every buffer to hold `t` tokens.
+    pub fn ensure(&mut self, d: &Dims, t: usize) {
+        let (p, h, dd) = (d.kda_proj(), d.kda_heads, d.kda_dim);
+        for b in [
+            &mut self.q,
+            &mut self.k,
+            &mut self.v,
+            &mut self.g,
+            &mut self.z,
+            &mut self.qc,
+            &mut self.kc,
+            &mut self.vc,
+            &mut self.alpha,
+            &mut self.o_hm,
+            &mut self.o,
+        ] {
+            grow(b, t * p);
+        }
+        grow(&mut self.braw, t * h);
+        grow(&mut self.f, t * dd);
+        grow(&mut self.u, h * dd);
+    }
+}
+
+/// Checks every KDA tensor against the config (`layer` only labels the error).
+pub fn check_kda(d: &Dims, w: &KdaWeights, layer: Option<usize>) -> Result<(), ModelError> {
+    let (e, p, h, dd, k) = (d.hidden, d.kda_proj(), d.kda_heads, d.kda_dim, d.conv_k);
+    let m = |x: &Matrix| (x.rows, x.cols);
+    check_shape(layer, "kda q_proj", m(&w.q_proj), (p, e))?;
+    check_shape(layer, "kda k_proj", m(&w.k_proj), (p, e))?;
+    check_shape(layer, "kda v_proj", m(&w.v_proj), (p, e))?;
+    check_shape(layer, "kda g_proj", m(&w.g_proj), (p, e))?;
+    check_shape(layer, "kda o_proj", m(&w.o_proj), (e, p))?;
+    check_shape(layer, "kda f_a_proj", m(&w.f_a_proj), (dd, e))?;
+    check_shape(layer, "kda f_b_proj", m(&w.f_b_proj), (p, dd))?;
+    check_shape(layer, "kda b_proj", m(&w.b_proj), (h, e))?;
+    check_len(layer, "kda q_conv1d", w.q_conv.len(), p * k)?;
+    check_len(layer, "kda k_conv1d", w.k_conv.len(), p * k)?;
+    check_len(layer, "kda v_conv1d", w.v_conv.len(), p * k)?;
+    if w.a_log.len() < h {
+        return check_len(layer, "kda A_log (at least one per head)", w.a_log.len(), h);
+    }
+    check_len(layer, "kda dt_bias", w.dt_bias.len(), p)?;
+    check_len(layer, "kda o_norm", w.o_norm.len(), dd)
+}
+
+/// Per-channel decay of one token (spec §4.4 step 5): for head h, channel i = h·D + d,
+/// `u = expf(A_log[h]) · (z_i + dt_bias_i)`, `g_i = lb · σ(u)`, `α_i = expf(g_i)`.
+/// `z`, `dt_bias`, `alpha` are `[P]`; `a_log` holds at least H values (one per HEAD).
+/// `g_out`, when given, receives `g` (`[P]`).
+pub fn kda_decay(
+    alpha: &mut [f32],
+    mut g_out: Option<&mut [f32]>,
+    z: &[f32],
+    a_log: &[f32],
+    dt_bias: &[f32],
+    lb: f32,
+    dim: usize,
+) {
+    for (i, a) in alpha.iter_mut().enumerate() {
+        let ah = a_log[i / dim].exp();
+        let u = ah * (z[i] + dt_bias[i]);
+        let g = lb * sigmoid(u);
+        if let Some(go) = g_out.as_deref_mut() {
+            go[i] = g;
+        }
+        *a = g.exp();
+    }
+}
+
+/// The delta-rule recurrence over `t` tokens for all heads (spec §4.4 step 6), heads in
+/// parallel, tokens in order within a head. `q` must be L2-normed AND scaled by 1/sqrt(D);
+/// `k` L2-normed. Inputs `q, k, v, alpha` are `[T][P]`, `beta` `[T][H]`; `s` is `[H][D][D]`;
+/// output `o_hm` is head-major `[H][T][D]`; `u` is `[H][D]` scratch.
+#[allow(clippy::too_many_arguments)]
+pub fn kda_recurrence(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    alpha: &[f32],
+    beta: &[f32],
+    t: usize,
+    heads: usize,
+    dim: usize,
+    o_hm: &mut [f32],
+    u: &mut [f32],
+) {
+    let p = heads * dim;
+    s.par_chunks_mut(dim * dim)
+        .zip(o_hm.par_chunks_mut(t * dim))
+        .zip(u.par_chunks_mut(dim))
+        .enumerate()
+        .for_each(|(h, ((sh, oh), uh))| {
+            for tok in 0..t {
+                let r = tok * p + h * dim..tok * p + (h + 1) * dim;
+                kda_step_head(
+                    sh,
+                    &q[r.clone()],
+                    &k[r.clone()],
+                    &v[r.clone()],
+                    &alpha[r],
+                    beta[tok * heads + h],
+                    uh,
+                    &mut oh[tok * dim..(tok + 1) * dim],
+                );
+            }
+        });
+}
+
+/// Short conv (+SiLU) of `t` tokens of `[P]` channels through one carried history.
+fn conv_tokens(
+    out: &mut [f32],
+    x: &[f32],
+    w: &[f32],
+    hist: &mut [f32],
+    p: usize,
+    k: usize,
+    t: usize,
+) {
+    for tok in 0..t {
+        let r = tok * p..(tok + 1) * p;
+        shortconv_step(&mut out[r.clone()], &x[r], w, hist, k);
+    }
+}
+
+/// One KDA layer over `t` tokens with carried state: `x` is the normed input `[T][E]`,
+/// `out` receives `[T][E]`.
+#[allow(clippy::too_many_arguments)]
+pub fn kda_forward(
+    d: &Dims,
+    w: &KdaWeights,
+    x: &[f32],
+    t: usize,
+    st: &mut KdaState,
+    out: &mut [f32],
+    sc: &mut KdaScratch,
+    layer: Option<usize>,
+) -> Result<(), ModelError> {
+    check_kda(d, w, layer)?;
+    sc.ensure(d, t);
+    let (p, h, dd, k) = (d.kda_proj(), d.kda_heads, d.kda_dim, d.conv_k);
+    let tp = t * p;
+    // 1. projections (one weight pass for all T tokens)
+    matmul(&mut sc.q[..tp], &w.q_proj, x, t);
+    matmul(&mut sc.k[..tp], &w.k_proj, x, t);
+    matmul(&mut sc.v[..tp], &w.v_proj, x, t);
+    matmul(&mut sc.g[..tp], &w.g_proj, x, t);
+    matmul(&mut sc.braw[..t * h], &w.b_proj, x, t);
+    matmul(&mut sc.f[..t * dd], &w.f_a_proj, x, t);
+    matmul(&mut sc.z[..tp], &w.f_b_proj, &sc.f[..t * dd], t);
+    // 2. causal short convs with carried histories
+    let (s, qh, kh, vh) = st.parts_mut();
+    conv_tokens(&mut sc.qc[..tp], &sc.q[..tp], w.q_conv, qh, p, k, t);
+    conv_tokens(&mut sc.kc[..tp], &sc.k[..tp], w.k_conv, kh, p, k, t);
+    conv_tokens(&mut sc.vc[..tp], &sc.v[..tp], w.v_conv, vh, p, k, t);
+    // 3. per-head L2 norm of q and k; q scaled by 1/sqrt(D)
+    let q_scale = 1.0 / (dd as f32).sqrt();
+    for head in sc.qc[..tp].chunks_exact_mut(dd) {
+        l2norm_inplace(head, L2_EPS);
+        head.iter_mut().for_each(|v| *v *= q_scale);
+    }
+    for head in sc.kc[..tp].chunks_exact_mut(dd) {
+        l2norm_inplace(head, L2_EPS);
+    }
+    // 4. beta = σ(b_proj x), one per head; 5. per-channel decay
+    sc.braw[..t * h].iter_mut().for_each(|b| *b = sigmoid(*b));
+    for tok in 0..t {
+        let r = tok * p..(tok + 1) * p;
+        kda_decay(
+            &mut sc.alpha[r.clone()],
+            None,
+            &sc.z[r],
+            w.a_log,
+            w.dt_bias,
+            d.gate_lb,
+            dd,
+        );
+    }
+    // 6. recurrence, heads in parallel
+    let (qc, kc, vc, al, be) = (
+        &sc.qc[..tp],
+        &sc.kc[..tp],
+        &sc.vc[..tp],
+        &sc.alpha[..tp],
+        &sc.braw[..t * h],
+    );
+    kda_recurrence(
+        s,
+        qc,
+        kc,
+        vc,
+        al,
+        be,
+        t,
+        h,
+        dd,
+        &mut sc.o_hm[..tp],
+        &mut sc.u[..h * dd],
+    );
+    // 7. head-wise RMSNorm, 8. sigmoid gate (after the norm)
+    for tok in 0..t {
+        for head in 0..h {
+            let o = &mut sc.o[tok * p + head * dd..tok * p + (head + 1) * dd];
+            o.copy_from_slice(&sc.o_hm[(head * t + tok) * dd..(head * t + tok + 1) * dd]);
+            rmsnorm_inplace(o, w.o_norm, d.eps);
+            let g = &sc.g[tok * p + head * dd..tok * p + (head + 1) * dd];
+            o.iter_mut().zip(g).for_each(|(o, &g)| *o *= sigmoid(g));
+        }
+    }
+    // 9. output projection
+    matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..tp], t);
+    Ok(())
+}

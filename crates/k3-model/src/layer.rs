@@ -1,0 +1,181 @@
+//! One decoder layer (spec §4.2): block attention residuals around the token mixer and the FFN.
+//!
+//! ```text
+//! prefix = h
+//! if n_blocks > 0: h = mix([blocks, prefix], fold_attn)      (guard only here)
+//! if l % block == 0: blocks[n_blocks++] = prefix; prefix = NONE
+//! a = attn(rmsnorm(h, input_norm));  prefix = NONE ? a : prefix + a
+//! h = mix([blocks, prefix], fold_mlp)                          (no guard)
+//! prefix += ffn(rmsnorm(h, post_attention_norm));  return prefix
+//! ```
+
+use crate::dense::dense_forward;
+use crate::dims::Dims;
+use crate::error::{check_len, ModelError};
+use crate::kda::kda_forward;
+use crate::mla::{mla_forward, MlaPath};
+use crate::moe::moe_forward;
+use crate::residual::{fold, mix};
+use crate::scratch::LayerScratch;
+use crate::state::{KdaState, MlaCache};
+use crate::weights::{AttnWeights, ExpertProvider, FfnWeights, LayerWeights};
+use k3_kernels::norm::rmsnorm;
+
+/// The carried state a layer's token mixer reads and updates.
+pub enum AttnState<'s> {
+    /// KDA recurrent + conv state.
+    Kda(&'s mut KdaState),
+    /// MLA latent cache; the call's tokens sit at positions `pos..pos+T`.
+    Mla {
+        /// The layer's latent KV cache.
+        cache: &'s mut MlaCache,
+        /// Absolute position of the call's first token.
+        pos: usize,
+        /// Attention formulation.
+        path: MlaPath,
+    },
+}
+
+/// The residual stream of one call: `h` `[T][E]` and the per-token block stack `blocks`
+/// `[T][max_blocks][E]` holding `n_blocks` snapshots.
+pub struct Stream<'a> {
+    /// Tokens in the call.
+    pub t: usize,
+    /// `[T][E]` layer input on entry, layer output (`prefix`) on return.
+    pub h: &'a mut [f32],
+    /// `[T][max_blocks][E]` block snapshots.
+    pub blocks: &'a mut [f32],
+    /// Snapshots held (same for every token).
+    pub n_blocks: &'a mut usize,
+}
+
+fn check_layer(d: &Dims, w: &LayerWeights, l: usize) -> Result<(), ModelError> {
+    let e = d.hidden;
+    for (what, v) in [
+        ("input_layernorm", w.input_norm),
+        ("post_attention_layernorm", w.post_attn_norm),
+        ("self_attention_res_norm", w.attn_res_norm),
+        ("self_attention_res_proj", w.attn_res_proj),
+        ("mlp_res_norm", w.mlp_res_norm),
+        ("mlp_res_proj", w.mlp_res_proj),
+    ] {
+        check_len(Some(l), what, v.len(), e)?;
+    }
+    let dense = matches!(w.ffn, FfnWeights::Dense(_));
+    if dense != d.dense.get(l).copied().unwrap_or(false) {
+        let kind = |b: bool| if b { "dense MLP" } else { "MoE" }.to_string();
+        let (got, want) = (kind(dense), kind(!dense));
+        return Err(ModelError::Shape {
+            layer: Some(l),
+            what: "feed-forward kind",
+            got,
+            want,
+        });
+    }
+    Ok(())
+}
+
+/// Mixes every token of `s` into `out`: sources `[blocks[t][0..n), src[t]]`.
+fn mix_tokens(
+    d: &Dims,
+    out: &mut [f32],
+    blocks: &[f32],
+    n: usize,
+    src: &[f32],
+    fold: &[f32],
+    t: usize,
+) {
+    let (e, bs) = (d.hidden, d.max_blocks * d.hidden);
+    for tok in 0..t {
+        let r = tok * e..(tok + 1) * e;
+        mix(
+            &mut out[r.clone()],
+            &blocks[tok * bs..(tok + 1) * bs],
+            n,
+            &src[r],
+            fold,
+            d.eps,
+        );
+    }
+}
+
+/// RMSNorm of every token of `x` into `y` (`[T][E]`).
+fn norm_tokens(d: &Dims, y: &mut [f32], x: &[f32], w: &[f32], t: usize) {
+    let e = d.hidden;
+    for tok in 0..t {
+        rmsnorm(
+            &mut y[tok * e..(tok + 1) * e],
+            &x[tok * e..(tok + 1) * e],
+            w,
+            d.eps,
+        );
+    }
+}
+
+/// Runs decoder layer `l` over the stream (spec §4.2).
+pub fn decoder_layer(
+    d: &Dims,
+    l: usize,
+    w: &LayerWeights,
+    experts: &dyn ExpertProvider,
+    s: Stream<'_>,
+    attn: AttnState<'_>,
+    sc: &mut LayerScratch,
+) -> Result<(), ModelError> {
+    check_layer(d, w, l)?;
+    let (t, e, bs) = (s.t, d.hidden, d.max_blocks * d.hidden);
+    sc.ensure(d, t);
+    let te = t * e;
+    let h = &mut s.h[..te];
+    let prefix = &mut sc.prefix[..te];
+    prefix.copy_from_slice(h);
+    // first aggregation, skipped while the stack is empty
+    if *s.n_blocks > 0 {
+        fold(&mut sc.fold, w.attn_res_norm, w.attn_res_proj);
+        mix_tokens(d, h, s.blocks, *s.n_blocks, prefix, &sc.fold, t);
+    }
+    // block boundary: snapshot the running residual, then clear it
+    let cleared = d.is_boundary(l);
+    if cleared {
+        let n = *s.n_blocks;
+        for tok in 0..t {
+            s.blocks[tok * bs + n * e..tok * bs + (n + 1) * e]
+                .copy_from_slice(&prefix[tok * e..(tok + 1) * e]);
+        }
+        *s.n_blocks += 1;
+    }
+    // token mixer
+    norm_tokens(d, &mut sc.xn, h, w.input_norm, t);
+    let (xn, y) = (&sc.xn[..te], &mut sc.y[..te]);
+    match (&w.attn, attn) {
+        (AttnWeights::Kda(kw), AttnState::Kda(st)) => {
+            kda_forward(d, kw, xn, t, st, y, &mut sc.kda, Some(l))?
+        }
+        (AttnWeights::Mla(mw), AttnState::Mla { cache, pos, path }) => {
+            mla_forward(d, mw, xn, t, cache, pos, y, &mut sc.mla, Some(l), path)?
+        }
+        _ => {
+            return Err(ModelError::StateMismatch(format!(
+                "layer {l}: attention kind differs from the state"
+            )))
+        }
+    }
+    if cleared {
+        prefix.copy_from_slice(y);
+    } else {
+        prefix.iter_mut().zip(y.iter()).for_each(|(p, &a)| *p += a);
+    }
+    // second aggregation, no guard
+    fold(&mut sc.fold, w.mlp_res_norm, w.mlp_res_proj);
+    mix_tokens(d, h, s.blocks, *s.n_blocks, prefix, &sc.fold, t);
+    // channel mixer
+    norm_tokens(d, &mut sc.xn, h, w.post_attn_norm, t);
+    let (xn, y) = (&sc.xn[..te], &mut sc.y[..te]);
+    match &w.ffn {
+        FfnWeights::Dense(dw) => dense_forward(d, dw, xn, t, y, &mut sc.dense, Some(l))?,
+        FfnWeights::Moe(mw) => moe_forward(d, mw, experts, l, xn, t, y, &mut sc.moe)?,
+    }
+    prefix.iter_mut().zip(y.iter()).for_each(|(p, &m)| *p += m);
+    h.copy_from_slice(prefix);
+    Ok(())
+}

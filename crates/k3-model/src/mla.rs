@@ -1,0 +1,268 @@
+//! Gated MLA with NoPE (spec §4.5) over a LATENT KV cache, with weight absorption.
+//!
+//! Cache: per position `c_s = [rmsnorm(latent) (kv_lora) | k_rope (rope)]`, never expanded.
+//! `kv_b_proj` rows of head h are `[W_kb_h (nope rows) ; W_vb_h (v rows)]`, each `[·][kv_lora]`.
+//!
+//! Latent (absorbed) attention for head h, query position p, key positions s ≤ p:
+//! 1. `q_lat[c] = Σ_{i asc} (f64)W_kb_h[i][c]·(f64)q_nope[i]` (f64, plain mul+add, kept f64);
+//! 2. `d_s = Σ_{c asc} q_lat[c]·(f64)c_s[c]  +  Σ_{r asc} (f64)q_rope[r]·(f64)k_rope_s[r]`
+//!    (one f64 accumulator, latent terms then rope terms); `sc_s = (f32)d_s · scale`,
+//!    `scale = 1/sqrtf(nope + rope)`;
+//! 3. softmax: `e_s = expf(sc_s − max)`, `Z = Σ (f64)e_s`, `p_s = (f32)(e_s/Z)`;
+//! 4. `ctx[c] = Σ_{s asc} p_s·c_s[c]` (f32, from 0);
+//! 5. `o_h[j] = W_vb_h[j]·ctx` (the standard 16-lane f64 row dot, rounded to f32).
+//!
+//! The expanded form (spec's literal order, k/v re-expanded per position) is kept in
+//! [`MlaPath::Expanded`]; the two agree to rounding (tested), the latent form is the default.
+//! Heads run in parallel; every sum above is inside one head, so results are thread-count-free.
+
+use crate::dims::Dims;
+use crate::error::{check_len, check_shape, ModelError};
+use crate::scratch::grow;
+use crate::state::MlaCache;
+use crate::weights::MlaWeights;
+use k3_kernels::act::sigmoid;
+use k3_kernels::attn::softmax_inplace;
+use k3_kernels::norm::rmsnorm_inplace;
+use k3_kernels::tmatvec::matvec_t_f64;
+use k3_kernels::{matmul, Matrix};
+use rayon::prelude::*;
+
+/// Which attention formulation to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MlaPath {
+    /// Weight absorption over the latent cache (the engine's path).
+    Latent,
+    /// Re-expand k/v per position through `kv_b` (reference for tests).
+    Expanded,
+}
+
+/// Preallocated buffers of one MLA call.
+#[derive(Default)]
+pub struct MlaScratch {
+    cq: Vec<f32>,     // [T][q_lora] query low-rank code (normed in place)
+    q: Vec<f32>,      // [T][H][nope+rope]
+    ckv: Vec<f32>,    // [T][kv_lora+rope] latent + rope (latent normed in place)
+    gate: Vec<f32>,   // [T][H·v] output-gate pre-activation
+    o: Vec<f32>,      // [T][H·v] concatenated head outputs
+    q_lat: Vec<f64>,  // [H][kv_lora] absorbed query
+    ctx: Vec<f32>,    // [H][kv_lora] probability-weighted latent
+    scores: Vec<f32>, // [H][ctx] scores, then probabilities
+}
+
+impl MlaScratch {
+    /// Grows every buffer for `t` tokens attending over at most `ctx` positions.
+    pub fn ensure(&mut self, d: &Dims, t: usize, ctx: usize) {
+        let (h, hv) = (d.mla_heads, d.mla_heads * d.v_head);
+        grow(&mut self.cq, t * d.q_lora);
+        grow(&mut self.q, t * h * d.qk_head());
+        grow(&mut self.ckv, t * d.kv_row());
+        grow(&mut self.gate, t * hv);
+        grow(&mut self.o, t * hv);
+        if self.q_lat.len() < h * d.kv_lora {
+            self.q_lat.resize(h * d.kv_lora, 0.0);
+        }
+        grow(&mut self.ctx, h * d.kv_lora);
+        grow(&mut self.scores, h * ctx);
+    }
+}
+
+/// Checks every MLA tensor against the config.
+pub fn check_mla(d: &Dims, w: &MlaWeights, layer: Option<usize>) -> Result<(), ModelError> {
+    let (e, h, hv) = (d.hidden, d.mla_heads, d.mla_heads * d.v_head);
+    let m = |x: &Matrix| (x.rows, x.cols);
+    check_shape(layer, "mla q_a_proj", m(&w.q_a_proj), (d.q_lora, e))?;
+    check_len(layer, "mla q_a_layernorm", w.q_a_norm.len(), d.q_lora)?;
+    check_shape(
+        layer,
+        "mla q_b_proj",
+        m(&w.q_b_proj),
+        (h * d.qk_head(), d.q_lora),
+    )?;
+    check_shape(
+        layer,
+        "mla kv_a_proj_with_mqa",
+        m(&w.kv_a_proj),
+        (d.kv_row(), e),
+    )?;
+    check_len(layer, "mla kv_a_layernorm", w.kv_a_norm.len(), d.kv_lora)?;
+    check_shape(
+        layer,
+        "mla kv_b_proj",
+        m(&w.kv_b_proj),
+        (h * (d.nope + d.v_head), d.kv_lora),
+    )?;
+    check_shape(layer, "mla o_proj", m(&w.o_proj), (e, hv))?;
+    match (&w.g_proj, d.mla_gate) {
+        (Some(g), true) => check_shape(layer, "mla g_proj", m(g), (hv, e)),
+        (None, false) => Ok(()),
+        (Some(_), false) => check_shape(layer, "mla g_proj (config has no gate)", (hv, e), (0, 0)),
+        (None, true) => check_shape(layer, "mla g_proj (missing)", (0, 0), (hv, e)),
+    }
+}
+
+/// Attention scale `1/sqrtf(nope + rope)` (f32).
+pub fn mla_scale(d: &Dims) -> f32 {
+    1.0 / (d.qk_head() as f32).sqrt()
+}
+
+/// One gated MLA layer over `t` tokens at absolute positions `pos..pos+t`: appends their latent
+/// rows to `cache` and attends causally over `0..=p`. `x` normed input `[T][E]`, `out` `[T][E]`.
+#[allow(clippy::too_many_arguments)]
+pub fn mla_forward(
+    d: &Dims,
+    w: &MlaWeights,
+    x: &[f32],
+    t: usize,
+    cache: &mut MlaCache,
+    pos: usize,
+    out: &mut [f32],
+    sc: &mut MlaScratch,
+    layer: Option<usize>,
+    path: MlaPath,
+) -> Result<(), ModelError> {
+    check_mla(d, w, layer)?;
+    if pos + t > cache.capacity() {
+        return Err(ModelError::ContextOverflow {
+            pos,
+            tokens: t,
+            max_ctx: cache.capacity(),
+        });
+    }
+    sc.ensure(d, t, pos + t);
+    let (kvr, hv, qw) = (
+        d.kv_row(),
+        d.mla_heads * d.v_head,
+        d.mla_heads * d.qk_head(),
+    );
+    // 1. query: q_a → RMSNorm → q_b
+    matmul(&mut sc.cq[..t * d.q_lora], &w.q_a_proj, x, t);
+    for row in sc.cq[..t * d.q_lora].chunks_exact_mut(d.q_lora) {
+        rmsnorm_inplace(row, w.q_a_norm, d.mla_norm_eps);
+    }
+    matmul(&mut sc.q[..t * qw], &w.q_b_proj, &sc.cq[..t * d.q_lora], t);
+    // 2. latent: kv_a → RMSNorm on the latent part only → cache rows pos..pos+t
+    matmul(&mut sc.ckv[..t * kvr], &w.kv_a_proj, x, t);
+    for row in sc.ckv[..t * kvr].chunks_exact_mut(kvr) {
+        rmsnorm_inplace(&mut row[..d.kv_lora], w.kv_a_norm, d.mla_norm_eps);
+    }
+    cache.rows_mut(pos + t)[pos * kvr..].copy_from_slice(&sc.ckv[..t * kvr]);
+    // 3.–4. causal attention, token by token, heads in parallel
+    let rows = cache.rows(pos + t);
+    for tok in 0..t {
+        let p = pos + tok;
+        let q_t = &sc.q[tok * qw..(tok + 1) * qw];
+        let o_t = &mut sc.o[tok * hv..(tok + 1) * hv];
+        match path {
+            MlaPath::Latent => attend_latent(
+                d,
+                &w.kv_b_proj,
+                &rows[..(p + 1) * kvr],
+                q_t,
+                o_t,
+                &mut sc.q_lat,
+                &mut sc.ctx,
+                &mut sc.scores,
+            ),
+            MlaPath::Expanded => attend_expanded(d, &w.kv_b_proj, &rows[..(p + 1) * kvr], q_t, o_t),
+        }
+    }
+    // 5. output gate on the concatenated heads (no norm), 6. o_proj
+    if let Some(g) = &w.g_proj {
+        matmul(&mut sc.gate[..t * hv], g, x, t);
+        sc.o[..t * hv]
+            .iter_mut()
+            .zip(&sc.gate[..t * hv])
+            .for_each(|(o, &g)| *o *= sigmoid(g));
+    }
+    matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..t * hv], t);
+    Ok(())
+}
+
+/// Latent attention of one query over `rows` (`[S][kv_lora+rope]`), all heads in parallel.
+/// `q_t` is `[H][nope+rope]`, `o_t` receives `[H][v]`. Scratch: `q_lat` `[H][kv_lora]`,
+/// `ctx` `[H][kv_lora]`, `scores` `[H][≥S]`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_latent(
+    d: &Dims,
+    kv_b: &Matrix,
+    rows: &[f32],
+    q_t: &[f32],
+    o_t: &mut [f32],
+    q_lat: &mut [f64],
+    ctx: &mut [f32],
+    scores: &mut [f32],
+) {
+    let (kl, kvr, qh, vh) = (d.kv_lora, d.kv_row(), d.qk_head(), d.v_head);
+    let n = rows.len() / kvr;
+    let stride = scores.len() / d.mla_heads;
+    let scale = mla_scale(d);
+    o_t.par_chunks_mut(vh)
+        .zip(q_lat.par_chunks_mut(kl))
+        .zip(ctx.par_chunks_mut(kl))
+        .zip(scores.par_chunks_mut(stride))
+        .enumerate()
+        .for_each(|(h, (((o, ql), cx), sc))| {
+            let q = &q_t[h * qh..(h + 1) * qh];
+            let kv0 = h * (d.nope + vh);
+            matvec_t_f64(ql, kv_b, kv0, &q[..d.nope]);
+            let sc = &mut sc[..n];
+            for (s, score) in sc.iter_mut().enumerate() {
+                let c = &rows[s * kvr..(s + 1) * kvr];
+                let mut acc = 0f64;
+                for (&a, &b) in ql.iter().zip(&c[..kl]) {
+                    acc += a * b as f64;
+                }
+                for (&a, &b) in q[d.nope..].iter().zip(&c[kl..]) {
+                    acc += a as f64 * b as f64;
+                }
+                *score = acc as f32 * scale;
+            }
+            softmax_inplace(sc);
+            cx.fill(0.0);
+            for (s, &p) in sc.iter().enumerate() {
+                for (a, &c) in cx.iter_mut().zip(&rows[s * kvr..s * kvr + kl]) {
+                    *a += p * c;
+                }
+            }
+            for (j, oj) in o.iter_mut().enumerate() {
+                *oj = kv_b.row_dot(kv0 + d.nope + j, cx);
+            }
+        });
+}
+
+/// Expanded attention (spec §4.5 literally): per position, `k_nope = W_kb_h·c`, `v = W_vb_h·c`;
+/// `d = Σ (f64)q_nope·k_nope + Σ (f64)q_rope·k_rope`; `o[j] = Σ_s p_s·v_s[j]` (f32).
+/// Allocates its own buffers (reference path).
+pub fn attend_expanded(d: &Dims, kv_b: &Matrix, rows: &[f32], q_t: &[f32], o_t: &mut [f32]) {
+    let (kl, kvr, qh, vh, nope) = (d.kv_lora, d.kv_row(), d.qk_head(), d.v_head, d.nope);
+    let n = rows.len() / kvr;
+    let scale = mla_scale(d);
+    o_t.par_chunks_mut(vh).enumerate().for_each(|(h, o)| {
+        let q = &q_t[h * qh..(h + 1) * qh];
+        let kv0 = h * (nope + vh);
+        let mut sc = vec![0f32; n];
+        let mut vs = vec![0f32; n * vh];
+        for s in 0..n {
+            let c = &rows[s * kvr..(s + 1) * kvr];
+            let mut acc = 0f64;
+            for (i, &qi) in q[..nope].iter().enumerate() {
+                acc += qi as f64 * kv_b.row_dot(kv0 + i, &c[..kl]) as f64;
+            }
+            for (&a, &b) in q[nope..].iter().zip(&c[kl..]) {
+                acc += a as f64 * b as f64;
+            }
+            sc[s] = acc as f32 * scale;
+            for j in 0..vh {
+                vs[s * vh + j] = kv_b.row_dot(kv0 + nope + j, &c[..kl]);
+            }
+        }
+        softmax_inplace(&mut sc);
+        o.fill(0.0);
+        for (s, &p) in sc.iter().enumerate() {
+            for (oj, &v) in o.iter_mut().zip(&vs[s * vh..(s + 1) * vh]) {
+                *oj += p * v;
+            }
+        }
+    });
+}

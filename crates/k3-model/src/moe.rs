@@ -1,0 +1,295 @@
+//! Stable LatentMoE (spec §4.6) for T tokens at once.
+//!
+//! Every token is routed, the UNION of the chosen experts (first-seen order: token order, then
+//! top-k order) is fetched ONCE through [`ExpertProvider::fetch`], and each expert is computed for
+//! all its tokens as soon as it arrives, into its own per-(token, slot) buffer. Only after every
+//! expert has arrived is each token's aggregate summed in its own top-k order, so the result is
+//! bit-identical to running the tokens one by one and independent of arrival order.
+
+use crate::dims::Dims;
+use crate::error::{check_len, check_shape, ModelError};
+use crate::router::{route, RouterParams};
+use crate::scratch::grow;
+use crate::weights::{ExpertProvider, ExpertWeights, MoeWeights, SourceError};
+use k3_kernels::act::situ_glu;
+use k3_kernels::norm::rmsnorm_inplace;
+use k3_kernels::{matmul, Matrix};
+
+/// Preallocated buffers of one MoE call.
+#[derive(Default)]
+pub struct MoeScratch {
+    scores: Vec<f32>,  // [NE] sigmoid router scores of one token
+    taken: Vec<bool>,  // [NE] top-k scratch
+    idx: Vec<u32>,     // [T][K] chosen experts, descending choice
+    wts: Vec<f32>,     // [T][K] routing weights
+    z: Vec<f32>,       // [T][L] latent input (routed_expert_down_proj · x)
+    ybuf: Vec<f32>,    // [T][K][L] expert output per (token, slot)
+    filled: Vec<bool>, // [T][K] slot computed
+    union: Vec<u32>,   // [≤T·K] distinct experts, first-seen order
+    users: Vec<usize>, // [≤T] slots (t·K + j) of the expert being computed
+    gz: Vec<f32>,      // [T][L] gathered inputs of one expert
+    gg: Vec<f32>,      // [T][I] w1 · z
+    gu: Vec<f32>,      // [T][I] w3 · z
+    ga: Vec<f32>,      // [T][I] SiTU-GLU
+    gy: Vec<f32>,      // [T][L] w2 · a
+    acc: Vec<f32>,     // [T][L] weighted aggregate, normed in place
+    sg: Vec<f32>,      // [T][SI] shared gate
+    su: Vec<f32>,      // [T][SI] shared up
+    sa: Vec<f32>,      // [T][SI] shared activation
+    sd: Vec<f32>,      // [T][E] shared output
+}
+
+impl MoeScratch {
+    /// Grows every buffer for `t` tokens.
+    pub fn ensure(&mut self, d: &Dims, t: usize) {
+        let (k, l, i, si) = (d.topk, d.latent, d.moe_inter, d.shared_inter);
+        grow(&mut self.scores, d.n_experts);
+        self.taken.resize(self.taken.len().max(d.n_experts), false);
+        self.idx.resize(self.idx.len().max(t * k), 0);
+        grow(&mut self.wts, t * k);
+        grow(&mut self.z, t * l);
+        grow(&mut self.ybuf, t * k * l);
+        self.filled.resize(self.filled.len().max(t * k), false);
+        self.union.reserve((t * k).saturating_sub(self.union.len()));
+        self.users.reserve(t.saturating_sub(self.users.len()));
+        for b in [&mut self.gz, &mut self.gy, &mut self.acc] {
+            grow(b, t * l);
+        }
+        for b in [&mut self.gg, &mut self.gu, &mut self.ga] {
+            grow(b, t * i);
+        }
+        for b in [&mut self.sg, &mut self.su, &mut self.sa] {
+            grow(b, t * si);
+        }
+        grow(&mut self.sd, t * d.hidden);
+    }
+    /// The normed latent aggregate of token `t` after the last call (`[L]`, diagnostics).
+    pub fn latent_aggregate(&self, d: &Dims, t: usize) -> &[f32] {
+        &self.acc[t * d.latent..(t + 1) * d.latent]
+    }
+    /// The shared-expert activation of token `t` after the last call (`[SI]`, diagnostics).
+    pub fn shared_activation(&self, d: &Dims, t: usize) -> &[f32] {
+        &self.sa[t * d.shared_inter..(t + 1) * d.shared_inter]
+    }
+}
+
+/// Checks the trunk part of a MoE layer against the config.
+pub fn check_moe(d: &Dims, w: &MoeWeights, layer: Option<usize>) -> Result<(), ModelError> {
+    let (e, l, si) = (d.hidden, d.latent, d.shared_inter);
+    let m = |x: &Matrix| (x.rows, x.cols);
+    check_shape(layer, "moe gate", m(&w.router), (d.n_experts, e))?;
+    check_len(
+        layer,
+        "moe e_score_correction_bias",
+        w.router_bias.len(),
+        d.n_experts,
+    )?;
+    check_shape(
+        layer,
+        "moe routed_expert_down_proj",
+        m(&w.down_proj),
+        (l, e),
+    )?;
+    check_len(layer, "moe routed_expert_norm", w.latent_norm.len(), l)?;
+    check_shape(layer, "moe routed_expert_up_proj", m(&w.up_proj), (e, l))?;
+    check_shape(layer, "moe shared gate_proj", m(&w.shared_gate), (si, e))?;
+    check_shape(layer, "moe shared up_proj", m(&w.shared_up), (si, e))?;
+    check_shape(layer, "moe shared down_proj", m(&w.shared_down), (e, si))
+}
+
+/// Checks one routed expert against the config.
+pub fn check_expert(d: &Dims, w: &ExpertWeights, layer: Option<usize>) -> Result<(), ModelError> {
+    let (l, i) = (d.latent, d.moe_inter);
+    check_shape(layer, "expert w1", (w.w1.rows, w.w1.cols), (i, l))?;
+    check_shape(layer, "expert w3", (w.w3.rows, w.w3.cols), (i, l))?;
+    check_shape(layer, "expert w2", (w.w2.rows, w.w2.cols), (l, i))
+}
+
+fn expert_err(layer: usize, expert: u32, msg: String) -> ModelError {
+    let source: SourceError = msg.into();
+    ModelError::Expert {
+        layer,
+        expert,
+        source,
+    }
+}
+
+/// One MoE layer over `t` tokens: `x` normed input `[T][E]`, `out` receives `[T][E]`.
+#[allow(clippy::too_many_arguments)]
+pub fn moe_forward(
+    d: &Dims,
+    w: &MoeWeights,
+    experts: &dyn ExpertProvider,
+    layer: usize,
+    x: &[f32],
+    t: usize,
+    out: &mut [f32],
+    sc: &mut MoeScratch,
+) -> Result<(), ModelError> {
+    check_moe(d, w, Some(layer))?;
+    sc.ensure(d, t);
+    let (e, k, l, si) = (d.hidden, d.topk, d.latent, d.shared_inter);
+    // 1. route every token on the full normed input
+    let rp = RouterParams {
+        topk: k,
+        renorm: d.renorm,
+        scale: d.routed_scale,
+    };
+    for tok in 0..t {
+        let ok = route(
+            &x[tok * e..(tok + 1) * e],
+            &w.router,
+            w.router_bias,
+            &rp,
+            &mut sc.scores[..d.n_experts],
+            &mut sc.taken,
+            &mut sc.idx[tok * k..(tok + 1) * k],
+            &mut sc.wts[tok * k..(tok + 1) * k],
+        );
+        if !ok {
+            return Err(ModelError::ConfigUnsupported(format!(
+                "layer {layer}: MXFP4 router gate"
+            )));
+        }
+    }
+    // 2. latent down-projection
+    matmul(&mut sc.z[..t * l], &w.down_proj, x, t);
+    // 3. experts: union fetched once, each computed for all its tokens as it arrives
+    run_experts(d, experts, layer, t, sc)?;
+    // 4. aggregate in each token's top-k order, then RMSNorm on the aggregate
+    for tok in 0..t {
+        let acc = &mut sc.acc[tok * l..(tok + 1) * l];
+        acc.fill(0.0);
+        for j in 0..k {
+            let wj = sc.wts[tok * k + j];
+            let y = &sc.ybuf[(tok * k + j) * l..(tok * k + j + 1) * l];
+            acc.iter_mut().zip(y).for_each(|(a, &y)| *a += wj * y);
+        }
+        if d.latent_norm {
+            rmsnorm_inplace(acc, w.latent_norm, d.eps);
+        }
+    }
+    // 5. up-projection, 6. shared experts on the ORIGINAL input, unweighted
+    let out = &mut out[..t * e];
+    matmul(out, &w.up_proj, &sc.acc[..t * l], t);
+    matmul(&mut sc.sg[..t * si], &w.shared_gate, x, t);
+    matmul(&mut sc.su[..t * si], &w.shared_up, x, t);
+    situ_glu(
+        &mut sc.sa[..t * si],
+        &sc.sg[..t * si],
+        &sc.su[..t * si],
+        d.situ_b1,
+        d.situ_b2,
+    );
+    matmul(&mut sc.sd[..t * e], &w.shared_down, &sc.sa[..t * si], t);
+    out.iter_mut()
+        .zip(&sc.sd[..t * e])
+        .for_each(|(o, &s)| *o += s);
+    Ok(())
+}
+
+/// Fetches the union of the routed experts once and fills `ybuf[t][j]` for every slot.
+fn run_experts(
+    d: &Dims,
+    experts: &dyn ExpertProvider,
+    layer: usize,
+    t: usize,
+    sc: &mut MoeScratch,
+) -> Result<(), ModelError> {
+    let k = d.topk;
+    sc.union.clear();
+    for &ex in &sc.idx[..t * k] {
+        if !sc.union.contains(&ex) {
+            sc.union.push(ex);
+        }
+    }
+    sc.filled[..t * k].fill(false);
+    let mut failure: Option<ModelError> = None;
+    let MoeScratch {
+        idx,
+        z,
+        ybuf,
+        filled,
+        union,
+        users,
+        gz,
+        gg,
+        gu,
+        ga,
+        gy,
+        ..
+    } = sc;
+    let mut on_ready = |i: usize, ew: &ExpertWeights<'_>| {
+        if failure.is_some() {
+            return;
+        }
+        let Some(&ex) = union.get(i) else {
+            failure = Some(expert_err(
+                layer,
+                u32::MAX,
+                format!("store delivered unknown index {i}"),
+            ));
+            return;
+        };
+        if let Err(err) = check_expert(d, ew, Some(layer)) {
+            failure = Some(err);
+            return;
+        }
+        users.clear();
+        users.extend((0..t * k).filter(|&s| idx[s] == ex));
+        compute_expert(d, ew, users, z, ybuf, gz, gg, gu, ga, gy);
+        users.iter().for_each(|&s| filled[s] = true);
+    };
+    if let Err(fe) = experts.fetch(layer, union, &mut on_ready) {
+        return Err(ModelError::Expert {
+            layer,
+            expert: fe.expert,
+            source: fe.source,
+        });
+    }
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    if let Some(s) = (0..t * k).find(|&s| !filled[s]) {
+        return Err(expert_err(
+            layer,
+            idx[s],
+            "the store never delivered this expert".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `y = w2 · SiTU-GLU(w1 z, w3 z)` for the tokens of `slots` (`t·K + j`), scattered into `ybuf`.
+#[allow(clippy::too_many_arguments)]
+fn compute_expert(
+    d: &Dims,
+    ew: &ExpertWeights,
+    slots: &[usize],
+    z: &[f32],
+    ybuf: &mut [f32],
+    gz: &mut [f32],
+    gg: &mut [f32],
+    gu: &mut [f32],
+    ga: &mut [f32],
+    gy: &mut [f32],
+) {
+    let (k, l, i, n) = (d.topk, d.latent, d.moe_inter, slots.len());
+    for (r, &s) in slots.iter().enumerate() {
+        let tok = s / k;
+        gz[r * l..(r + 1) * l].copy_from_slice(&z[tok * l..(tok + 1) * l]);
+    }
+    matmul(&mut gg[..n * i], &ew.w1, &gz[..n * l], n);
+    matmul(&mut gu[..n * i], &ew.w3, &gz[..n * l], n);
+    situ_glu(
+        &mut ga[..n * i],
+        &gg[..n * i],
+        &gu[..n * i],
+        d.situ_b1,
+        d.situ_b2,
+    );
+    matmul(&mut gy[..n * l], &ew.w2, &ga[..n * i], n);
+    for (r, &s) in slots.iter().enumerate() {
+        ybuf[s * l..(s + 1) * l].copy_from_slice(&gy[r * l..(r + 1) * l]);
+    }
+}

@@ -1,0 +1,192 @@
+//! The Stable LatentMoE router (spec §4.6 step 1): sigmoid scores on the FULL normed input, a
+//! selection-only bias, top-k by repeated strict-`>` argmax, weights from the UNBIASED scores.
+
+use k3_kernels::act::sigmoid;
+use k3_kernels::{bf16_to_f32, Matrix, MatrixData};
+use rayon::prelude::*;
+
+/// Routing constants of one layer.
+#[derive(Clone, Copy, Debug)]
+pub struct RouterParams {
+    /// Experts chosen per token.
+    pub topk: usize,
+    /// Renormalise the chosen weights to sum 1 (only when `topk > 1`).
+    pub renorm: bool,
+    /// Final multiplier of every weight (`routed_scaling_factor`).
+    pub scale: f32,
+}
+
+/// Router logit of expert `e`: `Σ_i (f64)W[e][i]·(f64)x[i]`, sequential, plain mul+add.
+/// `None` for MXFP4 storage (a router is never quantised).
+pub fn router_logit(gate: &Matrix, e: usize, x: &[f32]) -> Option<f64> {
+    let c = gate.cols;
+    let mut acc = 0f64;
+    match gate.data {
+        MatrixData::F32(d) => {
+            for (&w, &v) in d[e * c..(e + 1) * c].iter().zip(x) {
+                acc += w as f64 * v as f64;
+            }
+        }
+        MatrixData::Bf16(d) => {
+            for (&w, &v) in d[e * c..(e + 1) * c].iter().zip(x) {
+                acc += bf16_to_f32(w) as f64 * v as f64;
+            }
+        }
+        MatrixData::Mxfp4 { .. } => return None,
+    }
+    Some(acc)
+}
+
+/// Sigmoid scores `s_e = σ((f32)logit_e)` of every expert (`scores` is `[NE]`), experts in
+/// parallel. Returns `false` when the gate storage is unsupported (MXFP4).
+pub fn router_scores(scores: &mut [f32], gate: &Matrix, x: &[f32]) -> bool {
+    scores
+        .par_iter_mut()
+        .enumerate()
+        .map(|(e, s)| {
+            router_logit(gate, e, x)
+                .map(|l| *s = sigmoid(l as f32))
+                .is_some()
+        })
+        .reduce(|| true, |a, b| a && b)
+}
+
+/// Top-k selection and weights from precomputed sigmoid `scores` (`[NE]`) and `bias` (`[NE]`).
+/// `choice_e = s_e + bias_e` (f32); k rounds of argmax over the untaken experts with strict `>`
+/// (ties → lowest index), so `idx` is in descending choice order. `w_j = s_{idx_j}`; if
+/// `renorm && k > 1`: `inv = (f32)(1/(Σ_j (f64)w_j + 1e-20))`, `w_j *= inv`; then
+/// `w_j *= scale`. `taken` is `[NE]` scratch; `idx`/`w` receive `[k]`.
+pub fn select_topk(
+    scores: &[f32],
+    bias: &[f32],
+    p: &RouterParams,
+    taken: &mut [bool],
+    idx: &mut [u32],
+    w: &mut [f32],
+) {
+    let n = scores.len();
+    taken[..n].fill(false);
+    for j in 0..p.topk {
+        let mut best = usize::MAX;
+        let mut best_v = 0f32;
+        for e in 0..n {
+            if taken[e] {
+                continue;
+            }
+            let c = scores[e] + bias[e];
+            if best == usize::MAX || c > best_v {
+                best = e;
+                best_v = c;
+            }
+        }
+        taken[best] = true;
+        idx[j] = best as u32;
+        w[j] = scores[best];
+    }
+    if p.renorm && p.topk > 1 {
+        let mut sum = 0f64;
+        for &v in &w[..p.topk] {
+            sum += v as f64;
+        }
+        let inv = (1.0 / (sum + 1e-20)) as f32;
+        w[..p.topk].iter_mut().for_each(|v| *v *= inv);
+    }
+    w[..p.topk].iter_mut().for_each(|v| *v *= p.scale);
+}
+
+/// Routes one token: scores (`[NE]` scratch) then [`select_topk`]. Returns `false` when the gate
+/// storage is unsupported.
+#[allow(clippy::too_many_arguments)]
+pub fn route(
+    x: &[f32],
+    gate: &Matrix,
+    bias: &[f32],
+    p: &RouterParams,
+    scores: &mut [f32],
+    taken: &mut [bool],
+    idx: &mut [u32],
+    w: &mut [f32],
+) -> bool {
+    if !router_scores(scores, gate, x) {
+        return false;
+    }
+    select_topk(scores, bias, p, taken, idx, w);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(topk: usize, renorm: bool) -> RouterParams {
+        RouterParams {
+            topk,
+            renorm,
+            scale: 1.0,
+        }
+    }
+
+    #[test]
+    fn ties_go_to_the_lowest_index_in_descending_order() {
+        let scores = [0.5f32, 0.7, 0.7, 0.2, 0.7];
+        let bias = [0.0f32; 5];
+        let (mut taken, mut idx, mut w) = ([false; 5], [0u32; 4], [0f32; 4]);
+        select_topk(
+            &scores,
+            &bias,
+            &params(4, false),
+            &mut taken,
+            &mut idx,
+            &mut w,
+        );
+        assert_eq!(idx, [1, 2, 4, 0]);
+        assert_eq!(w, [0.7, 0.7, 0.7, 0.5]);
+    }
+
+    #[test]
+    fn bias_selects_but_weights_stay_unbiased() {
+        let scores = [0.9f32, 0.1, 0.5, 0.4];
+        let bias = [0.0f32, 2.0, 0.0, 0.0];
+        let (mut taken, mut idx, mut w) = ([false; 4], [0u32; 2], [0f32; 2]);
+        select_topk(
+            &scores,
+            &bias,
+            &params(2, false),
+            &mut taken,
+            &mut idx,
+            &mut w,
+        );
+        assert_eq!(idx, [1, 0]);
+        assert_eq!(w, [0.1, 0.9]);
+        select_topk(
+            &scores,
+            &bias,
+            &params(2, true),
+            &mut taken,
+            &mut idx,
+            &mut w,
+        );
+        let inv = (1.0 / (0.1f32 as f64 + 0.9f32 as f64 + 1e-20)) as f32;
+        assert_eq!(w, [0.1 * inv, 0.9 * inv]);
+    }
+
+    #[test]
+    fn single_expert_is_not_renormalised() {
+        let scores = [0.3f32, 0.6];
+        let (mut taken, mut idx, mut w) = ([false; 2], [0u32; 1], [0f32; 1]);
+        let p = RouterParams {
+            topk: 1,
+            renorm: true,
+            scale: 2.0,
+        };
+        select_topk(&scores, &[0.0, 0.0], &p, &mut taken, &mut idx, &mut w);
+        assert_eq!((idx[0], w[0]), (1, 0.6 * 2.0));
+    }
+
+    #[test]
+    fn logits_are_sequential_f64() {
+        let w = [1e8f32, 1.0, -1e8];
+        let m = Matrix::f32(1, 3, &w).unwrap();
+        assert_eq!(router_logit(&m, 0, &[1.0, 1.0, 1.0]), Some(1.0));
+    }
+}

@@ -1,0 +1,79 @@
+//! Per-session scratch: every per-call buffer, allocated when the session is created (sized for
+//! one token) and grown only when a longer prefill arrives; decode never allocates here.
+
+use crate::dense::DenseScratch;
+use crate::dims::Dims;
+use crate::kda::KdaScratch;
+use crate::mla::MlaScratch;
+use crate::moe::MoeScratch;
+
+/// Grows `v` to at least `n` elements (zero-filled); never shrinks.
+pub(crate) fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+/// All scratch of one forward call.
+#[derive(Default)]
+pub struct Scratch {
+    /// `[T][E]` hidden state entering / leaving each layer.
+    pub(crate) h: Vec<f32>,
+    /// `[T][maxb][E]` block snapshots per token (rebuilt every call, never carried).
+    pub(crate) blocks: Vec<f32>,
+    /// Layer-level buffers.
+    pub(crate) layer: LayerScratch,
+    /// `[T][V]` or `[V]` logits of the head.
+    pub(crate) xn_head: Vec<f32>,
+}
+
+/// Buffers of one decoder layer.
+#[derive(Default)]
+pub struct LayerScratch {
+    /// `[T][E]` running residual ("prefix_sum").
+    pub prefix: Vec<f32>,
+    /// `[T][E]` normed input of the attention / FFN.
+    pub xn: Vec<f32>,
+    /// `[T][E]` attention or FFN output.
+    pub y: Vec<f32>,
+    /// `[E]` folded residual query (`norm ⊙ proj`).
+    pub fold: Vec<f32>,
+    /// KDA buffers.
+    pub kda: KdaScratch,
+    /// MLA buffers.
+    pub mla: MlaScratch,
+    /// MoE buffers.
+    pub moe: MoeScratch,
+    /// Dense-MLP buffers.
+    pub dense: DenseScratch,
+}
+
+impl LayerScratch {
+    /// Grows the layer buffers (not the op buffers) for `t` tokens.
+    pub fn ensure(&mut self, d: &Dims, t: usize) {
+        for b in [&mut self.prefix, &mut self.xn, &mut self.y] {
+            grow(b, t * d.hidden);
+        }
+        grow(&mut self.fold, d.hidden);
+    }
+}
+
+impl Scratch {
+    /// Scratch for a session of `max_ctx` positions, sized for single-token decode.
+    pub fn new(d: &Dims, max_ctx: usize) -> Self {
+        let mut s = Scratch::default();
+        s.ensure(d, 1);
+        s.layer.kda.ensure(d, 1);
+        s.layer.mla.ensure(d, 1, max_ctx);
+        s.layer.moe.ensure(d, 1);
+        s.layer.dense.ensure(d, 1);
+        s
+    }
+    /// Grows the model-level buffers for `t` tokens.
+    pub fn ensure(&mut self, d: &Dims, t: usize) {
+        grow(&mut self.h, t * d.hidden);
+        grow(&mut self.blocks, t * d.max_blocks * d.hidden);
+        grow(&mut self.xn_head, t * d.hidden);
+        self.layer.ensure(d, t);
+    }
+}

@@ -1,0 +1,190 @@
+//! Per-session state: what a conversation carries from one call to the next.
+//!
+//! * KDA layers: the recurrent state `S` (`[H][D][D]` f32, row-major `S[h][k][v]`) and the
+//!   short-conv histories (`[q|k|v][P][K−1]`, each channel's values oldest first).
+//! * MLA layers: the LATENT KV cache, `[max_ctx][kv_lora + rope]` f32 per layer: per position
+//!   the RMS-normalised latent followed by the (never rotated) shared rope slots.
+//! * The position counter (tokens already consumed).
+//!
+//! Everything is allocated once in [`State::new`]; the forward pass never grows it. The buffers
+//! are exposed read/write so a session can be saved and restored byte for byte.
+
+use crate::dims::Dims;
+use crate::scratch::Scratch;
+
+/// Carried state of one KDA layer.
+#[derive(Clone, Debug)]
+pub struct KdaState {
+    /// `[H][D][D]` recurrent state.
+    s: Vec<f32>,
+    /// `[3][P][K−1]` conv histories of q, k, v.
+    conv: Vec<f32>,
+}
+
+impl KdaState {
+    /// A zeroed state for `heads` heads of width `dim` and conv kernel `conv_k`.
+    pub fn new(heads: usize, dim: usize, conv_k: usize) -> Self {
+        let p = heads * dim;
+        KdaState {
+            s: vec![0.0; heads * dim * dim],
+            conv: vec![0.0; 3 * p * (conv_k - 1)],
+        }
+    }
+    /// The recurrent state `[H][D][D]`.
+    pub fn recurrent(&self) -> &[f32] {
+        &self.s
+    }
+    /// Mutable recurrent state (for restoring a session).
+    pub fn recurrent_mut(&mut self) -> &mut [f32] {
+        &mut self.s
+    }
+    /// Conv histories `[q|k|v][P][K−1]`.
+    pub fn conv(&self) -> &[f32] {
+        &self.conv
+    }
+    /// Mutable conv histories (for restoring a session).
+    pub fn conv_mut(&mut self) -> &mut [f32] {
+        &mut self.conv
+    }
+    /// Zeroes everything.
+    pub fn reset(&mut self) {
+        self.s.fill(0.0);
+        self.conv.fill(0.0);
+    }
+    /// `(S, q_hist, k_hist, v_hist)` borrowed at once.
+    pub(crate) fn parts_mut(&mut self) -> (&mut [f32], &mut [f32], &mut [f32], &mut [f32]) {
+        let n = self.conv.len() / 3;
+        let (q, rest) = self.conv.split_at_mut(n);
+        let (k, v) = rest.split_at_mut(n);
+        (&mut self.s, q, k, v)
+    }
+}
+
+/// Latent KV cache of one MLA layer: `[capacity][kv_lora + rope]` f32.
+#[derive(Clone, Debug)]
+pub struct MlaCache {
+    rows: Vec<f32>,
+    width: usize,
+}
+
+impl MlaCache {
+    /// A zeroed cache of `capacity` positions, `width` floats each.
+    pub fn new(capacity: usize, width: usize) -> Self {
+        MlaCache {
+            rows: vec![0.0; capacity * width],
+            width,
+        }
+    }
+    /// Floats per position (`kv_lora + rope`).
+    pub fn row_width(&self) -> usize {
+        self.width
+    }
+    /// Positions the cache can hold.
+    pub fn capacity(&self) -> usize {
+        self.rows.len() / self.width.max(1)
+    }
+    /// The first `n` positions, `[n][width]` (panics if `n > capacity`).
+    pub fn rows(&self, n: usize) -> &[f32] {
+        &self.rows[..n * self.width]
+    }
+    /// The first `n` positions, mutable (for restoring a session).
+    pub fn rows_mut(&mut self, n: usize) -> &mut [f32] {
+        &mut self.rows[..n * self.width]
+    }
+    /// Zeroes the cache.
+    pub fn reset(&mut self) {
+        self.rows.fill(0.0);
+    }
+}
+
+/// Everything one session carries, plus its preallocated scratch.
+pub struct State {
+    pub(crate) dims: Dims,
+    kda: Vec<KdaState>,
+    mla: Vec<MlaCache>,
+    pos: usize,
+    max_ctx: usize,
+    pub(crate) poisoned: bool,
+    pub(crate) scratch: Scratch,
+}
+
+impl State {
+    /// A fresh session able to hold `max_ctx` positions. Allocates every carried buffer now
+    /// (latent KV: `n_mla · max_ctx · (kv_lora + rope)` floats) and the single-token scratch.
+    pub fn new(dims: &Dims, max_ctx: usize) -> Self {
+        let kda = (0..dims.n_kda())
+            .map(|_| KdaState::new(dims.kda_heads, dims.kda_dim, dims.conv_k))
+            .collect();
+        let mla = (0..dims.n_mla())
+            .map(|_| MlaCache::new(max_ctx, dims.kv_row()))
+            .collect();
+        State {
+            dims: dims.clone(),
+            kda,
+            mla,
+            pos: 0,
+            max_ctx,
+            poisoned: false,
+            scratch: Scratch::new(dims, max_ctx),
+        }
+    }
+    /// Back to an empty conversation (zero state, position 0, not poisoned).
+    pub fn reset(&mut self) {
+        self.kda.iter_mut().for_each(KdaState::reset);
+        self.mla.iter_mut().for_each(MlaCache::reset);
+        self.pos = 0;
+        self.poisoned = false;
+    }
+    /// Tokens consumed so far (the next token's absolute position).
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+    /// Sets the position counter when restoring a session; refuses values above `max_ctx`.
+    pub fn set_pos(&mut self, pos: usize) -> Result<(), crate::ModelError> {
+        if pos > self.max_ctx {
+            return Err(crate::ModelError::ContextOverflow {
+                pos,
+                tokens: 0,
+                max_ctx: self.max_ctx,
+            });
+        }
+        self.pos = pos;
+        self.poisoned = false;
+        Ok(())
+    }
+    pub(crate) fn advance(&mut self, t: usize) {
+        self.pos += t;
+    }
+    /// Positions this session can hold.
+    pub fn max_ctx(&self) -> usize {
+        self.max_ctx
+    }
+    /// `true` after a forward failed half-way (call [`State::reset`]).
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+    /// The geometry this state was built for.
+    pub fn dims(&self) -> &Dims {
+        &self.dims
+    }
+    /// KDA layer states, in layer order (index = `LayerKind::Kda` slot).
+    pub fn kda_states(&self) -> &[KdaState] {
+        &self.kda
+    }
+    /// Mutable KDA layer states.
+    pub fn kda_states_mut(&mut self) -> &mut [KdaState] {
+        &mut self.kda
+    }
+    /// MLA latent caches, in layer order (index = `LayerKind::Mla` slot); valid rows `0..pos()`.
+    pub fn mla_caches(&self) -> &[MlaCache] {
+        &self.mla
+    }
+    /// Mutable MLA latent caches.
+    pub fn mla_caches_mut(&mut self) -> &mut [MlaCache] {
+        &mut self.mla
+    }
+    /// Splits the borrow: carried buffers and scratch at once.
+    pub(crate) fn split(&mut self) -> (&mut [KdaState], &mut [MlaCache], &mut Scratch) {
+        (&mut self.kda, &mut self.mla, &mut self.scratch)
+    }
+}

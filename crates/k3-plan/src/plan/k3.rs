@@ -1,0 +1,77 @@
+//! The released Kimi K3 sizes, computed from the tensor shapes in spec §2 (an estimate to
+//! plan without a checkpoint; the engine replaces the run sizes with `trunk.json`'s).
+
+use super::ModelSizes;
+
+const E: u64 = 7168;
+const P: u64 = 96 * 128;
+const BF16: u64 = 2;
+const F32: u64 = 4;
+
+/// Six per-layer norm / attn-res vectors (bf16).
+const COMMON: u64 = 6 * E * BF16;
+/// KDA attention: q,k,v,g,o projections, three f32 conv taps, decay low-rank A/B, beta,
+/// A_log, dt_bias, o_norm.
+const KDA: u64 = 5 * P * E * BF16
+    + 3 * P * 4 * F32
+    + (128 * E + P * 128 + 96 * E) * BF16
+    + (128 + P + 128) * F32;
+/// Gated MLA: q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b, o, g.
+const MLA: u64 =
+    (1536 * E + 1536 + 18432 * 1536 + 576 * E + 512 + 24576 * 512) * BF16 + 2 * E * 12288 * BF16;
+/// MoE trunk part: router gate (bf16) + f32 bias, latent down/up/norm, fused shared experts.
+const MOE: u64 = 896 * E * BF16 + 896 * F32 + (2 * 3584 * E + 3584) * BF16 + 3 * 6144 * E * BF16;
+/// Dense SiTU-GLU MLP of layer 0.
+const DENSE: u64 = 3 * 33792 * E * BF16;
+/// Widen-area bound per layer (spec §2.2).
+const WIDEN: u64 = (6 * E + 1536 + 512 + 3584 + 896 * E) * F32 + 4096;
+
+impl ModelSizes {
+    /// Kimi K3 as released: 93 layers (layer 0 KDA + dense; MLA at 3, 7, …, 91 and 92),
+    /// 17,547,264-byte MXFP4 experts, top-16, embed + lm_head 2 × 2,348,810,240 B, KDA
+    /// state 93 × 1,683,456 f32, latent KV 24 layers × 576 f32 per position, 64 MiB scratch
+    /// (placeholder until the engine measures its own).
+    pub fn k3_estimate() -> Self {
+        let is_mla = |l: usize| l % 4 == 3 || l == 92;
+        let layer_run_bytes = (0..93)
+            .map(|l| match l {
+                0 => COMMON + KDA + DENSE,
+                l if is_mla(l) => COMMON + MLA + MOE,
+                _ => COMMON + KDA + MOE,
+            })
+            .collect();
+        ModelSizes {
+            layer_run_bytes,
+            widen_bytes: vec![WIDEN; 93],
+            expert_bytes: 17_547_264,
+            top_k: 16,
+            n_routed_experts: 92 * 896,
+            embed_lm_head_bytes: 2 * 163_840 * E * BF16,
+            kda_state_bytes: 93 * 1_683_456 * F32,
+            latent_kv_bytes_per_pos: 24 * 576 * F32,
+            scratch_bytes: 64 << 20,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_spec_totals() {
+        let s = ModelSizes::k3_estimate();
+        assert_eq!(s.layer_run_bytes[0], 2_341_213_184); // spec: 2.341 GB
+        let total: u64 = s.layer_run_bytes.iter().sum();
+        assert_eq!((total as f64 / 1e7).round() / 100.0, 108.81); // spec: 108.81 GB
+        assert_eq!(s.embed_lm_head_bytes, 4_697_620_480);
+        assert_eq!(WIDEN, 25_888_768);
+        assert_eq!(
+            s.layer_run_bytes
+                .iter()
+                .filter(|&&b| b < 1_000_000_000)
+                .count(),
+            24
+        );
+    }
+}

@@ -1,0 +1,309 @@
+//! The memory planner: from a budget (preset, explicit trunk/cache sizes, or a total) and
+//! the model's sizes to a [`MemoryPlan`] — pinned layers, ring, expert-cache slots, fixed
+//! costs — checked against the memory actually available.
+
+mod avail;
+mod error;
+mod k3;
+mod pin;
+mod table;
+
+pub use avail::{
+    available_memory, available_memory_at, cgroup_v1_headroom, cgroup_v2_headroom, parse_meminfo,
+    Available,
+};
+pub use error::PlanError;
+pub use pin::{min_trunk_budget, plan_trunk, plan_trunk_with, LayerCost, PinStrategy, TrunkPlan};
+pub use table::fmt_bytes;
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Bytes per GB in every flag and report (decimal, like the upstream reports).
+pub const GB: u64 = 1_000_000_000;
+
+/// Rounds up to a multiple of 4096 (O_DIRECT granularity).
+pub fn align4096(x: u64) -> u64 {
+    x.div_ceil(4096) * 4096
+}
+
+/// Everything the planner needs to know about the model, as plain numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelSizes {
+    /// Per-layer packed trunk run, bytes (93 for the released model).
+    pub layer_run_bytes: Vec<u64>,
+    /// Per-layer widen area (wide f32 copies of bf16 vectors and the router gate), bytes.
+    pub widen_bytes: Vec<u64>,
+    /// One routed expert's bytes (17,547,264).
+    pub expert_bytes: u64,
+    /// Experts per token per layer (16).
+    pub top_k: u32,
+    /// Routed experts in the whole model (for "% of the pool").
+    pub n_routed_experts: u64,
+    /// `embed_tokens` + `lm_head`, bytes.
+    pub embed_lm_head_bytes: u64,
+    /// Recurrent (KDA) state for all layers, bytes.
+    pub kda_state_bytes: u64,
+    /// Latent KV for all MLA layers per position, bytes.
+    pub latent_kv_bytes_per_pos: u64,
+    /// Activations, read buffers and other scratch, bytes.
+    pub scratch_bytes: u64,
+}
+
+impl ModelSizes {
+    /// Per-layer costs for the pinning choice.
+    pub fn layer_costs(&self) -> Vec<LayerCost> {
+        self.layer_run_bytes
+            .iter()
+            .zip(&self.widen_bytes)
+            .map(|(&r, &w)| LayerCost::new(r, w))
+            .collect()
+    }
+
+    /// Bytes of one expert-cache slot: the expert plus a 4096-byte margin at each end for
+    /// O_DIRECT reads of an unaligned run, rounded to 4096.
+    pub fn expert_slot_bytes(&self) -> u64 {
+        align4096(self.expert_bytes + 2 * 4096)
+    }
+
+    /// Fewest legal expert-cache slots: top-k + 1.
+    pub fn min_expert_slots(&self) -> u64 {
+        u64::from(self.top_k) + 1
+    }
+
+    /// Trunk bytes that pin every layer.
+    pub fn trunk_full_bytes(&self) -> u64 {
+        self.layer_costs().iter().map(|l| l.pinned).sum()
+    }
+}
+
+/// Named budgets (trunk GB / expert-cache GB), as upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// 3 / 1: the floor.
+    Laptop,
+    /// 16 / 10.
+    Desktop,
+    /// 60 / 30.
+    Workstation,
+    /// 110 / 13: almost the whole trunk pinned.
+    Server,
+    /// 110 / 109.
+    Max,
+}
+
+impl Preset {
+    /// All presets, smallest first.
+    pub const ALL: [Preset; 5] = [
+        Preset::Laptop,
+        Preset::Desktop,
+        Preset::Workstation,
+        Preset::Server,
+        Preset::Max,
+    ];
+
+    /// (trunk GB, expert-cache GB).
+    pub fn gb(self) -> (u64, u64) {
+        match self {
+            Preset::Laptop => (3, 1),
+            Preset::Desktop => (16, 10),
+            Preset::Workstation => (60, 30),
+            Preset::Server => (110, 13),
+            Preset::Max => (110, 109),
+        }
+    }
+
+    /// The preset's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Laptop => "laptop",
+            Preset::Desktop => "desktop",
+            Preset::Workstation => "workstation",
+            Preset::Server => "server",
+            Preset::Max => "max",
+        }
+    }
+}
+
+impl fmt::Display for Preset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Preset {
+    type Err = PlanError;
+
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        Preset::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| PlanError::UnknownPreset(s.to_string()))
+    }
+}
+
+/// How the user sized memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Budget {
+    /// `--preset NAME`.
+    Preset(Preset),
+    /// `--trunk-gb X --cache-gb Y`, in bytes.
+    Split {
+        /// Trunk budget (pinned layers + ring), bytes.
+        trunk: u64,
+        /// Expert-cache budget, bytes.
+        cache: u64,
+    },
+    /// `--mem-gb TOTAL`, bytes: fixed costs first, then the trunk takes what it can use,
+    /// the expert cache the rest.
+    Total(u64),
+}
+
+/// A planning request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanRequest {
+    /// The budget.
+    pub budget: Budget,
+    /// Context length to reserve latent KV for, positions.
+    pub ctx: u64,
+    /// Ring slots wanted when streaming (2: one computing, one being read).
+    pub ring_slots: usize,
+}
+
+impl PlanRequest {
+    /// A request with the default 2-slot ring.
+    pub fn new(budget: Budget, ctx: u64) -> Self {
+        Self {
+            budget,
+            ctx,
+            ring_slots: 2,
+        }
+    }
+}
+
+/// The plan: where every byte goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// The request it answers.
+    pub request: PlanRequest,
+    /// Trunk: pinned layers and ring.
+    pub trunk: TrunkPlan,
+    /// Layers in the model.
+    pub n_layers: usize,
+    /// Expert-cache slots.
+    pub expert_slots: u64,
+    /// Bytes per expert-cache slot.
+    pub expert_slot_bytes: u64,
+    /// Routed experts in the model.
+    pub n_routed_experts: u64,
+    /// `embed_tokens` + `lm_head`, bytes.
+    pub embed_lm_head_bytes: u64,
+    /// KDA state, bytes.
+    pub kda_state_bytes: u64,
+    /// Latent KV for `request.ctx` positions, bytes.
+    pub latent_kv_bytes: u64,
+    /// Scratch, bytes.
+    pub scratch_bytes: u64,
+}
+
+impl MemoryPlan {
+    /// Bytes of the expert cache.
+    pub fn expert_cache_bytes(&self) -> u64 {
+        self.expert_slots * self.expert_slot_bytes
+    }
+
+    /// Everything the plan allocates.
+    pub fn total_bytes(&self) -> u64 {
+        self.trunk.total_bytes()
+            + self.embed_lm_head_bytes
+            + self.expert_cache_bytes()
+            + self.kda_state_bytes
+            + self.latent_kv_bytes
+            + self.scratch_bytes
+    }
+
+    /// Refuses (with the table and what to change) when the plan exceeds `available`.
+    pub fn check(&self, sizes: &ModelSizes, available: &Available) -> Result<(), PlanError> {
+        match available.bytes() {
+            Some(a) if self.total_bytes() > a => Err(error::does_not_fit(self, sizes, available)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Plans memory for `sizes` under `req`. Errors name the flag to change and by how much.
+pub fn plan(sizes: &ModelSizes, req: &PlanRequest) -> Result<MemoryPlan, PlanError> {
+    let layers = sizes.layer_costs();
+    let kv = sizes.latent_kv_bytes_per_pos * req.ctx;
+    let (trunk, cache) = split_budget(sizes, req.budget, &layers, kv)?;
+    let trunk_plan =
+        plan_trunk(&layers, trunk, req.ring_slots).ok_or_else(|| PlanError::TrunkTooSmall {
+            budget: trunk,
+            need: min_trunk_budget(&layers),
+            flag: flag(req.budget, "--trunk-gb"),
+        })?;
+    let cache = match req.budget {
+        Budget::Total(_) => cache - trunk_plan.total_bytes(),
+        _ => cache,
+    };
+    let slot = sizes.expert_slot_bytes();
+    let expert_slots = cache / slot;
+    if expert_slots < sizes.min_expert_slots() {
+        return Err(PlanError::CacheTooSmall {
+            budget: cache,
+            slots: expert_slots,
+            min_slots: sizes.min_expert_slots(),
+            need: sizes.min_expert_slots() * slot,
+            flag: flag(req.budget, "--cache-gb"),
+        });
+    }
+    Ok(MemoryPlan {
+        request: *req,
+        trunk: trunk_plan,
+        n_layers: layers.len(),
+        expert_slots,
+        expert_slot_bytes: slot,
+        n_routed_experts: sizes.n_routed_experts,
+        embed_lm_head_bytes: sizes.embed_lm_head_bytes,
+        kda_state_bytes: sizes.kda_state_bytes,
+        latent_kv_bytes: kv,
+        scratch_bytes: sizes.scratch_bytes,
+    })
+}
+
+/// (trunk budget, cache budget). For a total: fixed costs first, then the trunk gets what
+/// it can use while leaving the minimum cache; the cache budget returned is everything
+/// after fixed costs (the caller subtracts what the trunk plan actually takes).
+fn split_budget(
+    sizes: &ModelSizes,
+    budget: Budget,
+    layers: &[LayerCost],
+    kv: u64,
+) -> Result<(u64, u64), PlanError> {
+    match budget {
+        Budget::Preset(p) => Ok((p.gb().0 * GB, p.gb().1 * GB)),
+        Budget::Split { trunk, cache } => Ok((trunk, cache)),
+        Budget::Total(total) => {
+            let fixed =
+                sizes.embed_lm_head_bytes + sizes.kda_state_bytes + kv + sizes.scratch_bytes;
+            let rest = total.saturating_sub(fixed);
+            let min_trunk = min_trunk_budget(layers);
+            let min_cache = sizes.min_expert_slots() * sizes.expert_slot_bytes();
+            if rest < min_trunk + min_cache {
+                return Err(PlanError::TotalTooSmall {
+                    total,
+                    need: fixed + min_trunk + min_cache,
+                });
+            }
+            Ok((sizes.trunk_full_bytes().min(rest - min_cache), rest))
+        }
+    }
+}
+
+/// The flag a user should change: `--mem-gb` for a total budget, else `explicit`.
+fn flag(budget: Budget, explicit: &'static str) -> &'static str {
+    match budget {
+        Budget::Total(_) => "--mem-gb",
+        _ => explicit,
+    }
+}

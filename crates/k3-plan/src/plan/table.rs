@@ -1,0 +1,103 @@
+//! The printed plan (`k3 plan`, and the refusal message).
+
+use super::{Available, Budget, MemoryPlan, GB};
+use std::fmt::{self, Write as _};
+
+/// Human bytes in decimal units: `2.37 GB`, `626.25 MB`, `6.68 KB`, `12 B`.
+pub fn fmt_bytes(b: u64) -> String {
+    let f = b as f64;
+    match b {
+        b if b >= GB => format!("{:.2} GB", f / 1e9),
+        b if b >= 1_000_000 => format!("{:.2} MB", f / 1e6),
+        b if b >= 1_000 => format!("{:.2} KB", f / 1e3),
+        _ => format!("{b} B"),
+    }
+}
+
+/// GB rounded up to 0.01 (amounts to add, minimums).
+pub(super) fn gb_ceil(b: u64) -> String {
+    format!("{:.2}", b.div_ceil(10_000_000) as f64 / 100.0)
+}
+
+/// GB rounded down to 0.01 (maximums).
+pub(super) fn gb_floor(b: u64) -> String {
+    format!("{:.2}", (b / 10_000_000) as f64 / 100.0)
+}
+
+impl MemoryPlan {
+    /// The plan table: one line per allocation, TOTAL, and (when known) available.
+    pub fn table(&self, available: Option<&Available>) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "memory plan ({})", self.budget_label());
+        let t = &self.trunk;
+        let pinned = format!("{}/{} layers", t.pinned.len(), self.n_layers);
+        line(&mut s, "trunk pinned", t.pinned_bytes, &pinned);
+        let ring = match (t.ring_slots, t.single_slot_forced) {
+            (0, _) => "none: every layer pinned".to_string(),
+            (1, true) => format!(
+                "1 x {}, HELD AT 1 SLOT: no read-ahead",
+                fmt_bytes(t.ring_slot_bytes)
+            ),
+            (r, _) => format!("{r} x {}", fmt_bytes(t.ring_slot_bytes)),
+        };
+        line(&mut s, "trunk ring", t.ring_bytes(), &ring);
+        line(&mut s, "embed + lm_head", self.embed_lm_head_bytes, "");
+        let pool = 100.0 * self.expert_slots as f64 / self.n_routed_experts.max(1) as f64;
+        let slots = format!(
+            "{} slots x {} ({pool:.2}% of experts)",
+            self.expert_slots,
+            fmt_bytes(self.expert_slot_bytes)
+        );
+        line(&mut s, "expert cache", self.expert_cache_bytes(), &slots);
+        line(&mut s, "KDA state", self.kda_state_bytes, "");
+        line(
+            &mut s,
+            &format!("latent KV for ctx {}", self.request.ctx),
+            self.latent_kv_bytes,
+            "",
+        );
+        line(&mut s, "scratch", self.scratch_bytes, "");
+        line(&mut s, "TOTAL", self.total_bytes(), "");
+        match available.and_then(|a| a.bytes().map(|b| (b, a.source()))) {
+            Some((b, src)) => line(&mut s, "available", b, src),
+            None => {
+                let _ = writeln!(s, "  {:<24}{:>12}", "available", "unknown");
+            }
+        }
+        let _ = write!(
+            s,
+            "trunk streams {} per token ({} of {} layers pinned)",
+            fmt_bytes(t.streamed_per_token),
+            t.pinned.len(),
+            self.n_layers
+        );
+        s
+    }
+
+    fn budget_label(&self) -> String {
+        match self.request.budget {
+            Budget::Preset(p) => {
+                let (t, c) = p.gb();
+                format!("preset {p}: trunk {t} GB, expert cache {c} GB")
+            }
+            Budget::Split { trunk, cache } => {
+                format!(
+                    "--trunk-gb {} --cache-gb {}",
+                    gb_floor(trunk),
+                    gb_floor(cache)
+                )
+            }
+            Budget::Total(t) => format!("--mem-gb {}, trunk first", gb_floor(t)),
+        }
+    }
+}
+
+fn line(s: &mut String, label: &str, bytes: u64, note: &str) {
+    let _ = writeln!(s, "  {label:<24}{:>12}  {note}", fmt_bytes(bytes));
+}
+
+impl fmt::Display for MemoryPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.table(None))
+    }
+}

@@ -1,0 +1,254 @@
+//! Memory planner: presets, trunk-first split, refusals, pinning optimality.
+
+use k3_plan::plan::{
+    min_trunk_budget, plan, plan_trunk, plan_trunk_with, LayerCost, PinStrategy, GB,
+};
+use k3_plan::{Available, Budget, ModelSizes, PlanError, PlanRequest, Preset};
+use proptest::prelude::*;
+
+fn k3() -> ModelSizes {
+    ModelSizes::k3_estimate()
+}
+
+fn preset(p: Preset) -> k3_plan::MemoryPlan {
+    plan(&k3(), &PlanRequest::new(Budget::Preset(p), 4096)).unwrap()
+}
+
+#[test]
+fn presets_plan() {
+    let laptop = preset(Preset::Laptop);
+    assert_eq!(laptop.trunk.ring_slots, 1);
+    assert!(laptop.trunk.single_slot_forced);
+    assert!(laptop.trunk.pinned.is_empty());
+    assert_eq!(laptop.expert_slots, 56);
+    let desktop = preset(Preset::Desktop);
+    assert_eq!((desktop.trunk.ring_slots, desktop.expert_slots), (2, 569));
+    assert!(
+        desktop.trunk.pinned.contains(&0),
+        "the dense layer leaves the ring"
+    );
+    assert!(desktop.trunk.total_bytes() <= 16 * GB);
+    let server = preset(Preset::Server);
+    assert!(
+        server.trunk.pinned.len() >= 88,
+        "{}",
+        server.trunk.pinned.len()
+    );
+    assert_eq!(server.expert_slots, 740);
+    assert_eq!(preset(Preset::Max).expert_slots, 6208);
+    assert_eq!(preset(Preset::Workstation).expert_slots, 1708);
+    for p in Preset::ALL {
+        assert_eq!(p.name().parse::<Preset>().unwrap(), p);
+        println!("{}\n", preset(p));
+    }
+}
+
+#[test]
+fn table_has_every_line() {
+    let t = preset(Preset::Desktop).table(Some(&Available {
+        mem_available: Some(64 * GB),
+        cgroup_headroom: None,
+    }));
+    for l in [
+        "trunk pinned",
+        "trunk ring",
+        "embed + lm_head",
+        "expert cache",
+        "KDA state",
+        "latent KV for ctx 4096",
+        "scratch",
+        "TOTAL",
+        "available",
+    ] {
+        assert!(t.contains(l), "{l} missing in\n{t}");
+    }
+}
+
+#[test]
+fn total_budget_goes_to_the_trunk_first() {
+    let s = k3();
+    let fixed = s.embed_lm_head_bytes + s.kda_state_bytes + s.scratch_bytes;
+    // Enough for the whole trunk: everything pinned, the rest to the cache.
+    let p = plan(&s, &PlanRequest::new(Budget::Total(200 * GB), 0)).unwrap();
+    assert_eq!(p.trunk.pinned.len(), 93);
+    assert_eq!(p.trunk.ring_slots, 0);
+    let rest = 200 * GB - fixed - p.trunk.total_bytes();
+    assert_eq!(p.expert_slots, rest / s.expert_slot_bytes());
+    // Tight: the cache keeps only its minimum plus the trunk's leftovers.
+    let p = plan(&s, &PlanRequest::new(Budget::Total(40 * GB), 0)).unwrap();
+    assert!(p.trunk.total_bytes() > 30 * GB);
+    let slack = 40 * GB - fixed - p.trunk.total_bytes() - p.expert_cache_bytes();
+    assert!(slack < s.expert_slot_bytes());
+    assert!(
+        p.expert_slots >= 17 && p.expert_slots < 17 + 1500 / 17,
+        "{}",
+        p.expert_slots
+    );
+}
+
+#[test]
+fn refusals_name_the_flag_and_amount() {
+    let s = k3();
+    let split = |t: f64, c: f64| Budget::Split {
+        trunk: (t * 1e9) as u64,
+        cache: (c * 1e9) as u64,
+    };
+    let e = plan(&s, &PlanRequest::new(split(1.0, 10.0), 0)).unwrap_err();
+    assert!(matches!(e, PlanError::TrunkTooSmall { .. }));
+    assert!(
+        e.to_string()
+            .contains("raise --trunk-gb by 1.37 GB (to at least 2.37 GB)"),
+        "{e}"
+    );
+    let e = plan(&s, &PlanRequest::new(split(16.0, 0.2), 0)).unwrap_err();
+    assert!(e.to_string().contains("11 slots, fewer than top-k + 1 = 17: raise --cache-gb by 0.10 GB (to at least 0.30 GB)"), "{e}");
+    let e = plan(&s, &PlanRequest::new(Budget::Total(8 * GB), 0)).unwrap_err();
+    assert!(e.to_string().contains("raise --mem-gb by"), "{e}");
+    assert!(matches!(
+        "huge".parse::<Preset>(),
+        Err(PlanError::UnknownPreset(_))
+    ));
+}
+
+#[test]
+fn refuses_when_it_does_not_fit() {
+    let s = k3();
+    let p = preset(Preset::Desktop);
+    let avail = |gb: u64| Available {
+        mem_available: Some(gb * GB),
+        cgroup_headroom: None,
+    };
+    assert!(p.check(&s, &avail(64)).is_ok());
+    let e = p.check(&s, &avail(25)).unwrap_err().to_string();
+    assert!(e.contains("lower --cache-gb by"), "{e}");
+    assert!(e.contains("lower --trunk-gb by"), "{e}");
+    assert!(e.contains("TOTAL"), "the table is part of the refusal: {e}");
+    let e = p.check(&s, &avail(5)).unwrap_err().to_string();
+    assert!(e.contains("even the smallest plan"), "{e}");
+    let cg = Available {
+        mem_available: Some(64 * GB),
+        cgroup_headroom: Some(20 * GB),
+    };
+    assert!(p
+        .check(&s, &cg)
+        .unwrap_err()
+        .to_string()
+        .contains("cgroup headroom"));
+    let big_ctx = plan(
+        &s,
+        &PlanRequest::new(Budget::Preset(Preset::Desktop), 200_000),
+    )
+    .unwrap();
+    let e = big_ctx.check(&s, &avail(40)).unwrap_err().to_string();
+    assert!(e.contains("lower --ctx by"), "{e}");
+}
+
+#[test]
+fn ring_of_one_only_when_forced() {
+    let l = k3().layer_costs();
+    let min = min_trunk_budget(&l);
+    let p = plan_trunk(&l, min, 2).unwrap();
+    assert_eq!(p.ring_slots, 1);
+    assert!(p.single_slot_forced);
+    assert!(plan_trunk(&l, min - 1, 2).is_none());
+    let p = plan_trunk(&l, 2 * l[0].slot, 2).unwrap();
+    assert_eq!((p.ring_slots, p.single_slot_forced), (2, false));
+}
+
+/// Bytes streamed per token under each strategy on the released profile.
+#[test]
+fn real_profile_comparison() {
+    let l = k3().layer_costs();
+    for gb in [3, 5, 10, 16, 30, 60, 100, 110] {
+        let row: Vec<_> = [
+            PinStrategy::Prefix,
+            PinStrategy::LargestFirst,
+            PinStrategy::Optimal,
+        ]
+        .map(|s| plan_trunk_with(&l, gb * GB, 2, s).unwrap())
+        .into_iter()
+        .collect();
+        println!(
+            "| {gb} GB | {:.2} | {:.2} | {:.2} | ring {} x {:.2} GB, {} pinned |",
+            row[0].streamed_per_token as f64 / 1e9,
+            row[1].streamed_per_token as f64 / 1e9,
+            row[2].streamed_per_token as f64 / 1e9,
+            row[2].ring_slots,
+            row[2].ring_slot_bytes as f64 / 1e9,
+            row[2].pinned.len()
+        );
+        assert!(row[2].streamed_per_token <= row[1].streamed_per_token);
+        assert!(row[2].streamed_per_token <= row[0].streamed_per_token);
+    }
+}
+
+/// Exhaustive minimum of streamed bytes with exactly `ring` slots (or all pinned).
+fn brute(l: &[LayerCost], budget: u64, ring: usize) -> Option<u64> {
+    (0u32..1 << l.len())
+        .filter_map(|m| {
+            let pinned = |i: usize| m >> i & 1 == 1;
+            let cost: u64 = (0..l.len())
+                .filter(|&i| pinned(i))
+                .map(|i| l[i].pinned)
+                .sum();
+            let slot = (0..l.len())
+                .filter(|&i| !pinned(i))
+                .map(|i| l[i].slot)
+                .max();
+            let ring_bytes = slot.map_or(0, |s| s * ring as u64);
+            let streamed = (0..l.len())
+                .filter(|&i| !pinned(i))
+                .map(|i| l[i].streamed)
+                .sum();
+            (cost + ring_bytes <= budget).then_some(streamed)
+        })
+        .min()
+}
+
+fn arb_layers() -> impl Strategy<Value = Vec<LayerCost>> {
+    // A few size classes (like the real model) or fully random sizes.
+    let run = prop_oneof![prop::sample::select(vec![3u64, 5, 9]), 1u64..40,];
+    prop::collection::vec((run, 0u64..3), 1..10).prop_map(|v| {
+        v.into_iter()
+            .map(|(r, w)| LayerCost::new(r * 100_000, w * 4096))
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pinning_is_optimal(l in arb_layers(), frac in 0.0f64..1.2) {
+        let full: u64 = l.iter().map(|x| x.pinned).sum();
+        let budget = (full as f64 * frac) as u64;
+        let got = plan_trunk(&l, budget, 2);
+        let best2 = brute(&l, budget, 2);
+        match (got, best2) {
+            (None, _) => {
+                prop_assert!(best2.is_none());
+                prop_assert!(brute(&l, budget, 1).is_none());
+            }
+            (Some(p), Some(b)) => {
+                prop_assert!(p.ring_slots == 2 || p.ring_slots == 0);
+                prop_assert!(!p.single_slot_forced);
+                prop_assert_eq!(p.streamed_per_token, b);
+                prop_assert!(p.total_bytes() <= budget);
+            }
+            (Some(p), None) => {
+                prop_assert_eq!(p.ring_slots, 1);
+                prop_assert!(p.single_slot_forced);
+                prop_assert_eq!(Some(p.streamed_per_token), brute(&l, budget, 1));
+                prop_assert!(p.total_bytes() <= budget);
+            }
+        }
+        for s in [PinStrategy::Prefix, PinStrategy::LargestFirst] {
+            if let (Some(o), Some(b)) = (plan_trunk(&l, budget, 2), plan_trunk_with(&l, budget, 2, s)) {
+                prop_assert!(b.total_bytes() <= budget);
+                if o.ring_slots == b.ring_slots {
+                    prop_assert!(o.streamed_per_token <= b.streamed_per_token);
+                }
+            }
+        }
+    }
+}
