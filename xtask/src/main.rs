@@ -2,6 +2,7 @@
 
 mod bench_index;
 mod conformance;
+mod pack_trunk;
 mod sim_cache;
 
 use clap::{Parser, Subcommand};
@@ -46,6 +47,19 @@ enum Cmd {
         #[arg(long, default_value_t = 16)]
         top_k: usize,
     },
+    /// Copy every layer's trunk run into OUT_DIR/trunk.bin + trunk.json (docs/FORMATS.md).
+    PackTrunk {
+        /// Checkpoint directory (config.json + safetensors shards).
+        model_dir: PathBuf,
+        /// Output directory for trunk.bin and trunk.json.
+        out_dir: PathBuf,
+        /// Replace a pack already in OUT_DIR.
+        #[arg(long)]
+        overwrite: bool,
+        /// Re-read trunk.bin afterwards and check every layer's checksum.
+        #[arg(long)]
+        verify: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -69,6 +83,17 @@ fn main() -> ExitCode {
             capacities: &capacities,
             policies: &policies,
             top_k,
+        }),
+        Cmd::PackTrunk {
+            model_dir,
+            out_dir,
+            overwrite,
+            verify,
+        } => pack_trunk::run(&pack_trunk::Options {
+            model_dir: &model_dir,
+            out_dir: &out_dir,
+            overwrite,
+            verify,
         }),
     }
 }

@@ -2,8 +2,11 @@
 //! and maps them to the documented exit codes (0 ok, 1 runtime failure, 2 usage/config/refusal,
 //! 4 expert load failure ⇒ token ids unsound).
 
+mod budget;
 mod ids;
+mod plan_cmd;
 mod run;
+mod tokenize;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -13,7 +16,7 @@ use std::process::ExitCode;
     name = "k3",
     version,
     about = "Run Kimi K3 on a CPU, in any memory budget, with the same tokens",
-    after_help = "Examples:\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 16\n  k3 run fixtures/tiny-k3 --prompt 'Hello' -n 16 --json out.json"
+    after_help = "Examples:\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 16\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 16 --mem-gb 0.001 --json out.json\n  k3 plan fixtures/tiny-k3 --preset laptop\n  k3 presets\n  k3 tokenize fixtures/tiny-k3 --text 'Hello, world'\n  k3 tokenize fixtures/tiny-k3 --decode 341,464"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -24,6 +27,12 @@ struct Cli {
 enum Command {
     /// Generate tokens from a prompt (greedy).
     Run(run::RunArgs),
+    /// Print the memory plan for a model and budget without loading any weight.
+    Plan(plan_cmd::PlanArgs),
+    /// List the memory presets.
+    Presets,
+    /// Encode text to token ids, decode ids, or export tokenizer.json.
+    Tokenize(tokenize::TokenizeArgs),
 }
 
 /// An error already formatted for the user, with its exit code.
@@ -55,6 +64,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Command::Run(args) => run::run(args),
+        Command::Plan(args) => plan_cmd::plan(args),
+        Command::Presets => plan_cmd::presets(),
+        Command::Tokenize(args) => tokenize::tokenize(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

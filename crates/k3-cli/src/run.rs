@@ -1,10 +1,11 @@
 //! `k3 run`: prefill a prompt and generate greedily, printing ids (and text when a tokenizer
 //! is present), with an optional JSON report and a raw logits dump.
 
+use crate::budget::BudgetArgs;
 use crate::ids::parse_ids;
 use crate::CliError;
 use clap::Args;
-use k3_engine::{DecodeMode, Engine, EngineOptions};
+use k3_engine::{DecodeMode, Engine, EngineOptions, StoreStats};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -23,6 +24,12 @@ pub struct RunArgs {
     /// Prompt read verbatim from a file (needs a tokenizer).
     #[arg(long)]
     pub prompt_file: Option<PathBuf>,
+    /// Tokenizer directory (default: the model directory's tiktoken.model / tokenizer.json).
+    #[arg(long)]
+    pub tok: Option<PathBuf>,
+    /// Let control-token text in the prompt (e.g. `<|im_end|>`) become control tokens.
+    #[arg(long)]
+    pub allow_special: bool,
     /// Tokens to generate.
     #[arg(short = 'n', long = "gen", default_value_t = 16)]
     pub gen: usize,
@@ -41,16 +48,35 @@ pub struct RunArgs {
     /// Write the logits at the last prompt position as raw little-endian f32.
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+    /// Read with the page cache instead of O_DIRECT (streaming only).
+    #[arg(long)]
+    pub no_direct_io: bool,
+    /// Record routed-expert requests to DIR/expert_trace.bin (u32 LE layer, u32 LE expert per
+    /// request; the layout of upstream's trace). Needs a budget flag.
+    #[arg(long)]
+    pub dump_cache_trace: Option<PathBuf>,
 }
 
-/// Reads the prompt ids from whichever prompt flag was given.
-fn prompt_ids(args: &RunArgs) -> Result<Vec<u32>, CliError> {
+/// Reads the prompt ids from whichever prompt flag was given; text needs the tokenizer.
+fn prompt_ids(args: &RunArgs, engine: &Engine) -> Result<Vec<u32>, CliError> {
     if let Some(text) = &args.ids {
         return parse_ids(text).map_err(CliError::usage);
     }
-    Err(CliError::usage(
-        "--prompt/--prompt-file need the tokenizer, which is not built into this k3 yet: use --ids",
-    ))
+    let tok = engine.tokenizer().ok_or_else(|| {
+        CliError::usage(format!(
+            "{}: no tokenizer (tiktoken.model or tokenizer.json) for --prompt/--prompt-file: pass --tok DIR or use --ids",
+            args.model_dir.display()
+        ))
+    })?;
+    if let Some(text) = &args.prompt {
+        return Ok(tok.encode(text, args.allow_special));
+    }
+    let path = args.prompt_file.as_ref().ok_or_else(|| CliError::usage("give --ids, --prompt or --prompt-file"))?;
+    // Bytes are read verbatim; invalid UTF-8 is encoded losslessly from its raw bytes.
+    let bytes = std::fs::read(path).map_err(|e| CliError::usage(format!("{}: cannot read prompt file: {e}", path.display())))?;
+    Ok(tok.encode_bytes(&bytes, args.allow_special))
 }
 
 /// Peak resident set size of this process in bytes (Linux `VmHWM`), 0 where unknown.
@@ -63,15 +89,46 @@ pub fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// One line per generated token while streaming: time, bytes read, hit rates.
+fn live_line(step: usize, id: u32, secs: f64, now: &StoreStats, before: &StoreStats) -> String {
+    let d = now.since(before);
+    format!(
+        "step {step:>4}  token {id:>7}  {secs:>8.3} s  read {:>9.3} GB  expert hits {:>5.1}%  trunk hits {:>5.1}%",
+        d.bytes_read() as f64 / 1e9,
+        100.0 * d.expert_hit_rate(),
+        100.0 * d.trunk_hit_rate(),
+    )
+}
+
 pub fn run(args: RunArgs) -> Result<(), CliError> {
-    let prompt = prompt_ids(&args)?;
+    if let Some(text) = &args.ids {
+        parse_ids(text).map_err(CliError::usage)?; // usage errors before any loading
+    }
+    let budget = args.budget.budget()?;
+    if args.dump_cache_trace.is_some() && budget.is_none() {
+        return Err(CliError::usage("--dump-cache-trace needs a budget flag (--preset, --mem-gb or --trunk-gb/--cache-gb)"));
+    }
+    let options = EngineOptions {
+        threads: args.threads,
+        budget,
+        ctx: args.ctx.unwrap_or(4096),
+        direct_io: !args.no_direct_io,
+        tokenizer_dir: args.tok.clone(),
+        ..EngineOptions::default()
+    };
+    let engine = Engine::open(&args.model_dir, options)?;
+    let prompt = prompt_ids(&args, &engine)?;
     if prompt.is_empty() {
         return Err(CliError::usage("the prompt is empty: give at least one token"));
     }
-    let engine = Engine::open(&args.model_dir, EngineOptions { threads: args.threads })?;
     let ctx = args.ctx.unwrap_or(prompt.len() + args.gen.max(1));
+    if let Some(plan) = engine.plan() {
+        eprintln!("{}", plan.table(Some(&k3_plan::available_memory())).trim_end());
+    }
+    engine.record_expert_trace(args.dump_cache_trace.is_some());
     let mut session = engine.new_session(ctx)?;
     let mode = if args.recompute { DecodeMode::Recompute } else { DecodeMode::Incremental };
+    let streaming = engine.plan().is_some();
 
     let t0 = Instant::now();
     session.feed(&prompt)?;
@@ -83,16 +140,40 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     }
     let t1 = Instant::now();
     let mut stdout = std::io::stdout();
+    let mut text = engine.tokenizer().map(|t| t.stream_decoder());
+    let (mut last_t, mut last_stats, mut step) = (Instant::now(), engine.stats(), 0usize);
     let generated = session.generate(args.gen, mode, |id| {
-        let _ = write!(stdout, "{id} ");
+        // Stream complete UTF-8 characters as they decode; ids when there is no tokenizer.
+        let piece = match text.as_mut() {
+            Some(d) => d.push(id).unwrap_or_default(),
+            None => format!("{id} "),
+        };
+        let _ = write!(stdout, "{piece}");
         let _ = stdout.flush();
+        if streaming {
+            let now = engine.stats();
+            eprintln!("{}", live_line(step, id, last_t.elapsed().as_secs_f64(), &now, &last_stats));
+            (last_t, last_stats) = (Instant::now(), now);
+        }
+        step += 1;
         true
-    })?;
+    });
+    let stats = engine.stats();
+    if let Err(e) = &generated {
+        if e.exit_code() == k3_engine::EXIT_EXPERT {
+            eprintln!("{}", stats.report(t0.elapsed().as_secs_f64()));
+        }
+    }
+    let generated = generated?;
     let decode_s = t1.elapsed().as_secs_f64();
+    if let Some(d) = text {
+        print!("{}", d.finish());
+    }
     println!();
     let ids_text: Vec<String> = generated.iter().map(u32::to_string).collect();
     println!("generated ids: {}", ids_text.join(","));
     let per_token = if generated.is_empty() { 0.0 } else { decode_s / generated.len() as f64 };
+    let wall = t0.elapsed().as_secs_f64();
     eprintln!(
         "prefill {} tokens in {:.3} s; {} tokens at {:.4} s/token; peak RSS {:.1} MB",
         prompt.len(),
@@ -101,6 +182,12 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         per_token,
         peak_rss_bytes() as f64 / 1e6
     );
+    if streaming {
+        eprintln!("{}", stats.report(wall));
+    }
+    if let Some(dir) = &args.dump_cache_trace {
+        write_trace(dir, &engine.take_expert_trace())?;
+    }
     if let Some(path) = &args.json {
         let report = serde_json::json!({
             "model_dir": args.model_dir,
@@ -111,10 +198,29 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             "threads": engine.threads(),
             "mode": if args.recompute { "recompute" } else { "incremental" },
             "peak_rss_bytes": peak_rss_bytes(),
+            "streaming": streaming,
+            "bytes_read_trunk": stats.trunk_bytes_read,
+            "bytes_read_experts": stats.expert_bytes_read,
+            "expert_requests": stats.expert_requests,
+            "expert_resident_hits": stats.expert_resident_hits,
+            "expert_evictions": stats.expert_evictions,
+            "trunk_binds": stats.trunk_binds,
+            "trunk_pinned_hits": stats.trunk_pinned_hits,
+            "io_seconds": stats.io_seconds,
         });
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();
         std::fs::write(path, text + "\n")
             .map_err(|e| CliError::runtime(format!("{}: cannot write JSON report: {e}", path.display())))?;
     }
+    Ok(())
+}
+
+/// Writes `DIR/expert_trace.bin`: per request, u32 LE layer then u32 LE expert.
+fn write_trace(dir: &std::path::Path, trace: &[(u32, u32)]) -> Result<(), CliError> {
+    std::fs::create_dir_all(dir).map_err(|e| CliError::runtime(format!("{}: {e}", dir.display())))?;
+    let path = dir.join("expert_trace.bin");
+    let bytes: Vec<u8> = trace.iter().flat_map(|(l, e)| l.to_le_bytes().into_iter().chain(e.to_le_bytes())).collect();
+    std::fs::write(&path, bytes).map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
+    eprintln!("expert trace: {} requests written to {}", trace.len(), path.display());
     Ok(())
 }

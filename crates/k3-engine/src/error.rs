@@ -25,6 +25,18 @@ pub enum EngineError {
     /// The forward pass failed.
     #[error(transparent)]
     Model(#[from] k3_model::ModelError),
+    /// The tokenizer files are missing or malformed.
+    #[error(transparent)]
+    Tokenizer(#[from] k3_tokenizer::TokenizerError),
+    /// The memory plan cannot be made, or does not fit this machine.
+    #[error(transparent)]
+    Plan(#[from] k3_plan::PlanError),
+    /// A streaming store failed (trunk read, expert cache setup).
+    #[error(transparent)]
+    Store(#[from] k3_plan::StoreError),
+    /// An operating-system error on a named file.
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
     /// The model directory itself is unusable.
     #[error("{path}: {what}")]
     ModelDir { path: PathBuf, what: String },
@@ -40,7 +52,9 @@ impl EngineError {
         match self {
             EngineError::Format(k3_format::FormatError::Io { .. }) => EXIT_RUNTIME,
             EngineError::Format(_) | EngineError::Config(_) | EngineError::Bind(_) => EXIT_USAGE,
-            EngineError::ModelDir { .. } | EngineError::Invalid(_) => EXIT_USAGE,
+            EngineError::ModelDir { .. } | EngineError::Invalid(_) | EngineError::Plan(_) => EXIT_USAGE,
+            EngineError::Tokenizer(_) => EXIT_USAGE,
+            EngineError::Store(_) | EngineError::Io { .. } => EXIT_RUNTIME,
             EngineError::Model(e) => match e {
                 ModelError::Expert { .. } => EXIT_EXPERT,
                 ModelError::TokenOutOfRange { .. }

@@ -12,24 +12,73 @@
 //! println!("{ids:?}");
 //! # Ok::<(), k3_engine::EngineError>(())
 //! ```
+//!
+//! Without a budget the weights are used in place from the memory-mapped shards (the page
+//! cache decides what stays in RAM). With a budget ([`EngineOptions::budget`]) the engine
+//! follows a [`MemoryPlan`]: pinned trunk layers, a streaming ring, an expert cache — and
+//! produces bit-identical logits.
 
 mod error;
+mod layer_view;
+pub mod planning;
 mod resident;
 mod session;
+pub mod stats;
+mod streaming;
 
 pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
 pub use k3_format::K3Config;
+pub use k3_plan::{Budget, MemoryPlan, Preset};
 pub use session::{argmax, DecodeMode, Session};
+pub use stats::StoreStats;
 
+use k3_format::{bind_model, Checkpoint};
+use k3_model::weights::{ExpertProvider, WeightProvider};
 use k3_model::Model;
+pub use k3_tokenizer::Tokenizer;
 use resident::ResidentStore;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use streaming::StreamingStore;
 
 /// How to open a model.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone)]
 pub struct EngineOptions {
     /// Compute threads (default: the number of available cores).
     pub threads: Option<usize>,
+    /// Memory budget; `None` uses the weights in place from the memory-mapped shards.
+    pub budget: Option<Budget>,
+    /// Context positions the plan reserves latent KV for (with a budget).
+    pub ctx: usize,
+    /// Use O_DIRECT reads where the filesystem supports them (streaming only).
+    pub direct_io: bool,
+    /// I/O threads for expert reads (streaming only).
+    pub io_threads: usize,
+    /// Replace the shard readers (fault-injection tests); `None` opens the shard files.
+    pub readers: Option<streaming::Files>,
+    /// Tokenizer directory (`tiktoken.model` + `tokenizer_config.json`, or `tokenizer.json`);
+    /// `None` uses the model directory's when present.
+    pub tokenizer_dir: Option<PathBuf>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            threads: None,
+            budget: None,
+            ctx: 4096,
+            direct_io: true,
+            io_threads: 4,
+            readers: None,
+            tokenizer_dir: None,
+        }
+    }
+}
+
+/// The weight stores behind the model's two seams.
+enum Stores {
+    Resident(ResidentStore),
+    Streaming(StreamingStore),
 }
 
 /// An opened model: config, weights and the compute pool. Create sessions from it.
@@ -37,13 +86,34 @@ pub struct Engine {
     dir: PathBuf,
     config: K3Config,
     model: Model,
-    store: ResidentStore,
+    stores: Stores,
+    plan: Option<MemoryPlan>,
+    tokenizer: Option<Tokenizer>,
     pool: rayon::ThreadPool,
+}
+
+/// Loads the tokenizer from `explicit`, else from `model_dir` when it has one.
+fn load_tokenizer(model_dir: &Path, explicit: Option<&Path>, vocab: usize) -> Result<Option<Tokenizer>, EngineError> {
+    let dir = match explicit {
+        Some(d) => d,
+        None if model_dir.join("tiktoken.model").is_file() || model_dir.join("tokenizer.json").is_file() => model_dir,
+        None => return Ok(None),
+    };
+    let tok = Tokenizer::from_dir(dir)?;
+    if tok.vocab_size() > vocab {
+        return Err(EngineError::Invalid(format!(
+            "{}: the tokenizer has {} ids but the model's vocab_size is {vocab}: wrong tokenizer for this model",
+            dir.display(),
+            tok.vocab_size()
+        )));
+    }
+    Ok(Some(tok))
 }
 
 impl Engine {
     /// Opens `dir` (a checkpoint in the released format: `config.json` + safetensors shards),
-    /// validates the config, binds every tensor by name and checks shapes and dtypes.
+    /// validates the config, binds every tensor by name and checks shapes and dtypes; with a
+    /// budget, plans memory (refusing when it does not fit) and starts the streaming stores.
     pub fn open(dir: &Path, options: EngineOptions) -> Result<Engine, EngineError> {
         if !dir.is_dir() {
             return Err(EngineError::ModelDir {
@@ -51,9 +121,9 @@ impl Engine {
                 what: "not a directory: pass the model directory (config.json + *.safetensors)".into(),
             });
         }
-        let config = K3Config::load(&dir.join("config.json"))?;
-        let store = ResidentStore::open(dir, &config)?;
+        let config = K3Config::load(dir.join("config.json"))?;
         let model = Model::new(&config)?;
+        let tokenizer = load_tokenizer(dir, options.tokenizer_dir.as_deref(), config.vocab_size)?;
         let threads = options.threads.unwrap_or_else(default_threads);
         if threads == 0 {
             return Err(EngineError::Invalid("--threads must be at least 1".into()));
@@ -63,7 +133,21 @@ impl Engine {
             .thread_name(|i| format!("k3-compute-{i}"))
             .build()
             .map_err(|e| EngineError::Invalid(format!("cannot start {threads} compute threads: {e}")))?;
-        Ok(Engine { dir: dir.to_path_buf(), config, model, store, pool })
+        let (stores, plan) = match options.budget {
+            None => (Stores::Resident(ResidentStore::open(dir, &config)?), None),
+            Some(budget) => {
+                let ckpt = Checkpoint::open(dir)?;
+                let binding = bind_model(&ckpt, &config)?;
+                let plan = planning::plan_checked(&config, &binding, budget, options.ctx)?;
+                let files = match options.readers {
+                    Some(r) => r,
+                    None => streaming::open_files(&ckpt, options.direct_io)?,
+                };
+                let store = StreamingStore::new(binding, files, &plan, options.io_threads.max(1))?;
+                (Stores::Streaming(store), Some(plan))
+            }
+        };
+        Ok(Engine { dir: dir.to_path_buf(), config, model, stores, plan, tokenizer, pool })
     }
 
     /// The model directory this engine was opened from.
@@ -76,15 +160,67 @@ impl Engine {
         &self.config
     }
 
+    /// The tokenizer, when the model directory (or `tokenizer_dir`) has one.
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.tokenizer.as_ref()
+    }
+
     /// Number of compute threads.
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
+    }
+
+    /// The memory plan in force (`None` when weights are used in place from the maps).
+    pub fn plan(&self) -> Option<&MemoryPlan> {
+        self.plan.as_ref()
+    }
+
+    /// I/O counters of the streaming stores (zeros for the resident store).
+    pub fn stats(&self) -> StoreStats {
+        match &self.stores {
+            Stores::Resident(_) => StoreStats::default(),
+            Stores::Streaming(s) => s.stats(),
+        }
+    }
+
+    /// Starts (`true`) or stops recording routed-expert requests (streaming only).
+    pub fn record_expert_trace(&self, on: bool) {
+        if let Stores::Streaming(s) = &self.stores {
+            s.expert_store().set_trace(on);
+        }
+    }
+
+    /// The recorded `(layer, expert)` requests since recording started.
+    pub fn take_expert_trace(&self) -> Vec<(u32, u32)> {
+        match &self.stores {
+            Stores::Streaming(s) => s.expert_store().take_trace(),
+            Stores::Resident(_) => Vec::new(),
+        }
+    }
+
+    fn weights(&self) -> &dyn WeightProvider {
+        match &self.stores {
+            Stores::Resident(s) => s,
+            Stores::Streaming(s) => s,
+        }
+    }
+
+    fn experts(&self) -> &dyn ExpertProvider {
+        match &self.stores {
+            Stores::Resident(s) => s,
+            Stores::Streaming(s) => s,
+        }
     }
 
     /// A new conversation state able to hold `max_ctx` positions.
     pub fn new_session(&self, max_ctx: usize) -> Result<Session<'_>, EngineError> {
         Session::new(self, max_ctx)
     }
+}
+
+/// Shard readers to use instead of the files (fault injection); one per shard, in order.
+pub fn shard_readers(dir: &Path, direct: bool) -> Result<Vec<Arc<dyn k3_plan::io::ReadAt>>, EngineError> {
+    streaming::open_files(&Checkpoint::open(dir)?, direct)
 }
 
 /// Physical parallelism available to this process.

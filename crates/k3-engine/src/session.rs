@@ -88,7 +88,7 @@ impl<'e> Session<'e> {
         batch.extend(self.pending.take());
         batch.extend_from_slice(ids);
         let e = self.engine;
-        let out = e.pool.install(|| e.model.forward(&e.store, &e.store, &batch, &mut self.state, mode))?;
+        let out = e.pool.install(|| e.model.forward(e.weights(), e.experts(), &batch, &mut self.state, mode))?;
         self.fed.extend_from_slice(&batch);
         Ok(out.data)
     }
@@ -101,6 +101,18 @@ impl<'e> Session<'e> {
         self.check_ids(ids)?;
         self.logits = self.run(ids, LogitsMode::Last)?;
         Ok(())
+    }
+
+    /// Encodes `text` with the engine's tokenizer (control-token text stays plain text unless
+    /// `allow_specials`) and feeds it; returns the ids fed.
+    pub fn feed_text(&mut self, text: &str, allow_specials: bool) -> Result<Vec<u32>, EngineError> {
+        let tok = self
+            .engine
+            .tokenizer()
+            .ok_or_else(|| EngineError::Invalid("this model directory has no tokenizer (tiktoken.model or tokenizer.json)".into()))?;
+        let ids = tok.encode(text, allow_specials);
+        self.feed(&ids)?;
+        Ok(ids)
     }
 
     /// Feeds `ids` and returns the logits at EVERY fed position (`[ids.len()][vocab]`,

@@ -91,41 +91,61 @@ pub struct GlobalTensors {
 
 /// KDA attention tensors (`self_attn.` prefix).
 #[derive(Clone, Debug)]
-#[allow(missing_docs)]
 pub struct KdaTensors {
+    /// `[P, E]` query projection (P = kda heads · head_dim).
     pub q_proj: TensorRef,
+    /// `[P, E]` key projection.
     pub k_proj: TensorRef,
+    /// `[P, E]` value projection.
     pub v_proj: TensorRef,
+    /// `[P, E]` full-rank output gate.
     pub g_proj: TensorRef,
+    /// `[E, P]` output projection.
     pub o_proj: TensorRef,
+    /// `[P, 1, K]` (or `[P, K]`) depthwise short-conv taps on q, oldest → newest.
     pub q_conv1d: TensorRef,
+    /// `[P, 1, K]` (or `[P, K]`) taps on k.
     pub k_conv1d: TensorRef,
+    /// `[P, 1, K]` (or `[P, K]`) taps on v.
     pub v_conv1d: TensorRef,
+    /// `[D, E]` decay low-rank A.
     pub f_a_proj: TensorRef,
+    /// `[P, D]` decay low-rank B.
     pub f_b_proj: TensorRef,
+    /// `[H, E]` beta, one scalar per head.
     pub b_proj: TensorRef,
     /// `[D]` with D ≥ heads; only the first `kda_num_heads` values are used.
     pub a_log: TensorRef,
+    /// `[P]` decay bias per (head, channel).
     pub dt_bias: TensorRef,
+    /// `[D]` head-wise RMSNorm gain shared by all heads.
     pub o_norm: TensorRef,
 }
 
 /// Gated MLA attention tensors (`self_attn.` prefix).
 #[derive(Clone, Debug)]
-#[allow(missing_docs)]
 pub struct MlaTensors {
+    /// `[q_lora, E]`.
     pub q_a_proj: TensorRef,
+    /// `[q_lora]`.
     pub q_a_layernorm: TensorRef,
+    /// `[H · (nope + rope), q_lora]`.
     pub q_b_proj: TensorRef,
+    /// `[kv_lora + rope, E]`.
     pub kv_a_proj_with_mqa: TensorRef,
+    /// `[kv_lora]`.
     pub kv_a_layernorm: TensorRef,
+    /// `[H · (nope + v_head), kv_lora]`.
     pub kv_b_proj: TensorRef,
+    /// `[E, H · v_head]`.
     pub o_proj: TensorRef,
     /// Present iff `mla_use_output_gate`.
     pub g_proj: Option<TensorRef>,
 }
 
 /// The attention of one layer.
+// One value per layer (93 in all): boxing the larger variant would only add indirection.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum AttnTensors {
     /// Kimi Delta Attention.
@@ -136,28 +156,38 @@ pub enum AttnTensors {
 
 /// Dense SiTU-GLU MLP (`mlp.` prefix).
 #[derive(Clone, Debug)]
-#[allow(missing_docs)]
 pub struct DenseTensors {
+    /// `[intermediate, E]`.
     pub gate_proj: TensorRef,
+    /// `[intermediate, E]`.
     pub up_proj: TensorRef,
+    /// `[E, intermediate]`.
     pub down_proj: TensorRef,
 }
 
 /// LatentMoE trunk tensors (`block_sparse_moe.` prefix); routed experts are located separately.
 #[derive(Clone, Debug)]
-#[allow(missing_docs)]
 pub struct MoeTensors {
+    /// `[n_experts, E]` router.
     pub gate: TensorRef,
+    /// `[n_experts]` selection-only bias.
     pub e_score_correction_bias: TensorRef,
+    /// `[latent, E]`.
     pub routed_expert_down_proj: TensorRef,
+    /// `[latent]` norm of the aggregated latent.
     pub routed_expert_norm: TensorRef,
+    /// `[E, latent]`.
     pub routed_expert_up_proj: TensorRef,
+    /// `[moe_inter · n_shared, E]` (shared experts stored fused).
     pub shared_gate_proj: TensorRef,
+    /// `[moe_inter · n_shared, E]`.
     pub shared_up_proj: TensorRef,
+    /// `[E, moe_inter · n_shared]`.
     pub shared_down_proj: TensorRef,
 }
 
 /// The feed-forward of one layer.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum FfnTensors {
     /// Dense MLP (layers `< first_k_dense_replace`).
@@ -168,17 +198,24 @@ pub enum FfnTensors {
 
 /// Every trunk (non-expert) tensor of one decoder layer.
 #[derive(Clone, Debug)]
-#[allow(missing_docs)]
 pub struct LayerTensors {
     /// Zero-based layer index.
     pub layer: usize,
+    /// `[E]` pre-attention norm.
     pub input_layernorm: TensorRef,
+    /// `[E]` pre-FFN norm.
     pub post_attention_layernorm: TensorRef,
+    /// `[E]` attention-residual key norm.
     pub self_attention_res_norm: TensorRef,
+    /// `[1, E]` (or `[E]`) attention-residual query row.
     pub self_attention_res_proj: TensorRef,
+    /// `[E]` FFN-residual key norm.
     pub mlp_res_norm: TensorRef,
+    /// `[1, E]` (or `[E]`) FFN-residual query row.
     pub mlp_res_proj: TensorRef,
+    /// KDA or MLA tensors.
     pub attn: AttnTensors,
+    /// Dense MLP or MoE trunk tensors.
     pub ffn: FfnTensors,
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Built for the real checkpoint's 96 shards and 497,220 tensors: names are interned into one
 //! string arena, shapes into a small table of distinct shapes, and each tensor is a 32-byte
-//! [`Entry`]; the name → entry map is a `hashbrown::HashTable<u32>` over entry indices, so a
+//! `Entry`; the name → entry map is a `hashbrown::HashTable<u32>` over entry indices, so a
 //! name is stored exactly once. Shards are memory-mapped and tensor bytes are served zero-copy.
 
 use crate::dtype::Dtype;
@@ -455,5 +455,13 @@ impl Builder {
             table: self.table,
             hasher: self.hasher,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn entry_is_32_bytes() {
+        assert_eq!(size_of::<super::Entry>(), 32);
     }
 }

@@ -6,6 +6,8 @@
 //! - [`K3Config::load`] reads `config.json` in either accepted shape (spec §1).
 //! - [`bind_model`] binds every tensor by its released name and locates the routed experts.
 
+#![warn(missing_docs)]
+
 #[cfg(not(target_endian = "little"))]
 compile_error!(
     "k3-format reads little-endian tensor data in place; big-endian hosts are not supported"
@@ -17,6 +19,7 @@ pub mod dtype;
 pub mod error;
 mod header;
 pub mod index;
+pub mod pack;
 pub mod safetensors;
 mod shard_list;
 pub mod view;
@@ -27,6 +30,7 @@ pub use config::{ConfigError, ConfigShape, K3Config};
 pub use dtype::Dtype;
 pub use error::FormatError;
 pub use index::{Checkpoint, Shard, INDEX_FILE};
+pub use pack::{write_trunk_pack, PackError, TrunkPack};
 pub use safetensors::{HeaderTensor, ShardHeader};
 pub use view::TensorView;
 pub use writer::TensorSpec;

@@ -201,8 +201,48 @@ fn check_layout(
         .map(|(i, e)| (e.start, e.end, i))
         .collect();
     spans.sort_unstable();
+    check_overlaps(shard, raw, &spans)?;
+    // Whether the non-empty tensors tile [0, tile_end) with no hole.
     let mut tile_end = 0u64;
     let mut gapless = true;
+    for &(s, e, _) in &spans {
+        gapless &= s == tile_end;
+        tile_end = e;
+    }
+    let last = raw.entries.iter().enumerate().max_by_key(|(_, e)| e.end);
+    let Some((last, e)) = last else { return Ok(()) };
+    let data_len = file_len - 8 - header_len;
+    if e.end <= data_len {
+        return Ok(());
+    }
+    let name = raw.entries[last].name.to_string();
+    if gapless && e.end == tile_end {
+        let expected_len = (8 + header_len).saturating_add(e.end);
+        return Err(FormatError::Truncated {
+            shard: shard.into(),
+            expected_len,
+            file_len,
+            missing: expected_len - file_len,
+            last_tensor: name,
+            data_end: e.end,
+        });
+    }
+    Err(FormatError::OffsetsOutOfRange {
+        shard: shard.into(),
+        tensor: name,
+        end: e.end,
+        data_len,
+        header_len,
+        file_len,
+    })
+}
+
+/// `spans` sorted by start: any overlap shows between neighbours.
+fn check_overlaps(
+    shard: &Path,
+    raw: &RawHeader<'_>,
+    spans: &[(u64, u64, usize)],
+) -> Result<(), FormatError> {
     for w in spans.windows(2) {
         let ((s0, e0, i0), (s1, e1, i1)) = (w[0], w[1]);
         if s1 < e0 {
@@ -218,41 +258,5 @@ fn check_layout(
             });
         }
     }
-    for &(s, e, _) in &spans {
-        gapless &= s == tile_end;
-        tile_end = e;
-    }
-    let Some((last, data_end)) = raw
-        .entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| (i, e.end))
-        .max_by_key(|&(_, end)| end)
-    else {
-        return Ok(());
-    };
-    let data_len = file_len - 8 - header_len;
-    if data_end <= data_len {
-        return Ok(());
-    }
-    let name = raw.entries[last].name.to_string();
-    if gapless && data_end == tile_end {
-        let expected_len = (8 + header_len).saturating_add(data_end);
-        return Err(FormatError::Truncated {
-            shard: shard.into(),
-            expected_len,
-            file_len,
-            missing: expected_len - file_len,
-            last_tensor: name,
-            data_end,
-        });
-    }
-    Err(FormatError::OffsetsOutOfRange {
-        shard: shard.into(),
-        tensor: name,
-        end: data_end,
-        data_len,
-        header_len,
-        file_len,
-    })
+    Ok(())
 }

@@ -219,10 +219,10 @@ fn scattered_experts_use_canonical_layout() {
     assert_eq!(loc.reads.len(), 6);
     let sizes = [1024u64, 64, 1024, 64, 1024, 64];
     let mut at = 0;
-    for i in 0..6 {
-        assert_eq!(loc.parts[i], (at, sizes[i]));
-        assert_eq!(loc.reads[i].1, sizes[i]);
-        at += sizes[i];
+    for (i, &size) in sizes.iter().enumerate() {
+        assert_eq!(loc.parts[i], (at, size));
+        assert_eq!(loc.reads[i].1, size);
+        at += size;
     }
     assert_eq!(m.experts.scattered_count(), 4);
 }

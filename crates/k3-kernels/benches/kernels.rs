@@ -123,17 +123,25 @@ fn bf16_(c: &mut Criterion) {
 fn mat_mat(c: &mut Criterion) {
     let t = 16;
     let (br, bc) = (2048usize, 7168usize);
-    let wb: Vec<bf16> = bytes(br * bc, 5).into_iter().map(|b| bf16::from_f32((b as f32 - 128.0) / 64.0)).collect();
+    let wb: Vec<bf16> = bytes(br * bc, 5)
+        .into_iter()
+        .map(|b| bf16::from_f32((b as f32 - 128.0) / 64.0))
+        .collect();
     let (mr, mc) = (3072usize, 3584usize);
     let mp = bytes(mr * mc / 2, 11);
-    let ms: Vec<u8> = bytes(mr * mc / 32, 13).into_iter().map(|s| 112 + s % 16).collect();
+    let ms: Vec<u8> = bytes(mr * mc / 32, 13)
+        .into_iter()
+        .map(|s| 112 + s % 16)
+        .collect();
     let cases = [
         ("bf16_2048x7168", Matrix::bf16(br, bc, &wb).unwrap()),
         ("mxfp4_3072x3584", Matrix::mxfp4(mr, mc, &mp, &ms).unwrap()),
     ];
     let (threads, pool) = pools().pop().unwrap();
     let mut g = c.benchmark_group(format!("matmul_t{t}_{threads}t"));
-    g.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    g.sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
     for (name, w) in &cases {
         let x = vector(t * w.cols);
         let mut y = vec![0f32; t * w.rows];

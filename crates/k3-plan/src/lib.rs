@@ -6,17 +6,28 @@
 //! * [`sim`]: replay of recorded expert traces through the policies (`cargo xtask sim-cache`).
 //! * [`plan`]: the memory planner (presets, budgets, trunk pinning, expert-cache slots,
 //!   the printed plan table, and the refusal when it does not fit).
+//! * [`io`]: positional reads (O_DIRECT when possible), aligned buffers, fault injection.
+//! * [`trunk_store`]: pinned trunk layers plus a read-ahead ring for the rest.
+//! * [`expert_store`]: the routed-expert cache (slots, policy, batched parallel reads).
 
 #![warn(missing_docs)]
 
+pub mod expert_store;
+pub mod io;
 pub mod plan;
 pub mod policy;
 pub mod sim;
 mod slots;
+mod store_error;
+pub mod trunk_store;
 
+pub use expert_store::{ExpertLoc, ExpertStats, ExpertStore, LocateFn};
+pub use io::{AlignedBuf, Fault, FaultyReader, ReadAt, ShardFile};
 pub use plan::{
     available_memory, Available, Budget, MemoryPlan, ModelSizes, PlanError, PlanRequest, Preset,
     TrunkPlan,
 };
 pub use policy::{ExpertKey, KeySpace, PolicyKind, ReplacementPolicy};
 pub use slots::{CacheError, Lookup, SlotTable};
+pub use store_error::{ExpertFetchFailure, StoreError};
+pub use trunk_store::{LayerBytes, RunLoc, TrunkStats, TrunkStore};

@@ -128,6 +128,18 @@ impl SlotTable {
         Ok(Lookup::Miss { slot, evicted })
     }
 
+    /// Drops `key` from the table as if evicted (its slot becomes free); returns that slot,
+    /// or `None` when `key` was not resident. The expert store calls it when the read into
+    /// the key's slot failed, so nothing half-read stays cached under the key.
+    pub fn remove(&mut self, key: ExpertKey) -> Option<usize> {
+        let slot = self.slot_of(key)?;
+        self.policy.on_evict(key);
+        self.slot_of[self.space.index(key)] = EMPTY;
+        self.key_of[slot] = None;
+        self.free.push(slot as u32);
+        Some(slot)
+    }
+
     fn check(&self, key: ExpertKey) -> Result<(), CacheError> {
         if self.space.contains(key) {
             Ok(())

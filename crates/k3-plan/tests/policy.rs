@@ -167,3 +167,33 @@ fn policy_names_round_trip() {
     assert!("mru".parse::<PolicyKind>().is_err());
     assert!("lfu:0".parse::<PolicyKind>().is_err());
 }
+
+#[test]
+fn slot_table_remove_frees_the_slot() {
+    let mut t = SlotTable::new(SPACE, 2, PolicyKind::Lru.build(SPACE, 2, &[]));
+    let (a, b, c) = (
+        ExpertKey::new(0, 1),
+        ExpertKey::new(0, 2),
+        ExpertKey::new(1, 3),
+    );
+    assert!(matches!(
+        t.access(a),
+        Ok(Lookup::Miss { evicted: None, .. })
+    ));
+    assert!(matches!(
+        t.access(b),
+        Ok(Lookup::Miss { evicted: None, .. })
+    ));
+    let slot = t.remove(a).expect("a was resident");
+    assert_eq!(t.slot_of(a), None);
+    assert_eq!(t.remove(a), None);
+    // The freed slot is reused without evicting b.
+    assert_eq!(
+        t.access(c),
+        Ok(Lookup::Miss {
+            slot,
+            evicted: None
+        })
+    );
+    assert!(matches!(t.access(b), Ok(Lookup::Hit { .. })));
+}

@@ -4,8 +4,9 @@
 //! cargo run --release -p k3-tokenizer --example tokenizer_bench -- \
 //!     MODEL CONFIG TEXT_FILE [RUNS]
 //! ```
-//! Prints one JSON object: `load_ms` (median), `encode_mb_s` (best and median over RUNS),
-//! `n_ids`, `bytes`. `tools/tokenizer/bench.py` runs it beside Python tiktoken.
+//! Prints one JSON object: `load_ms` (median of the loads), and for the whole file in one
+//! `encode_ordinary` call (`file_*`) and one call per line (`lines_*`): MB/s best and median
+//! over RUNS and the id count. `tools/tokenizer/bench.py` runs it beside Python tiktoken.
 
 use std::path::Path;
 use std::time::Instant;
@@ -27,28 +28,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut tok = None;
     for _ in 0..runs.max(3) {
         let t = Instant::now();
-        tok = Some(Tokenizer::from_tiktoken_files(Path::new(model), Path::new(config))?);
+        tok = Some(Tokenizer::from_tiktoken_files(
+            Path::new(model),
+            Path::new(config),
+        )?);
         loads.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let tok = tok.ok_or("no load")?;
     let text = std::fs::read_to_string(text_file)?;
     let mb = text.len() as f64 / 1e6;
-    let mut speeds = Vec::new();
-    let mut n_ids = 0;
-    for _ in 0..runs {
-        let t = Instant::now();
-        n_ids = std::hint::black_box(tok.encode_ordinary(&text)).len();
-        speeds.push(mb / t.elapsed().as_secs_f64());
+    // Whole file in one call, then one call per line (no reuse across lines).
+    let whole = |t: &str| tok.encode_ordinary(t).len();
+    let lines = |t: &str| {
+        t.split_inclusive('\n')
+            .map(|l| tok.encode_ordinary(l).len())
+            .sum()
+    };
+    let mut fields = vec![format!("\"load_ms\": {:.1}", median(loads))];
+    for (name, f) in [
+        ("file", &whole as &dyn Fn(&str) -> usize),
+        ("lines", &lines),
+    ] {
+        let mut speeds = Vec::new();
+        let mut n_ids = 0;
+        for _ in 0..runs {
+            let t = Instant::now();
+            n_ids = std::hint::black_box(f(&text));
+            speeds.push(mb / t.elapsed().as_secs_f64());
+        }
+        let best = speeds.iter().copied().fold(0.0, f64::max);
+        fields.push(format!("\"{name}_mb_s_best\": {best:.2}"));
+        fields.push(format!("\"{name}_mb_s_median\": {:.2}", median(speeds)));
+        fields.push(format!("\"{name}_n_ids\": {n_ids}"));
     }
-    let best = speeds.iter().copied().fold(0.0, f64::max);
-    println!(
-        "{{\"load_ms\": {:.1}, \"encode_mb_s_best\": {:.2}, \"encode_mb_s_median\": {:.2}, \
-         \"n_ids\": {}, \"bytes\": {}}}",
-        median(loads),
-        best,
-        median(speeds),
-        n_ids,
-        text.len()
-    );
+    fields.push(format!("\"bytes\": {}", text.len()));
+    println!("{{{}}}", fields.join(", "));
     Ok(())
 }

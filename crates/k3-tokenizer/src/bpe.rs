@@ -24,9 +24,15 @@ struct Part {
 impl Ranks {
     /// Appends the ids of one pre-tokenized piece to `out`.
     pub(crate) fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
-        if let Some(rank) = self.rank(piece) {
-            out.push(rank);
-        } else if piece.len() <= SCAN_LIMIT {
+        match self.rank(piece) {
+            Some(rank) => out.push(rank),
+            None => self.merge(piece, out),
+        }
+    }
+
+    /// Appends the rank-BPE ids of a piece that is not itself a token.
+    pub(crate) fn merge(&self, piece: &[u8], out: &mut Vec<u32>) {
+        if piece.len() <= SCAN_LIMIT {
             self.merge_scan(piece, out);
         } else {
             self.merge_heap(piece, out);
@@ -136,7 +142,9 @@ mod tests {
 
     fn toy() -> Ranks {
         let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        for t in ["ab", "ba", "aba", "abab", "cd", "abcd", "bab", "aab", "aaaa", "aa"] {
+        for t in [
+            "ab", "ba", "aba", "abab", "cd", "abcd", "bab", "aab", "aaaa", "aa",
+        ] {
             tokens.push(t.as_bytes().to_vec());
         }
         Ranks::from_tokens(&tokens).expect("distinct tokens")

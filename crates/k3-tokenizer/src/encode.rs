@@ -1,13 +1,22 @@
 //! Encoding entry points of [`Tokenizer`].
 
+use ahash::AHashMap;
+
 use crate::Tokenizer;
+
+/// Pieces shorter than this are not worth caching (BPE on them is as cheap as a lookup).
+const CACHE_MIN_LEN: usize = 6;
+
+/// Per-call memo of pieces that needed BPE: piece -> where its ids were first written in the
+/// output. Only lives for one `encode*` call, so the tokenizer stays immutable and `Sync`.
+type PieceCache<'t> = AHashMap<&'t [u8], (usize, usize)>;
 
 impl Tokenizer {
     /// Encodes `text` with added-token text treated as plain text (tiktoken
     /// `encode(text, disallowed_special=())`): the injection-safe mode for user content.
     pub fn encode_ordinary(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
-        self.ordinary_into(text, &mut out);
+        self.ordinary_into(text, &mut out, &mut PieceCache::new());
         out
     }
 
@@ -16,14 +25,15 @@ impl Tokenizer {
     /// ties; the text between occurrences is encoded as by [`Tokenizer::encode_ordinary`].
     pub fn encode_with_specials(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        let mut cache = PieceCache::new();
         let mut rest = text;
         while let Some((start, end, id)) = self.specials.find(rest.as_bytes()) {
             // Matches are whole added-token contents, so they start and end on char boundaries.
-            self.ordinary_into(&rest[..start], &mut out);
+            self.ordinary_into(&rest[..start], &mut out, &mut cache);
             out.push(id);
             rest = &rest[end..];
         }
-        self.ordinary_into(rest, &mut out);
+        self.ordinary_into(rest, &mut out, &mut cache);
         out
     }
 
@@ -57,14 +67,26 @@ impl Tokenizer {
     }
 
     /// Ordinary encoding of text without added-token matching.
-    fn ordinary_into(&self, text: &str, out: &mut Vec<u32>) {
+    fn ordinary_into<'t>(&self, text: &'t str, out: &mut Vec<u32>, cache: &mut PieceCache<'t>) {
         for piece in self.splitter.split(text) {
-            self.ranks.encode_piece(piece.as_bytes(), out);
+            let piece = piece.as_bytes();
+            if piece.len() < CACHE_MIN_LEN {
+                self.ranks.encode_piece(piece, out);
+            } else if let Some(rank) = self.ranks.rank(piece) {
+                out.push(rank);
+            } else if let Some(&(start, len)) = cache.get(piece) {
+                out.extend_from_within(start..start + len);
+            } else {
+                let start = out.len();
+                self.ranks.merge(piece, out);
+                cache.insert(piece, (start, out.len() - start));
+            }
         }
     }
 
     /// Ordinary encoding of bytes: valid runs as text, invalid runs as single raw pieces.
     fn bytes_into(&self, bytes: &[u8], out: &mut Vec<u32>) {
+        let mut cache = PieceCache::new();
         let mut invalid: Vec<u8> = Vec::new();
         for chunk in bytes.utf8_chunks() {
             if !chunk.valid().is_empty() {
@@ -72,7 +94,7 @@ impl Tokenizer {
                     self.ranks.encode_piece(&invalid, out);
                     invalid.clear();
                 }
-                self.ordinary_into(chunk.valid(), out);
+                self.ordinary_into(chunk.valid(), out, &mut cache);
             }
             invalid.extend_from_slice(chunk.invalid());
         }

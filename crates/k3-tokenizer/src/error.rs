@@ -142,7 +142,9 @@ pub enum TokenizerError {
         ranks: usize,
     },
     /// An added token's id is past the 256 special slots.
-    #[error("{file}:{line}: added token {id} `{content}` is outside the special slots [{lo}, {hi})")]
+    #[error(
+        "{file}:{line}: added token {id} `{content}` is outside the special slots [{lo}, {hi})"
+    )]
     SpecialOutOfRange {
         /// The file.
         file: String,

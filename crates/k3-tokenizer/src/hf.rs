@@ -72,8 +72,7 @@ impl Tokenizer {
         let strings: Vec<String> = (0..n)
             .map(|r| to_byte_level(self.ranks.bytes(r).unwrap_or_default(), &table))
             .collect();
-        let vocab: ahash::AHashMap<String, u32> =
-            strings.iter().cloned().zip(0..n).collect();
+        let vocab: ahash::AHashMap<String, u32> = strings.iter().cloned().zip(0..n).collect();
         let merges = self.merges(&strings);
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
@@ -90,7 +89,7 @@ impl Tokenizer {
         let byte_level = ByteLevel::new(false, false, false);
         hf.with_pre_tokenizer(Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![
             PreTokenizerWrapper::Split(split),
-            PreTokenizerWrapper::ByteLevel(byte_level.clone()),
+            PreTokenizerWrapper::ByteLevel(byte_level),
         ]))));
         hf.with_decoder(Some(byte_level));
         let added: Vec<AddedToken> = self
@@ -117,7 +116,10 @@ impl Tokenizer {
         for rank in 0..self.num_ranks() as u32 {
             let bytes = self.ranks.bytes(rank).unwrap_or_default();
             for cut in 1..bytes.len() {
-                let (a, b) = (self.ranks.rank(&bytes[..cut]), self.ranks.rank(&bytes[cut..]));
+                let (a, b) = (
+                    self.ranks.rank(&bytes[..cut]),
+                    self.ranks.rank(&bytes[cut..]),
+                );
                 if let (Some(a), Some(b)) = (a, b) {
                     merges.push((strings[a as usize].clone(), strings[b as usize].clone()));
                 }
@@ -195,9 +197,11 @@ fn check_pipeline(value: &Value) -> std::result::Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err("the pre-tokenizer must be Sequence[Split(Kimi pat_str, Isolated), \
+        Err(
+            "the pre-tokenizer must be Sequence[Split(Kimi pat_str, Isolated), \
              ByteLevel(add_prefix_space=false, use_regex=false)]"
-            .into())
+                .into(),
+        )
     }
 }
 

@@ -45,6 +45,8 @@
 //! [`StreamDecoder::finish_bytes`] returns it raw. The concatenated output always equals
 //! `String::from_utf8_lossy(&decode(ids))`.
 
+#![warn(missing_docs)]
+
 mod bpe;
 mod encode;
 mod error;

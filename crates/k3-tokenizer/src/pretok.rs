@@ -146,7 +146,10 @@ impl KimiSplitter {
             (c | (s[i + 2] as u32 & 0x3F), 3)
         } else {
             let c = ((b0 & 0x07) << 18) | ((s[i + 1] as u32 & 0x3F) << 12);
-            (c | ((s[i + 2] as u32 & 0x3F) << 6) | (s[i + 3] as u32 & 0x3F), 4)
+            (
+                c | ((s[i + 2] as u32 & 0x3F) << 6) | (s[i + 3] as u32 & 0x3F),
+                4,
+            )
         };
         (c, n, self.table.flags(c))
     }
@@ -213,12 +216,10 @@ impl KimiSplitter {
         let lower_follows = k < s.len() && self.char_at(s, k).2 & LOWER != 0;
         let end = if lower_follows {
             self.run_end(s, k, |_, f| f & LOWER != 0)
-        } else if !lower_required && k > j {
-            k // rule C: the whole U run, no L follows
-        } else if let Some(end) = last_lower_end.filter(|_| lower_required) {
-            end // rule B backtracks U* to end at the last char that is also in L
+        } else if !lower_required {
+            k // rule C: the whole (non-empty) U run, no L follows
         } else {
-            return None;
+            last_lower_end? // rule B backtracks U* to end at its last char that is also in L
         };
         Some(self.contraction(s, end))
     }

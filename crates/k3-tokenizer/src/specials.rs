@@ -60,7 +60,10 @@ pub(crate) fn parse_config(text: &str, file: &str, ranks: usize) -> Result<Confi
         }
         Some(_) => {
             let line = line_of_key(text, "added_tokens_decoder");
-            return Err(config_err(line, "`added_tokens_decoder` is not an object".into()));
+            return Err(config_err(
+                line,
+                "`added_tokens_decoder` is not an object".into(),
+            ));
         }
     }
     for (name, slot) in [("bos_token", &mut out.bos), ("eos_token", &mut out.eos)] {
@@ -71,12 +74,18 @@ pub(crate) fn parse_config(text: &str, file: &str, ranks: usize) -> Result<Confi
                 Some(Value::String(s)) => Some(s.clone()),
                 _ => {
                     let line = line_of_key(text, name);
-                    return Err(config_err(line, format!("`{name}` has no string `content`")));
+                    return Err(config_err(
+                        line,
+                        format!("`{name}` has no string `content`"),
+                    ));
                 }
             },
             Some(_) => {
                 let line = line_of_key(text, name);
-                return Err(config_err(line, format!("`{name}` is neither a string nor {{content}}")));
+                return Err(config_err(
+                    line,
+                    format!("`{name}` is neither a string nor {{content}}"),
+                ));
             }
         };
     }
@@ -96,9 +105,17 @@ fn parse_entry(
         .map_err(|_| config_err(line, format!("added token key `{key}` is not an id")))?;
     let content = match entry.get("content") {
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        _ => return Err(config_err(line, format!("added token {id} has no non-empty `content`"))),
+        _ => {
+            return Err(config_err(
+                line,
+                format!("added token {id} has no non-empty `content`"),
+            ))
+        }
     };
-    let special = entry.get("special").and_then(Value::as_bool).unwrap_or(true);
+    let special = entry
+        .get("special")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
     let (lo, hi) = (ranks as u32, ranks as u32 + NUM_SPECIAL_SLOTS);
     if id < lo {
         return Err(TokenizerError::SpecialCollidesWithRank {

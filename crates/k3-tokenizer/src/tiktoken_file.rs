@@ -50,13 +50,13 @@ pub(crate) fn parse(data: &[u8], file: &str) -> Result<Ranks> {
     }
     check_dense(&entries, file)?;
     let lines: Vec<usize> = entries.iter().map(|e| e.line).collect();
-    let ranks = Ranks::from_arena(arena, offsets).map_err(
-        |(second, first)| TokenizerError::DuplicateToken {
+    let ranks = Ranks::from_arena(arena, offsets).map_err(|(second, first)| {
+        TokenizerError::DuplicateToken {
             file: file.to_string(),
             line: lines[second as usize],
             first: lines[first as usize],
-        },
-    )?;
+        }
+    })?;
     check_bytes(&ranks, file)?;
     Ok(ranks)
 }
@@ -132,7 +132,11 @@ fn check_dense(entries: &[Entry], file: &str) -> Result<()> {
             });
         }
     }
-    if let Some(k) = entries.iter().enumerate().position(|(k, e)| e.rank as usize != k) {
+    if let Some(k) = entries
+        .iter()
+        .enumerate()
+        .position(|(k, e)| e.rank as usize != k)
+    {
         let last = &entries[entries.len() - 1];
         return Err(TokenizerError::MissingRank {
             file: file.to_string(),

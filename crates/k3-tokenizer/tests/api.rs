@@ -40,7 +40,10 @@ fn specials_plain_vs_control() {
     assert!(plain.iter().all(|&id| !tok.is_special(id)));
     let control = tok.encode_with_specials(text);
     assert_eq!(control[0], open);
-    assert_eq!(*control.last().unwrap(), tok.token_id("<|im_end|>").unwrap());
+    assert_eq!(
+        *control.last().unwrap(),
+        tok.token_id("<|im_end|>").unwrap()
+    );
     assert_eq!(tok.encode(text, false), plain);
     assert_eq!(tok.encode(text, true), control);
 }
@@ -51,7 +54,10 @@ fn decode_rejects_unknown_ids() {
     let bad = tok.vocab_size() as u32;
     let err = tok.decode(&[1, bad]).unwrap_err();
     assert!(matches!(err, TokenizerError::UnknownId { .. }));
-    assert_eq!(err.to_string(), format!("token id {bad} is not in the vocabulary (size {bad})"));
+    assert_eq!(
+        err.to_string(),
+        format!("token id {bad} is not in the vocabulary (size {bad})")
+    );
     assert!(tok.stream_decoder().push(bad).is_err());
 }
 
@@ -60,7 +66,10 @@ fn stream_holds_partial_characters() {
     let tok = o200k();
     // Byte-level tokens for "é😀" one byte at a time.
     let bytes = "é😀!".as_bytes();
-    let ids: Vec<u32> = bytes.iter().map(|b| tok.encode_bytes(&[*b], false)[0]).collect();
+    let ids: Vec<u32> = bytes
+        .iter()
+        .map(|b| tok.encode_bytes(&[*b], false)[0])
+        .collect();
     let mut stream = tok.stream_decoder();
     let outs: Vec<String> = ids.iter().map(|&id| stream.push(id).unwrap()).collect();
     assert_eq!(outs, ["", "é", "", "", "", "😀", "!"]);
@@ -115,4 +124,10 @@ fn pieces_follow_the_kimi_rules() {
         pieces,
         ["中文", "English", "混合", " I'M", " ", " ok", "\r\n", " ", " x", " ", "123", "45"]
     );
+}
+
+#[test]
+fn tokenizer_is_shareable() {
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<k3_tokenizer::Tokenizer>();
 }

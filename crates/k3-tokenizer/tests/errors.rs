@@ -44,38 +44,56 @@ fn valid_files_load() {
 #[test]
 fn malformed_base64() {
     let e = err(&model("a$b= 256\n"), CONFIG);
-    assert!(e.starts_with("m/tiktoken.model:257: malformed base64 token `a$b=`"), "{e}");
+    assert!(
+        e.starts_with("m/tiktoken.model:257: malformed base64 token `a$b=`"),
+        "{e}"
+    );
 }
 
 #[test]
 fn missing_rank() {
     let e = err(&model(&format!("{} 257\n", b64(b"ab"))), CONFIG);
-    assert!(e.starts_with("m/tiktoken.model:257: missing rank 256"), "{e}");
+    assert!(
+        e.starts_with("m/tiktoken.model:257: missing rank 256"),
+        "{e}"
+    );
 }
 
 #[test]
 fn duplicate_rank() {
     let e = err(&model(&format!("{} 255\n", b64(b"ab"))), CONFIG);
-    assert_eq!(e, "m/tiktoken.model:257: duplicate rank 255 (first at line 256)");
+    assert_eq!(
+        e,
+        "m/tiktoken.model:257: duplicate rank 255 (first at line 256)"
+    );
 }
 
 #[test]
 fn duplicate_token_bytes() {
     let e = err(&model(&format!("{} 256\n", b64(b"a"))), CONFIG);
-    assert_eq!(e, "m/tiktoken.model:257: duplicate token bytes (first at line 98)");
+    assert_eq!(
+        e,
+        "m/tiktoken.model:257: duplicate token bytes (first at line 98)"
+    );
 }
 
 #[test]
 fn rank_out_of_range() {
     let e = err(&model(&format!("{} 99999999\n", b64(b"ab"))), CONFIG);
-    assert_eq!(e, "m/tiktoken.model:257: rank 99999999 out of range [0, 16777216)");
+    assert_eq!(
+        e,
+        "m/tiktoken.model:257: rank 99999999 out of range [0, 16777216)"
+    );
 }
 
 #[test]
 fn overlong_base64_field() {
     let field = "A".repeat(684);
     let e = err(&model(&format!("{field} 256\n")), CONFIG);
-    assert!(e.starts_with("m/tiktoken.model:257: base64 token field is 684 chars"), "{e}");
+    assert!(
+        e.starts_with("m/tiktoken.model:257: base64 token field is 684 chars"),
+        "{e}"
+    );
     // 680 chars (510 bytes) is still fine.
     let ok = format!("{} 256\n", b64(&[7u8; 510]));
     assert!(load(&model(&ok), CONFIG).is_ok());
@@ -105,7 +123,10 @@ fn crlf_and_blank_lines_are_accepted() {
 
 #[test]
 fn unreadable_config() {
-    let e = err(&model(""), "{\n  \"added_tokens_decoder\": {\n    \"256\": oops\n}");
+    let e = err(
+        &model(""),
+        "{\n  \"added_tokens_decoder\": {\n    \"256\": oops\n}",
+    );
     assert!(e.starts_with("m/cfg.json:3:"), "{e}");
     assert!(e.contains("unreadable JSON"), "{e}");
     let missing = Tokenizer::from_tiktoken_files(
@@ -113,34 +134,55 @@ fn unreadable_config() {
         std::path::Path::new("/nonexistent/cfg.json"),
     );
     let e = missing.unwrap_err().to_string();
-    assert!(e.starts_with("/nonexistent/tiktoken.model: cannot read"), "{e}");
+    assert!(
+        e.starts_with("/nonexistent/tiktoken.model: cannot read"),
+        "{e}"
+    );
 }
 
 #[test]
 fn special_colliding_with_rank() {
     let config = "{\n  \"added_tokens_decoder\": {\n    \"255\": {\"content\": \"[X]\"}\n  }\n}";
     let e = err(&model(""), config);
-    assert_eq!(e, "m/cfg.json:3: added token 255 `[X]` collides with a BPE rank (ranks are 0..256)");
+    assert_eq!(
+        e,
+        "m/cfg.json:3: added token 255 `[X]` collides with a BPE rank (ranks are 0..256)"
+    );
 }
 
 #[test]
 fn special_outside_slots() {
     let config = "{\"added_tokens_decoder\": {\n\"512\": {\"content\": \"[X]\"}}}";
     let e = err(&model(""), config);
-    assert_eq!(e, "m/cfg.json:2: added token 512 `[X]` is outside the special slots [256, 512)");
+    assert_eq!(
+        e,
+        "m/cfg.json:2: added token 512 `[X]` is outside the special slots [256, 512)"
+    );
 }
 
 #[test]
 fn bos_naming_unknown_token() {
     let config = "{\n\"added_tokens_decoder\": {},\n\"bos_token\": \"[NOPE]\"\n}";
     let e = err(&model(""), config);
-    assert_eq!(e, "m/cfg.json:3: `bos_token` names `[NOPE]`, which is not an added token");
+    assert_eq!(
+        e,
+        "m/cfg.json:3: `bos_token` names `[NOPE]`, which is not an added token"
+    );
 }
 
 #[test]
 fn bad_added_token_entries() {
-    let e = err(&model(""), "{\"added_tokens_decoder\": {\"x\": {\"content\": \"a\"}}}");
+    let e = err(
+        &model(""),
+        "{\"added_tokens_decoder\": {\"x\": {\"content\": \"a\"}}}",
+    );
     assert!(e.contains("added token key `x` is not an id"), "{e}");
-    let e = err(&model(""), "{\"added_tokens_decoder\": {\"300\": {\"content\": \"\"}}}");
-    assert!(e.contains("added token 300 has no non-empty `content`"), "{e}");
+    let e = err(
+        &model(""),
+        "{\"added_tokens_decoder\": {\"300\": {\"content\": \"\"}}}",
+    );
+    assert!(
+        e.contains("added token 300 has no non-empty `content`"),
+        "{e}"
+    );
 }

@@ -13,7 +13,10 @@ fn check_hf(tok: &Tokenizer, doc: &Value) {
     let json = tok.export_json(false).unwrap();
     let hf: k3_tokenizer::tokenizers::Tokenizer = json.parse().unwrap();
     for case in doc["cases"].as_array().unwrap() {
-        let (name, text) = (case["name"].as_str().unwrap(), case["text"].as_str().unwrap());
+        let (name, text) = (
+            case["name"].as_str().unwrap(),
+            case["text"].as_str().unwrap(),
+        );
         let enc = hf.encode(text, false).unwrap();
         assert_eq!(enc.get_ids(), ids(&case["with_specials"]), "hf: {name}");
     }
@@ -23,7 +26,11 @@ fn check_hf(tok: &Tokenizer, doc: &Value) {
     assert_eq!(back.bos_id(), tok.bos_id());
     assert_eq!(back.eos_id(), tok.eos_id());
     for (name, text) in text_cases(doc) {
-        assert_eq!(back.encode_ordinary(&text), tok.encode_ordinary(&text), "reimport: {name}");
+        assert_eq!(
+            back.encode_ordinary(&text),
+            tok.encode_ordinary(&text),
+            "reimport: {name}"
+        );
     }
 }
 
@@ -41,9 +48,16 @@ fn o200k_export_matches_tiktoken_through_hf() {
 fn from_dir_falls_back_to_tokenizer_json() {
     let dir = std::env::temp_dir().join(format!("k3tok-json-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("tokenizer.json"), tiny().export_json(true).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        tiny().export_json(true).unwrap(),
+    )
+    .unwrap();
     let tok = Tokenizer::from_dir(&dir).unwrap();
-    assert_eq!(tok.encode_ordinary("hello world"), tiny().encode_ordinary("hello world"));
+    assert_eq!(
+        tok.encode_ordinary("hello world"),
+        tiny().encode_ordinary("hello world")
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -53,8 +67,15 @@ fn tokenizer_json_with_other_pattern_is_refused() {
     let mut value: Value = serde_json::from_str(&json).unwrap();
     value["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = Value::from(r"\w+|\s+");
     let err = Tokenizer::from_tokenizer_json_str(&value.to_string(), "other.json").unwrap_err();
-    assert!(matches!(err, TokenizerError::UnsupportedTokenizerJson { .. }), "{err}");
-    assert!(err.to_string().starts_with("other.json: unsupported tokenizer.json"), "{err}");
+    assert!(
+        matches!(err, TokenizerError::UnsupportedTokenizerJson { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("other.json: unsupported tokenizer.json"),
+        "{err}"
+    );
 }
 
 #[test]

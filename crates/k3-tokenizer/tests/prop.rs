@@ -16,10 +16,64 @@ fn regex() -> &'static Regex {
 
 /// Chars that exercise every rule of the pattern and its class edges.
 const ALPHABET: &[char] = &[
-    'a', 'Z', 'é', 'ǅ', 'ʰ', 'ſ', 'K', 'K', 's', 'S', 't', 'l', 'L', 'r', 'e', 'v', 'm', 'd', 'D',
-    '\'', '\u{301}', '\u{93f}', '中', '〇', '々', '、', 'ア', 'ー', '한', 'ß', '1', '٣', '½', 'Ⅻ',
-    ' ', ' ', '\t', '\r', '\n', '\u{a0}', '\u{3000}', '\u{2028}', '\u{85}', '\u{b}', '.', '!', '/',
-    '<', '|', '>', '😀', '\u{200d}', '\u{1f3fd}', '\u{fe0f}', '\0', '_', '-', '$',
+    'a',
+    'Z',
+    'é',
+    'ǅ',
+    'ʰ',
+    'ſ',
+    'K',
+    'K',
+    's',
+    'S',
+    't',
+    'l',
+    'L',
+    'r',
+    'e',
+    'v',
+    'm',
+    'd',
+    'D',
+    '\'',
+    '\u{301}',
+    '\u{93f}',
+    '中',
+    '〇',
+    '々',
+    '、',
+    'ア',
+    'ー',
+    '한',
+    'ß',
+    '1',
+    '٣',
+    '½',
+    'Ⅻ',
+    ' ',
+    ' ',
+    '\t',
+    '\r',
+    '\n',
+    '\u{a0}',
+    '\u{3000}',
+    '\u{2028}',
+    '\u{85}',
+    '\u{b}',
+    '.',
+    '!',
+    '/',
+    '<',
+    '|',
+    '>',
+    '😀',
+    '\u{200d}',
+    '\u{1f3fd}',
+    '\u{fe0f}',
+    '\0',
+    '_',
+    '-',
+    '$',
 ];
 
 fn tricky_string() -> impl Strategy<Value = String> {
@@ -39,7 +93,10 @@ fn scanner_matches_fancy_regex_on_parity_texts() {
     let doc = common::parity("parity_o200k.json");
     let corpus_texts = common::text_cases(&doc);
     for (name, text) in &corpus_texts {
-        let expected: Vec<&str> = regex().find_iter(text).map(|m| m.unwrap().as_str()).collect();
+        let expected: Vec<&str> = regex()
+            .find_iter(text)
+            .map(|m| m.unwrap().as_str())
+            .collect();
         assert_eq!(o200k().pieces(text).collect::<Vec<_>>(), expected, "{name}");
     }
 }

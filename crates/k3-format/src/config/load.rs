@@ -173,7 +173,7 @@ pub(super) fn as_integer(v: &Value) -> Option<i64> {
         return None; // above i64::MAX
     }
     let f = v.as_f64()?;
-    let in_range = f >= -9.0e18 && f <= 9.0e18;
+    let in_range = (-9.0e18..=9.0e18).contains(&f);
     (f.fract() == 0.0 && in_range).then_some(f as i64)
 }
 

@@ -113,12 +113,8 @@ fn missing_error(d: &Doc<'_>) -> ConfigError {
     }
 }
 
-fn build(d: &Doc<'_>, i: &Ints, f: &Floats, list: &[Value]) -> Result<K3Config, ConfigError> {
-    let s = d.source.as_str();
-    // Rule 1 first (layers/hidden/vocab), then every other dimension.
-    let layers = v::at_least(s, "num_hidden_layers", i.layers, 1)?;
-    let hidden = v::at_least(s, "hidden_size", i.hidden, 1)?;
-    let vocab = v::at_least(s, "vocab_size", i.vocab, 1)?;
+/// Positivity of every dimension other than rule 1's three, in [`Ints`] order.
+fn dims(s: &str, i: &Ints) -> Result<[usize; 15], ConfigError> {
     let dims = [
         ("num_heads", i.kda_heads, 1),
         ("head_dim", i.kda_dim, 1),
@@ -140,8 +136,17 @@ fn build(d: &Doc<'_>, i: &Ints, f: &Floats, list: &[Value]) -> Result<K3Config, 
     for (slot, (key, value, min)) in u.iter_mut().zip(dims) {
         *slot = v::at_least(s, key, value, min)?;
     }
+    Ok(u)
+}
+
+fn build(d: &Doc<'_>, i: &Ints, f: &Floats, list: &[Value]) -> Result<K3Config, ConfigError> {
+    let s = d.source.as_str();
+    // Rule 1 first (layers/hidden/vocab), then every other dimension.
+    let layers = v::at_least(s, "num_hidden_layers", i.layers, 1)?;
+    let hidden = v::at_least(s, "hidden_size", i.hidden, 1)?;
+    let vocab = v::at_least(s, "vocab_size", i.vocab, 1)?;
     let [kda_heads, kda_dim, n_heads, q_lora, kv_lora, nope, rope, v_head, experts, topk, shared, latent, moe_inter, first_dense, dense_inter] =
-        u;
+        dims(s, i)?;
     let full_attn_layers = v::layer_map(s, list, layers)?;
     v::topk(s, topk, experts)?;
     let block = v::block(s, i.block)?;

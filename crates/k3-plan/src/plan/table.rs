@@ -16,12 +16,22 @@ pub fn fmt_bytes(b: u64) -> String {
 
 /// GB rounded up to 0.01 (amounts to add, minimums).
 pub(super) fn gb_ceil(b: u64) -> String {
-    format!("{:.2}", b.div_ceil(10_000_000) as f64 / 100.0)
+    gb_rounded(b, true)
 }
 
-/// GB rounded down to 0.01 (maximums).
+/// GB rounded down (maximums).
 pub(super) fn gb_floor(b: u64) -> String {
-    format!("{:.2}", (b / 10_000_000) as f64 / 100.0)
+    gb_rounded(b, false)
+}
+
+/// GB with at least two decimals and at least three significant digits, rounded up or down
+/// at the last printed digit (so a tiny model's 0.00298 GB is not shown as 0.01).
+fn gb_rounded(b: u64, up: bool) -> String {
+    let gb = b as f64 / 1e9;
+    let decimals = if gb > 0.0 { (2 - gb.log10().floor() as i32).max(2) as usize } else { 2 };
+    let scale = 10f64.powi(decimals as i32);
+    let v = if up { (gb * scale).ceil() } else { (gb * scale).floor() } / scale;
+    format!("{v:.decimals$}")
 }
 
 impl MemoryPlan {

@@ -126,8 +126,9 @@ impl Pins {
     }
 }
 
-/// An expert-cache replacement policy over `(layer, expert)` keys.
-pub trait ReplacementPolicy {
+/// An expert-cache replacement policy over `(layer, expert)` keys. `Send`, so the expert
+/// store's slot table can live behind a mutex shared with its I/O threads.
+pub trait ReplacementPolicy: Send {
     /// Short name used in reports (`lru`, `opt`, …).
     fn name(&self) -> &str;
     /// A resident key was requested.

@@ -16,7 +16,9 @@ pub fn data_dir() -> PathBuf {
 }
 
 pub fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name)
 }
 
 /// The o200k ranks with Kimi's regex and special layout; checksum verified first.

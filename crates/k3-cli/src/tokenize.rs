@@ -1,0 +1,71 @@
+//! `k3 tokenize`: encode text to ids, decode ids to text, or export a `tokenizer.json`.
+
+use crate::ids::parse_ids;
+use crate::CliError;
+use clap::Args;
+use k3_tokenizer::Tokenizer;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["text", "file", "decode", "export"])))]
+pub struct TokenizeArgs {
+    /// Tokenizer directory (tiktoken.model + tokenizer_config.json, or tokenizer.json); a
+    /// model directory works.
+    pub tok_dir: PathBuf,
+    /// Text to encode.
+    #[arg(long)]
+    pub text: Option<String>,
+    /// File to encode, bytes read verbatim.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Comma-separated ids to decode.
+    #[arg(long)]
+    pub decode: Option<String>,
+    /// Write the tokenizer as a Hugging Face tokenizer.json to this path.
+    #[arg(long)]
+    pub export: Option<PathBuf>,
+    /// Encode control-token text (e.g. `<|open|>`) as control tokens.
+    #[arg(long)]
+    pub allow_special: bool,
+    /// Print JSON instead of comma-separated ids.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn tokenize(args: TokenizeArgs) -> Result<(), CliError> {
+    let tok = Tokenizer::from_dir(&args.tok_dir).map_err(|e| CliError::usage(e.to_string()))?;
+    if let Some(path) = &args.export {
+        let json = tok.export_json(true).map_err(|e| CliError::runtime(e.to_string()))?;
+        std::fs::write(path, json).map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
+        eprintln!("wrote {}", path.display());
+        return Ok(());
+    }
+    if let Some(list) = &args.decode {
+        let ids = parse_ids(list).map_err(|e| CliError::usage(e.replace("--ids", "--decode")))?;
+        let bytes = tok.decode(&ids).map_err(|e| CliError::usage(e.to_string()))?;
+        if args.json {
+            println!("{}", serde_json::json!({ "ids": ids, "text": String::from_utf8_lossy(&bytes) }));
+        } else {
+            let mut out = std::io::stdout();
+            out.write_all(&bytes).map_err(|e| CliError::runtime(e.to_string()))?;
+            println!();
+        }
+        return Ok(());
+    }
+    let ids = match (&args.text, &args.file) {
+        (Some(t), _) => tok.encode(t, args.allow_special),
+        (None, Some(p)) => {
+            let bytes = std::fs::read(p).map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?;
+            tok.encode_bytes(&bytes, args.allow_special)
+        }
+        (None, None) => return Err(CliError::usage("give --text, --file, --decode or --export")),
+    };
+    if args.json {
+        println!("{}", serde_json::json!({ "ids": ids, "count": ids.len() }));
+    } else {
+        let s: Vec<String> = ids.iter().map(u32::to_string).collect();
+        println!("{}", s.join(","));
+    }
+    Ok(())
+}

@@ -1,0 +1,99 @@
+//! I/O counters of the streaming stores, as one plain struct for reports and `--json`.
+
+use k3_plan::expert_store::ExpertStats;
+use k3_plan::trunk_store::TrunkStats;
+
+/// Cumulative counters since the engine opened (zeros for the resident store).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StoreStats {
+    /// Trunk layer binds (one per layer per forward).
+    pub trunk_binds: u64,
+    /// Binds served by a pinned layer.
+    pub trunk_pinned_hits: u64,
+    /// Trunk bytes read from disk (pins at open included).
+    pub trunk_bytes_read: u64,
+    /// Routed-expert requests.
+    pub expert_requests: u64,
+    /// Requests served from the expert cache.
+    pub expert_resident_hits: u64,
+    /// Expert bytes read from disk.
+    pub expert_bytes_read: u64,
+    /// Experts evicted from the cache.
+    pub expert_evictions: u64,
+    /// Failed expert reads.
+    pub expert_failures: u64,
+    /// Seconds spent inside reads (all I/O threads together).
+    pub io_seconds: f64,
+}
+
+impl StoreStats {
+    pub(crate) fn from_parts(t: TrunkStats, e: ExpertStats) -> StoreStats {
+        StoreStats {
+            trunk_binds: t.binds,
+            trunk_pinned_hits: t.pinned_hits,
+            trunk_bytes_read: t.bytes_read,
+            expert_requests: e.requests,
+            expert_resident_hits: e.resident_hits,
+            expert_bytes_read: e.bytes_read,
+            expert_evictions: e.evictions,
+            expert_failures: e.failures,
+            io_seconds: t.io_seconds + e.io_seconds,
+        }
+    }
+
+    /// Counters accumulated between `earlier` and `self`.
+    pub fn since(&self, earlier: &StoreStats) -> StoreStats {
+        StoreStats {
+            trunk_binds: self.trunk_binds - earlier.trunk_binds,
+            trunk_pinned_hits: self.trunk_pinned_hits - earlier.trunk_pinned_hits,
+            trunk_bytes_read: self.trunk_bytes_read - earlier.trunk_bytes_read,
+            expert_requests: self.expert_requests - earlier.expert_requests,
+            expert_resident_hits: self.expert_resident_hits - earlier.expert_resident_hits,
+            expert_bytes_read: self.expert_bytes_read - earlier.expert_bytes_read,
+            expert_evictions: self.expert_evictions - earlier.expert_evictions,
+            expert_failures: self.expert_failures - earlier.expert_failures,
+            io_seconds: self.io_seconds - earlier.io_seconds,
+        }
+    }
+
+    /// Trunk plus expert bytes read.
+    pub fn bytes_read(&self) -> u64 {
+        self.trunk_bytes_read + self.expert_bytes_read
+    }
+
+    /// Share of expert requests served from the cache (0 when none).
+    pub fn expert_hit_rate(&self) -> f64 {
+        ratio(self.expert_resident_hits, self.expert_requests)
+    }
+
+    /// Share of trunk binds served by pinned layers (0 when none).
+    pub fn trunk_hit_rate(&self) -> f64 {
+        ratio(self.trunk_pinned_hits, self.trunk_binds)
+    }
+
+    /// The end-of-run summary; `wall` is the run's wall-clock seconds.
+    pub fn report(&self, wall: f64) -> String {
+        format!(
+            "I/O report\n  trunk      {} binds, {:.1}% pinned, {:.3} GB read\n  experts    {} requests, {:.1}% resident hits, {} evictions, {} failed reads, {:.3} GB read\n  I/O time   {:.3} s in reads ({:.1}% of {:.3} s wall clock)",
+            self.trunk_binds,
+            100.0 * self.trunk_hit_rate(),
+            self.trunk_bytes_read as f64 / 1e9,
+            self.expert_requests,
+            100.0 * self.expert_hit_rate(),
+            self.expert_evictions,
+            self.expert_failures,
+            self.expert_bytes_read as f64 / 1e9,
+            self.io_seconds,
+            100.0 * self.io_seconds / wall.max(1e-9),
+            wall,
+        )
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}

@@ -1,0 +1,248 @@
+//! The streaming store: the memory plan made real. Pinned trunk layers live in exact-size
+//! buffers, the rest stream through a ring of slots (background read-ahead with ≥ 2 slots);
+//! routed experts come through the expert cache; embedding rows are read on demand; the head
+//! (final norms + lm_head) is read once into memory. Every byte is read with positional reads
+//! (O_DIRECT where the filesystem allows), never through the shard maps, so the process's
+//! resident memory follows the plan.
+//!
+//! Bytes become weights through the same `layer_view` code as the resident store, with the
+//! same alignment (slots keep each run's offset mod 4096), so logits are bit-identical.
+
+use crate::layer_view::{expert_view, prepare_layer, prepare_mat, view_layer, widen, Mat};
+use crate::resident::embed_row;
+use crate::EngineError;
+use k3_format::{Checkpoint, ModelBinding, TensorRef};
+use k3_kernels::Matrix;
+use k3_model::weights::{
+    ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerWeights, SourceError, WeightProvider,
+};
+use k3_plan::expert_store::{ExpertLoc, ExpertStore};
+use k3_plan::io::{AlignedBuf, ReadAt, ShardFile};
+use k3_plan::trunk_store::{RunLoc, TrunkStore};
+use k3_plan::{KeySpace, MemoryPlan, PolicyKind};
+
+/// Experts per MoE layer, from the bound router gate's rows (0 for an all-dense model).
+fn cfg_experts(b: &ModelBinding) -> u32 {
+    b.layers
+        .iter()
+        .find_map(|lt| match &lt.ffn {
+            k3_format::bind::FfnTensors::Moe(m) => m.gate.shape.first().copied(),
+            _ => None,
+        })
+        .unwrap_or(0) as u32
+}
+use std::sync::Arc;
+
+/// Wraps the shard files; tests swap in fault-injecting readers.
+pub type Files = Vec<Arc<dyn ReadAt>>;
+
+/// Opens every shard of `ck` for positional reads (O_DIRECT when `direct` and supported).
+pub fn open_files(ck: &Checkpoint, direct: bool) -> Result<Files, EngineError> {
+    ck.shards()
+        .iter()
+        .map(|s| {
+            ShardFile::open(s.path(), direct)
+                .map(|f| Arc::new(f) as Arc<dyn ReadAt>)
+                .map_err(|e| EngineError::Io { path: s.path().to_path_buf(), source: e })
+        })
+        .collect()
+}
+
+/// The model-level tensors, read once into aligned memory.
+struct Head {
+    vecs: Vec<Vec<f32>>,
+    lm_head: Mat,
+    lm_head_bytes: AlignedBuf,
+    lm_head_skew: usize,
+    lm_head_len: usize,
+    embed: Mat,
+}
+
+/// Reads `t`'s bytes into a 4096-aligned buffer, preserving the file offset mod 4096 so the
+/// in-memory alignment equals the mapped alignment. Returns (buffer, skew).
+fn read_aligned(files: &Files, t: &TensorRef) -> Result<(AlignedBuf, usize), EngineError> {
+    let skew = (t.offset % 4096) as usize;
+    let mut buf = AlignedBuf::new(k3_plan::io::aligned_span(t.offset, t.nbytes) as usize);
+    let file = &files[t.shard];
+    file.read_into_aligned(&mut buf, t.offset, t.nbytes as usize)
+        .map_err(|e| EngineError::Io { path: file.path().to_path_buf(), source: e })?;
+    Ok((buf, skew))
+}
+
+/// Every weight of the model under a memory plan — implements both model seams.
+pub struct StreamingStore {
+    binding: ModelBinding,
+    files: Files,
+    runs: Vec<RunLoc>,
+    trunk: TrunkStore,
+    experts: ExpertStore,
+    head: Head,
+}
+
+impl StreamingStore {
+    /// Builds the stores for `plan` over `files` (one per shard of the binding's checkpoint).
+    pub fn new(binding: ModelBinding, files: Files, plan: &MemoryPlan, io_threads: usize) -> Result<Self, EngineError> {
+        let runs = binding
+            .layers
+            .iter()
+            .map(|lt| {
+                lt.trunk_run()
+                    .map(|r| RunLoc { file: r.shard, offset: r.start, len: r.len() })
+                    .map_err(|why| EngineError::Invalid(format!("layer {}: trunk is not one contiguous run: {why}", lt.layer)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut pinned = vec![false; runs.len()];
+        for &l in &plan.trunk.pinned {
+            pinned[l] = true;
+        }
+        let ring = if plan.trunk.pinned.len() == runs.len() { 0 } else { plan.trunk.ring_slots.max(1) };
+        let trunk = TrunkStore::new(files.clone(), runs.clone(), &pinned, ring)?;
+        let locator = binding.experts.clone();
+        let locate = Box::new(move |layer: usize, e: u32| {
+            locator
+                .locate(layer, e as usize)
+                .map(|l| ExpertLoc { file: l.shard, reads: l.reads.clone(), total: l.total_bytes })
+                .map_err(|err| err.to_string())
+        });
+        let space = KeySpace { n_layers: binding.layers.len() as u32, n_experts: cfg_experts(&binding) };
+        let experts = ExpertStore::new_in(
+            space,
+            files.clone(),
+            locate,
+            plan.expert_slots as usize,
+            plan.expert_slot_bytes,
+            PolicyKind::DEFAULT,
+            io_threads,
+        )?;
+        let g = &binding.globals;
+        let mut vecs = Vec::new();
+        for t in [&g.norm, &g.output_attn_res_norm, &g.output_attn_res_proj] {
+            let (buf, skew) = read_aligned(&files, t)?;
+            vecs.push(widen(t, &buf[skew..skew + t.nbytes as usize])?);
+        }
+        let (lm_head_bytes, lm_head_skew) = read_aligned(&files, &g.lm_head)?;
+        let lm_head = prepare_mat(&g.lm_head, &lm_head_bytes[lm_head_skew..lm_head_skew + g.lm_head.nbytes as usize])?;
+        // The embedding is never read whole: rows come on demand. Its access mode is decided
+        // from the file offset's alignment, exactly as for a mapped view.
+        let embed = embed_mode(&g.embed_tokens)?;
+        let lm_head_len = g.lm_head.nbytes as usize;
+        let head = Head { vecs, lm_head, lm_head_bytes, lm_head_skew, lm_head_len, embed };
+        Ok(StreamingStore { binding, files, runs, trunk, experts, head })
+    }
+
+    /// Trunk and expert I/O counters.
+    pub fn stats(&self) -> crate::stats::StoreStats {
+        crate::stats::StoreStats::from_parts(self.trunk.stats(), self.experts.stats())
+    }
+
+    /// Start or stop recording expert requests; take what was recorded.
+    pub fn expert_store(&self) -> &ExpertStore {
+        &self.experts
+    }
+}
+
+/// The access mode of the embedding: `View` unless a row would be misaligned for its dtype.
+fn embed_mode(t: &TensorRef) -> Result<Mat, EngineError> {
+    // A zero-filled stand-in with the tensor's alignment decides view vs copy identically.
+    let skew = (t.offset % 8) as usize;
+    let probe = AlignedBuf::new(skew + 8);
+    let mut fake = t.clone();
+    fake.shape = vec![1, (8 / t.dtype.size()).max(1)];
+    fake.nbytes = 8;
+    let mode = prepare_mat(&fake, &probe[skew..skew + 8])?;
+    let (rows, cols) = match t.shape.as_slice() {
+        [r, c] => (*r, *c),
+        _ => return Err(EngineError::Invalid(format!("{}: embedding must be 2-D, found {:?}", t.name, t.shape))),
+    };
+    Ok(match mode {
+        Mat::View { f32, .. } => Mat::View { f32, rows, cols },
+        _ => Mat::OwnedF32 { data: Vec::new(), rows, cols },
+    })
+}
+
+impl WeightProvider for StreamingStore {
+    fn embed_row(&self, id: u32, out: &mut [f32]) -> Result<(), SourceError> {
+        let t = &self.binding.globals.embed_tokens;
+        let (rows, cols) = (t.shape[0], t.shape[1]);
+        if id as usize >= rows || out.len() != cols {
+            return Err(format!("embedding row {id} of {rows} (width {cols}, asked {})", out.len()).into());
+        }
+        let esz = t.dtype.size() as u64;
+        let row = TensorRef {
+            name: t.name.clone(),
+            shard: t.shard,
+            offset: t.offset + id as u64 * cols as u64 * esz,
+            nbytes: cols as u64 * esz,
+            dtype: t.dtype,
+            shape: vec![1, cols],
+        };
+        let (buf, skew) = read_aligned(&self.files, &row).map_err(|e| -> SourceError { e.to_string().into() })?;
+        let bytes = &buf[skew..skew + row.nbytes as usize];
+        match &self.head.embed {
+            Mat::View { .. } => embed_row(&prepare_mat(&row, bytes)?, bytes, 0, out),
+            _ => {
+                out.copy_from_slice(&widen(&row, bytes)?);
+                Ok(())
+            }
+        }
+    }
+
+    fn with_layer(&self, l: usize, f: &mut dyn FnMut(&LayerWeights<'_>)) -> Result<(), SourceError> {
+        let lt = self.binding.layers.get(l).ok_or_else(|| format!("layer {l} does not exist"))?;
+        let guard = self.trunk.layer(l)?;
+        let base = self.runs[l].offset;
+        let bytes: &[u8] = &guard;
+        let slice = |t: &TensorRef| -> &[u8] {
+            let s = (t.offset - base) as usize;
+            &bytes[s..s + t.nbytes as usize]
+        };
+        let prepared = prepare_layer(lt, |t| Ok(slice(t)))?;
+        f(&view_layer(lt, &prepared, slice));
+        Ok(())
+    }
+
+    fn with_head(&self, f: &mut dyn FnMut(&HeadWeights<'_>)) -> Result<(), SourceError> {
+        let h = &self.head;
+        let bytes = &h.lm_head_bytes[h.lm_head_skew..h.lm_head_skew + h.lm_head_len];
+        let lm_head: Matrix<'_> = crate::layer_view::matrix(&h.lm_head, bytes);
+        f(&HeadWeights { norm: &h.vecs[0], out_res_norm: &h.vecs[1], out_res_proj: &h.vecs[2], lm_head });
+        Ok(())
+    }
+}
+
+impl ExpertProvider for StreamingStore {
+    fn fetch(
+        &self,
+        layer: usize,
+        experts: &[u32],
+        on_ready: &mut dyn FnMut(usize, &ExpertWeights<'_>),
+    ) -> Result<(), ExpertFetchError> {
+        let mut bad: Option<ExpertFetchError> = None;
+        let locator = &self.binding.experts;
+        let result = self.experts.fetch(layer, experts, &mut |i, bytes| {
+            if bad.is_some() {
+                return;
+            }
+            let e = experts[i];
+            let view = locator.locate(layer, e as usize).map_err(|err| -> SourceError { err.into() }).and_then(|loc| {
+                expert_view(&loc.shapes, |p| {
+                    let (off, len) = loc.parts[p];
+                    bytes.get(off as usize..(off + len) as usize).ok_or_else(|| "expert part beyond its buffer".into())
+                })
+                .map(|w| (w, loc))
+            });
+            match view {
+                Ok((w, _)) => on_ready(i, &w),
+                Err(source) => bad = Some(ExpertFetchError { expert: e, source }),
+            }
+        });
+        if let Err(failure) = result {
+            return Err(ExpertFetchError { expert: failure.expert, source: Box::new(failure) });
+        }
+        bad.map_or(Ok(()), Err)
+    }
+
+    fn hint(&self, layer: usize, experts: &[u32]) {
+        self.experts.hint(layer, experts);
+    }
+}

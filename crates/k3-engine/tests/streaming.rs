@@ -1,0 +1,142 @@
+//! The streaming stores give the same logits, bit for bit, as the resident store at every
+//! budget (smallest legal → everything resident), thread count and I/O mode; injected faults
+//! are reported with the documented exit codes, never as a panic or a silent wrong token.
+
+use k3_engine::planning::budget_extremes;
+use k3_engine::{argmax, shard_readers, Budget, DecodeMode, Engine, EngineOptions, EXIT_EXPERT, EXIT_RUNTIME};
+use k3_format::{bind_model, Checkpoint, K3Config};
+use k3_plan::io::{Fault, FaultyReader, ReadAt};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name)
+}
+
+const PROMPT: [u32; 7] = [637, 229, 263, 638, 730, 42, 197];
+
+fn opts(budget: Option<Budget>, threads: usize, direct: bool) -> EngineOptions {
+    EngineOptions { threads: Some(threads), budget, ctx: 64, direct_io: direct, ..EngineOptions::default() }
+}
+
+/// Logits after the prompt and after each of 6 greedy steps, plus the ids chosen.
+fn trace(engine: &Engine) -> (Vec<Vec<f32>>, Vec<u32>) {
+    let mut s = engine.new_session(64).unwrap();
+    s.feed(&PROMPT).unwrap();
+    let (mut logits, mut ids) = (vec![s.logits().to_vec()], Vec::new());
+    for _ in 0..6 {
+        let id = argmax(s.logits());
+        ids.push(id);
+        s.step(id, DecodeMode::Incremental).unwrap();
+        logits.push(s.logits().to_vec());
+    }
+    (logits, ids)
+}
+
+fn mid_budget(smallest: Budget, everything: Budget) -> Budget {
+    match (smallest, everything) {
+        (Budget::Split { trunk: t0, cache: c0 }, Budget::Split { trunk: t1, cache: c1 }) => {
+            Budget::Split { trunk: (t0 + t1) / 2, cache: (c0 + c1) / 3 }
+        }
+        _ => unreachable!("budget_extremes returns splits"),
+    }
+}
+
+fn same_logits_at_every_budget(name: &str) {
+    let d = dir(name);
+    let reference = trace(&Engine::open(&d, opts(None, 2, true)).unwrap());
+    let (smallest, everything) = budget_extremes(&d).unwrap();
+    let budgets = [smallest, mid_budget(smallest, everything), everything];
+    for budget in budgets {
+        for (threads, direct) in [(1, true), (2, false)] {
+            let engine = Engine::open(&d, opts(Some(budget), threads, direct)).unwrap();
+            let got = trace(&engine);
+            assert_eq!(got.1, reference.1, "{name}: ids at {budget:?}, {threads} threads, direct {direct}");
+            assert!(got.0 == reference.0, "{name}: logits differ at {budget:?}, {threads} threads, direct {direct}");
+            let st = engine.stats();
+            assert!(st.expert_requests > 0 && st.trunk_binds > 0, "{name}: counters move: {st:?}");
+        }
+    }
+    // At the smallest budget nothing is pinned, so every bind streams.
+    let small = Engine::open(&d, opts(Some(smallest), 1, true)).unwrap();
+    trace(&small);
+    let st = small.stats();
+    assert_eq!(st.trunk_pinned_hits, 0, "{name}: smallest budget pins nothing: {st:?}");
+    assert!(st.trunk_bytes_read > 0 && st.expert_bytes_read > 0, "{st:?}");
+    // With everything resident, decoding reads no trunk bytes beyond the pins at open.
+    let big = Engine::open(&d, opts(Some(everything), 1, true)).unwrap();
+    let before = big.stats();
+    trace(&big);
+    let after = big.stats();
+    assert_eq!(after.trunk_bytes_read, before.trunk_bytes_read, "{name}: all pinned");
+}
+
+#[test]
+fn tiny_k3_same_logits_at_every_budget() {
+    same_logits_at_every_budget("tiny-k3");
+}
+
+#[test]
+fn tiny_k3_wide_same_logits_at_every_budget() {
+    same_logits_at_every_budget("tiny-k3-wide");
+}
+
+/// Shard readers wrapped for fault injection, and the wrappers to inject through.
+fn faulty(d: &std::path::Path) -> (Vec<Arc<dyn ReadAt>>, Vec<Arc<FaultyReader>>) {
+    let wrapped: Vec<Arc<FaultyReader>> =
+        shard_readers(d, false).unwrap().into_iter().map(|r| Arc::new(FaultyReader::new(r))).collect();
+    (wrapped.iter().map(|w| w.clone() as Arc<dyn ReadAt>).collect(), wrapped)
+}
+
+#[test]
+fn failed_expert_read_is_exit_4_naming_the_expert() {
+    let d = dir("tiny-k3");
+    let cfg = K3Config::load(d.join("config.json")).unwrap();
+    let binding = bind_model(&Checkpoint::open(&d).unwrap(), &cfg).unwrap();
+    let (readers, handles) = faulty(&d);
+    // Every expert of layer 1 fails to read.
+    for e in 0..cfg.num_experts {
+        let loc = binding.expert(1, e).unwrap();
+        for &(off, len) in &loc.reads {
+            handles[loc.shard].inject(off..off + len, Fault::Eio);
+        }
+    }
+    let (smallest, _) = budget_extremes(&d).unwrap();
+    let engine = Engine::open(&d, EngineOptions { readers: Some(readers), ..opts(Some(smallest), 1, false) }).unwrap();
+    let mut s = engine.new_session(16).unwrap();
+    let err = s.feed(&PROMPT).unwrap_err();
+    assert_eq!(err.exit_code(), EXIT_EXPERT, "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("expert") && msg.contains("layer 1"), "{msg}");
+    assert!(engine.stats().expert_failures >= 1, "{:?}", engine.stats());
+}
+
+#[test]
+fn failed_trunk_read_is_exit_1_naming_the_layer() {
+    let d = dir("tiny-k3");
+    let cfg = K3Config::load(d.join("config.json")).unwrap();
+    let binding = bind_model(&Checkpoint::open(&d).unwrap(), &cfg).unwrap();
+    let run = binding.layers[5].trunk_run().unwrap();
+    let (readers, handles) = faulty(&d);
+    handles[run.shard].inject(run.start..run.end, Fault::Short);
+    let (smallest, _) = budget_extremes(&d).unwrap();
+    let engine = Engine::open(&d, EngineOptions { readers: Some(readers), ..opts(Some(smallest), 1, false) }).unwrap();
+    let mut s = engine.new_session(16).unwrap();
+    let err = s.feed(&PROMPT).unwrap_err();
+    assert_eq!(err.exit_code(), EXIT_RUNTIME, "{err}");
+    assert!(err.to_string().contains("layer 5"), "{err}");
+}
+
+#[test]
+fn slow_disk_gives_the_same_tokens() {
+    let d = dir("tiny-k3");
+    let reference = trace(&Engine::open(&d, opts(None, 1, false)).unwrap());
+    let (readers, handles) = faulty(&d);
+    for h in &handles {
+        h.inject(0..u64::MAX, Fault::Delay(Duration::from_micros(300)));
+    }
+    let (smallest, _) = budget_extremes(&d).unwrap();
+    let engine = Engine::open(&d, EngineOptions { readers: Some(readers), ..opts(Some(smallest), 2, false) }).unwrap();
+    assert_eq!(trace(&engine), reference);
+}

@@ -1,0 +1,137 @@
+//! The on-disk `trunk.json` document and the config fingerprint.
+
+use crate::config::K3Config;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `trunk.json`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct PackDoc {
+    /// Alignment of every `file_off`.
+    pub align: u64,
+    /// Always [`super::FORMAT_NAME`].
+    pub format: String,
+    /// Always [`super::FORMAT_VERSION`].
+    pub version: u32,
+    /// Provenance.
+    pub source: SourceDoc,
+    /// One entry per layer, in order.
+    pub layers: Vec<LayerDoc>,
+}
+
+/// `"source"` of `trunk.json`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct SourceDoc {
+    /// Shape-determining config values.
+    pub config: ConfigFingerprint,
+    /// Shard files of the source checkpoint.
+    pub shards: Vec<SourceShard>,
+}
+
+/// One entry of `"layers"`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct LayerDoc {
+    /// Layer index; must equal the entry's position.
+    pub layer: usize,
+    /// Offset of the run in `trunk.bin`.
+    pub file_off: u64,
+    /// Run length.
+    pub nbytes: u64,
+    /// `"<algo>:<hex>"`.
+    pub checksum: String,
+    /// Shard file name the run came from.
+    pub source_shard: String,
+    /// Absolute offset of the run in that shard.
+    pub source_offset: u64,
+    /// Tensors by full name.
+    pub tensors: BTreeMap<String, TensorDoc>,
+}
+
+/// One entry of a layer's `"tensors"`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct TensorDoc {
+    /// Offset within the run.
+    pub off: u64,
+    /// Byte length.
+    pub nbytes: u64,
+    /// Dtype spelling (`"BF16"`, `"F32"`, …, `"I8R"`).
+    pub dtype: String,
+    /// Dimensions.
+    pub shape: Vec<usize>,
+}
+
+/// One shard file of the checkpoint a pack was made from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceShard {
+    /// File name (no directory).
+    pub file: String,
+    /// File length in bytes.
+    pub bytes: u64,
+}
+
+/// The config values that determine the trunk's tensor set and shapes: two checkpoints with
+/// different fingerprints cannot share a pack.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)] // Each field is the K3Config field of the same name.
+pub struct ConfigFingerprint {
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub vocab_size: usize,
+    pub kda_num_heads: usize,
+    pub kda_head_dim: usize,
+    pub short_conv_kernel_size: usize,
+    pub num_attention_heads: usize,
+    pub q_lora_rank: usize,
+    pub kv_lora_rank: usize,
+    pub qk_nope_head_dim: usize,
+    pub qk_rope_head_dim: usize,
+    pub v_head_dim: usize,
+    pub mla_use_output_gate: bool,
+    pub num_experts: usize,
+    pub num_shared_experts: usize,
+    pub routed_expert_hidden_size: usize,
+    pub moe_intermediate_size: usize,
+    pub first_k_dense_replace: usize,
+    pub intermediate_size: usize,
+    pub full_attn_layers: Vec<usize>,
+}
+
+impl ConfigFingerprint {
+    /// The fingerprint of `cfg`.
+    pub fn from_config(cfg: &K3Config) -> ConfigFingerprint {
+        ConfigFingerprint {
+            hidden_size: cfg.hidden_size,
+            num_hidden_layers: cfg.num_hidden_layers,
+            vocab_size: cfg.vocab_size,
+            kda_num_heads: cfg.kda_num_heads,
+            kda_head_dim: cfg.kda_head_dim,
+            short_conv_kernel_size: cfg.short_conv_kernel_size,
+            num_attention_heads: cfg.num_attention_heads,
+            q_lora_rank: cfg.q_lora_rank,
+            kv_lora_rank: cfg.kv_lora_rank,
+            qk_nope_head_dim: cfg.qk_nope_head_dim,
+            qk_rope_head_dim: cfg.qk_rope_head_dim,
+            v_head_dim: cfg.v_head_dim,
+            mla_use_output_gate: cfg.mla_use_output_gate,
+            num_experts: cfg.num_experts,
+            num_shared_experts: cfg.num_shared_experts,
+            routed_expert_hidden_size: cfg.routed_expert_hidden_size,
+            moe_intermediate_size: cfg.moe_intermediate_size,
+            first_k_dense_replace: cfg.first_k_dense_replace,
+            intermediate_size: cfg.intermediate_size,
+            full_attn_layers: cfg.full_attn_layers.clone(),
+        }
+    }
+
+    /// The first differing field as `(name, self's value, other's value)`, or `None` if equal.
+    pub fn first_difference(&self, other: &ConfigFingerprint) -> Option<(String, String, String)> {
+        let (a, b) = (serde_json::to_value(self), serde_json::to_value(other));
+        let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) = (a, b) else {
+            return (self != other).then(|| ("config".into(), "?".into(), "?".into()));
+        };
+        a.iter().find_map(|(k, va)| {
+            let vb = b.get(k).cloned().unwrap_or_default();
+            (*va != vb).then(|| (k.clone(), va.to_string(), vb.to_string()))
+        })
+    }
+}

@@ -1,0 +1,218 @@
+//! Opening a packed trunk: `trunk.json` parsed and checked against itself and `trunk.bin`.
+
+use super::json::{LayerDoc, PackDoc};
+use super::{PackDtype, PackError, PackSource, PackedLayer, PackedTensor, TrunkPack};
+use super::{CHECKSUM_ALGO, FORMAT_NAME, FORMAT_VERSION, TRUNK_BIN, TRUNK_JSON};
+use std::path::Path;
+
+impl TrunkPack {
+    /// Opens the pack in `dir` and validates it: format and version, alignment (a power of two;
+    /// anything but 4096 means buffered reads, see [`TrunkPack::buffered_fallback_note`]), one
+    /// entry per layer in order, every `file_off` aligned, every tensor inside its run with a
+    /// size matching dtype × shape and no two overlapping, every run inside `trunk.bin` and no
+    /// two runs overlapping. Does not read `trunk.bin`'s data (see
+    /// [`TrunkPack::verify_checksums`]).
+    pub fn open(dir: impl AsRef<Path>) -> Result<TrunkPack, PackError> {
+        let dir = dir.as_ref();
+        let json = dir.join(TRUNK_JSON);
+        if !json.is_file() {
+            let interrupted = ["trunk.bin.tmp", "trunk.json.tmp"]
+                .iter()
+                .any(|t| dir.join(t).exists());
+            return Err(PackError::NoPack {
+                dir: dir.into(),
+                interrupted,
+            });
+        }
+        let text = std::fs::read_to_string(&json).map_err(PackError::io(&json, "read"))?;
+        let doc: PackDoc = serde_json::from_str(&text).map_err(|e| PackError::Json {
+            path: json.clone(),
+            detail: e.to_string(),
+        })?;
+        let invalid = |detail: String| PackError::Invalid {
+            path: json.clone(),
+            detail,
+        };
+        check_header(&doc).map_err(invalid)?;
+        let layers = doc
+            .layers
+            .into_iter()
+            .enumerate()
+            .map(|(i, l)| parse_layer(i, l, doc.align))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(invalid)?;
+        let bin = dir.join(TRUNK_BIN);
+        let bin_len = std::fs::metadata(&bin)
+            .map_err(PackError::io(&bin, "stat"))?
+            .len();
+        check_runs(&bin, bin_len, &layers)?;
+        Ok(TrunkPack {
+            dir: dir.into(),
+            bin_len,
+            align: doc.align,
+            source: PackSource {
+                config: doc.source.config,
+                shards: doc.source.shards,
+            },
+            layers,
+        })
+    }
+}
+
+/// Format, version, alignment and layer count.
+fn check_header(doc: &PackDoc) -> Result<(), String> {
+    if doc.format != FORMAT_NAME {
+        return Err(format!(
+            "\"format\" is {:?}, expected {FORMAT_NAME:?}",
+            doc.format
+        ));
+    }
+    if doc.version != FORMAT_VERSION {
+        return Err(format!(
+            "\"version\" is {}, this build reads version {FORMAT_VERSION}",
+            doc.version
+        ));
+    }
+    if !doc.align.is_power_of_two() {
+        return Err(format!("\"align\" is {}, not a power of two", doc.align));
+    }
+    let want = doc.source.config.num_hidden_layers;
+    if doc.layers.len() != want {
+        return Err(format!(
+            "lists {} layers but the source config has {want}: layers {}..{want} are missing",
+            doc.layers.len(),
+            doc.layers.len().min(want)
+        ));
+    }
+    Ok(())
+}
+
+/// One layer entry: position, alignment, checksum syntax, tensors.
+fn parse_layer(i: usize, l: LayerDoc, align: u64) -> Result<PackedLayer, String> {
+    if l.layer != i {
+        return Err(format!(
+            "entry {i} of \"layers\" is layer {}: layers must be listed 0..N-1 in order",
+            l.layer
+        ));
+    }
+    if l.file_off % align != 0 {
+        return Err(format!(
+            "layer {i}: file_off {} is not a multiple of align {align} ({} bytes past)",
+            l.file_off,
+            l.file_off % align
+        ));
+    }
+    let checksum = parse_checksum(&l.checksum).ok_or_else(|| {
+        format!(
+            "layer {i}: checksum {:?} is not \"{CHECKSUM_ALGO}:<16 hex digits>\"",
+            l.checksum
+        )
+    })?;
+    let mut tensors = Vec::with_capacity(l.tensors.len());
+    for (name, t) in l.tensors {
+        let dtype = PackDtype::parse(&t.dtype)
+            .ok_or_else(|| format!("layer {i}: tensor {name:?} has unknown dtype {:?}", t.dtype))?;
+        let t = PackedTensor {
+            name,
+            off: t.off,
+            nbytes: t.nbytes,
+            dtype,
+            shape: t.shape,
+        };
+        check_tensor(i, &t, l.nbytes)?;
+        tensors.push(t);
+    }
+    tensors.sort_by(|a, b| (a.off, &a.name).cmp(&(b.off, &b.name)));
+    for w in tensors.windows(2) {
+        if w[1].off < w[0].off + w[0].nbytes {
+            return Err(format!(
+                "layer {i}: tensors {:?} [{}, {}) and {:?} [{}, {}) overlap",
+                w[0].name,
+                w[0].off,
+                w[0].off + w[0].nbytes,
+                w[1].name,
+                w[1].off,
+                w[1].off + w[1].nbytes
+            ));
+        }
+    }
+    Ok(PackedLayer {
+        layer: i,
+        file_off: l.file_off,
+        nbytes: l.nbytes,
+        checksum,
+        source_shard: l.source_shard,
+        source_offset: l.source_offset,
+        tensors,
+    })
+}
+
+/// A tensor lies inside its run and (for safetensors dtypes) its size is dtype × shape.
+fn check_tensor(layer: usize, t: &PackedTensor, run: u64) -> Result<(), String> {
+    if t.off.checked_add(t.nbytes).is_none_or(|end| end > run) {
+        return Err(format!(
+            "layer {layer}: tensor {:?} at [{}, +{}) lies outside the {run}-byte run",
+            t.name, t.off, t.nbytes
+        ));
+    }
+    if let PackDtype::St(d) = t.dtype {
+        let size = t
+            .shape
+            .iter()
+            .try_fold(d.size() as u64, |a, &n| a.checked_mul(n as u64));
+        if size != Some(t.nbytes) {
+            return Err(format!(
+                "layer {layer}: tensor {:?} is {} {:?} = {} bytes but nbytes is {}",
+                t.name,
+                d,
+                t.shape,
+                size.map_or("overflow".into(), |s| s.to_string()),
+                t.nbytes
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `"xxh3-64:<16 hex>"` → the hash.
+fn parse_checksum(s: &str) -> Option<u64> {
+    let hex = s.strip_prefix(CHECKSUM_ALGO)?.strip_prefix(':')?;
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
+}
+
+/// Every run inside the file (else the first that is not, by layer), no two overlapping.
+fn check_runs(bin: &Path, file_len: u64, layers: &[PackedLayer]) -> Result<(), PackError> {
+    for l in layers {
+        let end = l.file_off.saturating_add(l.nbytes);
+        if end > file_len {
+            return Err(PackError::Truncated {
+                path: bin.into(),
+                layer: l.layer,
+                file_off: l.file_off,
+                nbytes: l.nbytes,
+                end,
+                file_len,
+                missing: end - file_len,
+            });
+        }
+    }
+    let mut by_off: Vec<&PackedLayer> = layers.iter().filter(|l| l.nbytes > 0).collect();
+    by_off.sort_by_key(|l| l.file_off);
+    for w in by_off.windows(2) {
+        if w[1].file_off < w[0].file_off + w[0].nbytes {
+            return Err(PackError::Invalid {
+                path: bin.with_file_name(TRUNK_JSON),
+                detail: format!(
+                    "layers {} [{}, {}) and {} [{}, {}) overlap in trunk.bin",
+                    w[0].layer,
+                    w[0].file_off,
+                    w[0].file_off + w[0].nbytes,
+                    w[1].layer,
+                    w[1].file_off,
+                    w[1].file_off + w[1].nbytes
+                ),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,159 @@
+//! The expert store's I/O pool: a few plain threads (never rayon) fed by one queue.
+
+use super::{lock, ExpertLoc, Shared};
+use crate::{ExpertKey, StoreError};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// One expert read: into `slot`, for wave entry `want`.
+pub(crate) struct Job {
+    pub(crate) slot: usize,
+    pub(crate) want: usize,
+    key: ExpertKey,
+    pub(crate) loc: ExpertLoc,
+}
+
+impl Job {
+    /// A read of `loc` into `slot` for wave entry `want` (expert `key`).
+    pub(crate) fn new(slot: usize, want: usize, key: ExpertKey, loc: ExpertLoc) -> Self {
+        Self {
+            slot,
+            want,
+            key,
+            loc,
+        }
+    }
+}
+
+/// A finished read.
+pub(crate) struct Done {
+    pub(crate) slot: usize,
+    pub(crate) want: usize,
+    /// Payload `(start, len)` within the slot, or the error.
+    pub(crate) result: Result<(usize, usize), StoreError>,
+    /// Seconds the read took.
+    pub(crate) seconds: f64,
+}
+
+type Queued = (Job, Sender<Done>);
+
+/// Plain I/O threads sharing one job queue.
+pub(crate) struct Pool {
+    queue: Option<Sender<Queued>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    /// Starts `n` threads reading into `shared`'s slots.
+    pub(crate) fn start(shared: Arc<Shared>, n: usize) -> Result<Pool, StoreError> {
+        let (tx, rx) = channel::<Queued>();
+        let rx = Arc::new(Mutex::new(rx));
+        let mut pool = Pool {
+            queue: Some(tx),
+            threads: Vec::with_capacity(n),
+        };
+        for i in 0..n {
+            let (shared, rx) = (Arc::clone(&shared), Arc::clone(&rx));
+            let handle = std::thread::Builder::new()
+                .name(format!("k3-expert-io-{i}"))
+                .spawn(move || worker(&shared, &rx))
+                .map_err(StoreError::Spawn)?;
+            pool.threads.push(handle);
+        }
+        Ok(pool)
+    }
+
+    /// Queues every job (in the given order) and returns their completions as they arrive.
+    pub(crate) fn submit(&self, jobs: Vec<Job>) -> Pending {
+        let (tx, rx) = channel();
+        let mut pending = Pending {
+            rx,
+            outstanding: Vec::with_capacity(jobs.len()),
+            gone: Vec::new(),
+        };
+        for job in jobs {
+            let ticket = (job.slot, job.want, job.key);
+            match self.queue.as_ref().map(|q| q.send((job, tx.clone()))) {
+                Some(Ok(())) => pending.outstanding.push(ticket),
+                _ => pending.gone.push(gone(ticket)),
+            }
+        }
+        pending
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.queue = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Completions of one submission; yields exactly one [`Done`] per job.
+pub(crate) struct Pending {
+    rx: Receiver<Done>,
+    outstanding: Vec<(usize, usize, ExpertKey)>,
+    gone: Vec<Done>,
+}
+
+impl Iterator for Pending {
+    type Item = Done;
+    fn next(&mut self) -> Option<Done> {
+        if let Some(d) = self.gone.pop() {
+            return Some(d);
+        }
+        if self.outstanding.is_empty() {
+            return None;
+        }
+        match self.rx.recv() {
+            Ok(done) => {
+                self.outstanding.retain(|t| t.0 != done.slot);
+                Some(done)
+            }
+            // Every worker holding one of our senders is gone: fail what is left.
+            Err(_) => self.outstanding.pop().map(gone),
+        }
+    }
+}
+
+/// The completion of a job the pool could not run.
+fn gone((slot, want, key): (usize, usize, ExpertKey)) -> Done {
+    let what = format!("expert {} of layer {}", key.expert, key.layer);
+    Done {
+        slot,
+        want,
+        result: Err(StoreError::IoPoolGone(what)),
+        seconds: 0.0,
+    }
+}
+
+fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
+    loop {
+        let next = lock(rx).recv();
+        let Ok((job, reply)) = next else { return };
+        let t = Instant::now();
+        let result = shared
+            .read_expert(job.slot, &job.loc)
+            .map_err(|(offset, len, source)| {
+                let f = &shared.files[job.loc.file];
+                StoreError::Read {
+                    what: format!("expert {} of layer {}", job.key.expert, job.key.layer),
+                    path: f.path().to_path_buf(),
+                    offset,
+                    len,
+                    source,
+                }
+            });
+        let seconds = t.elapsed().as_secs_f64();
+        let _ = reply.send(Done {
+            slot: job.slot,
+            want: job.want,
+            result,
+            seconds,
+        });
+    }
+}

@@ -1,0 +1,116 @@
+//! `cargo xtask pack-trunk MODEL_DIR OUT_DIR [--overwrite] [--verify]`: copy every layer's
+//! trunk run into `OUT_DIR/trunk.bin` + `trunk.json` (spec §7, docs/FORMATS.md).
+
+use k3_format::pack::PackOptions;
+use k3_format::{bind_model, write_trunk_pack, Checkpoint, K3Config, TrunkPack};
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Options of the subcommand.
+pub struct Options<'a> {
+    /// Checkpoint directory (config.json + safetensors shards).
+    pub model_dir: &'a Path,
+    /// Where trunk.bin and trunk.json go.
+    pub out_dir: &'a Path,
+    /// Replace an existing pack.
+    pub overwrite: bool,
+    /// Re-read and re-hash every layer afterwards.
+    pub verify: bool,
+}
+
+/// Runs the subcommand.
+pub fn run(opts: &Options) -> ExitCode {
+    match pack(opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pack-trunk: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn pack(opts: &Options) -> Result<(), Box<dyn std::error::Error>> {
+    let cfg = K3Config::load(opts.model_dir.join("config.json"))?;
+    let ck = Checkpoint::open(opts.model_dir)?;
+    let binding = bind_model(&ck, &cfg)?;
+    println!("{}", cfg.summary("config.json"));
+    let t0 = Instant::now();
+    let pack_opts = PackOptions {
+        overwrite: opts.overwrite,
+        ..PackOptions::default()
+    };
+    let mut line = ProgressLine::new("copy");
+    let pack = write_trunk_pack(
+        &ck,
+        &binding,
+        &cfg,
+        opts.out_dir,
+        &pack_opts,
+        &mut |d, t| line.update(d, t),
+    )?;
+    line.finish();
+    pack.check_against(&binding, &cfg)?;
+    report("packed", &pack, t0.elapsed().as_secs_f64());
+    if opts.verify {
+        let t1 = Instant::now();
+        let mut line = ProgressLine::new("verify");
+        pack.verify_checksums(&mut |d, t| line.update(d, t))?;
+        line.finish();
+        report("verified", &pack, t1.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
+fn report(what: &str, pack: &TrunkPack, secs: f64) {
+    let bytes = pack.total_bytes();
+    println!(
+        "{what} {} layers, {bytes} bytes ({:.2} GB; largest run {:.3} GB) -> {} in {secs:.1} s ({:.0} MB/s)",
+        pack.num_layers(),
+        bytes as f64 / 1e9,
+        pack.max_run_bytes() as f64 / 1e9,
+        pack.path().display(),
+        bytes as f64 / 1e6 / secs.max(1e-9),
+    );
+}
+
+/// A `\r`-rewritten progress line, updated at most once per whole percent.
+struct ProgressLine {
+    label: &'static str,
+    start: Instant,
+    shown: Option<u64>,
+}
+
+impl ProgressLine {
+    fn new(label: &'static str) -> ProgressLine {
+        ProgressLine {
+            label,
+            start: Instant::now(),
+            shown: None,
+        }
+    }
+
+    fn update(&mut self, done: u64, total: u64) {
+        let pct = (done * 100).checked_div(total).unwrap_or(100);
+        if self.shown == Some(pct) {
+            return;
+        }
+        self.shown = Some(pct);
+        let secs = self.start.elapsed().as_secs_f64().max(1e-9);
+        eprint!(
+            "\r{}: {pct:3}%  {:.2} / {:.2} GB  {:.0} MB/s ",
+            self.label,
+            done as f64 / 1e9,
+            total as f64 / 1e9,
+            done as f64 / 1e6 / secs
+        );
+        let _ = std::io::stderr().flush();
+    }
+
+    fn finish(&self) {
+        if self.shown.is_some() {
+            eprintln!();
+        }
+    }
+}
