@@ -16,7 +16,7 @@ use std::process::ExitCode;
     name = "k3",
     version,
     about = "Run Kimi K3 on a CPU, in any memory budget, with the same tokens",
-    after_help = "Examples:\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 16\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 16 --mem-gb 0.001 --json out.json\n  k3 plan fixtures/tiny-k3 --preset laptop\n  k3 presets\n  k3 tokenize fixtures/tiny-k3 --text 'Hello, world'\n  k3 tokenize fixtures/tiny-k3 --decode 341,464"
+    after_help = "Examples:\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 16\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 16 --mem-gb 0.005 --json out.json\n  k3 plan fixtures/tiny-k3 --preset laptop\n  k3 presets\n  k3 tokenize fixtures/tiny-k3 --text 'Hello, world'\n  k3 tokenize fixtures/tiny-k3 --decode 341,464"
 )]
 struct Cli {
     #[command(subcommand)]

@@ -214,6 +214,14 @@ impl Engine {
 
     /// A new conversation state able to hold `max_ctx` positions.
     pub fn new_session(&self, max_ctx: usize) -> Result<Session<'_>, EngineError> {
+        if let Some(plan) = &self.plan {
+            if max_ctx as u64 > plan.request.ctx {
+                return Err(EngineError::Invalid(format!(
+                    "a session of {max_ctx} positions exceeds the {} the memory plan reserved latent KV for: raise --ctx",
+                    plan.request.ctx
+                )));
+            }
+        }
         Session::new(self, max_ctx)
     }
 }
