@@ -2,6 +2,7 @@
 
 mod bench_index;
 mod conformance;
+mod gen_bench;
 mod pack_trunk;
 mod sim_cache;
 
@@ -47,6 +48,8 @@ enum Cmd {
         #[arg(long, default_value_t = 16)]
         top_k: usize,
     },
+    /// Write a synthetic benchmark checkpoint (real per-layer dims, or --mid) into OUT_DIR.
+    GenBench(gen_bench::GenBenchArgs),
     /// Copy every layer's trunk run into OUT_DIR/trunk.bin + trunk.json (docs/FORMATS.md).
     PackTrunk {
         /// Checkpoint directory (config.json + safetensors shards).
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
             policies: &policies,
             top_k,
         }),
+        Cmd::GenBench(args) => gen_bench::run(&args),
         Cmd::PackTrunk {
             model_dir,
             out_dir,

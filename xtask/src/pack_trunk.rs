@@ -66,13 +66,22 @@ fn pack(opts: &Options) -> Result<(), Box<dyn std::error::Error>> {
 fn report(what: &str, pack: &TrunkPack, secs: f64) {
     let bytes = pack.total_bytes();
     println!(
-        "{what} {} layers, {bytes} bytes ({:.2} GB; largest run {:.3} GB) -> {} in {secs:.1} s ({:.0} MB/s)",
+        "{what} {} layers, {bytes} bytes ({}; largest run {}) -> {} in {secs:.1} s ({:.0} MB/s)",
         pack.num_layers(),
-        bytes as f64 / 1e9,
-        pack.max_run_bytes() as f64 / 1e9,
+        human(bytes),
+        human(pack.max_run_bytes()),
         pack.path().display(),
         bytes as f64 / 1e6 / secs.max(1e-9),
     );
+}
+
+/// Decimal GB from 1 GB up, else MB.
+fn human(bytes: u64) -> String {
+    if bytes >= 1_000_000_000 {
+        format!("{:.2} GB", bytes as f64 / 1e9)
+    } else {
+        format!("{:.2} MB", bytes as f64 / 1e6)
+    }
 }
 
 /// A `\r`-rewritten progress line, updated at most once per whole percent.
@@ -99,10 +108,10 @@ impl ProgressLine {
         self.shown = Some(pct);
         let secs = self.start.elapsed().as_secs_f64().max(1e-9);
         eprint!(
-            "\r{}: {pct:3}%  {:.2} / {:.2} GB  {:.0} MB/s ",
+            "\r{}: {pct:3}%  {} / {}  {:.0} MB/s ",
             self.label,
-            done as f64 / 1e9,
-            total as f64 / 1e9,
+            human(done),
+            human(total),
             done as f64 / 1e6 / secs
         );
         let _ = std::io::stderr().flush();

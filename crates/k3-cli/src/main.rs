@@ -4,6 +4,7 @@
 
 mod budget;
 mod ids;
+mod pack;
 mod plan_cmd;
 mod run;
 mod tokenize;
@@ -16,7 +17,7 @@ use std::process::ExitCode;
     name = "k3",
     version,
     about = "Run Kimi K3 on a CPU, in any memory budget, with the same tokens",
-    after_help = "Examples:\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 16\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 16 --mem-gb 0.005 --json out.json\n  k3 plan fixtures/tiny-k3 --preset laptop\n  k3 presets\n  k3 tokenize fixtures/tiny-k3 --text 'Hello, world'\n  k3 tokenize fixtures/tiny-k3 --decode 341,464"
+    after_help = "Examples:\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 16\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 16 --mem-gb 0.005 --json out.json\n  k3 plan fixtures/tiny-k3 --preset laptop\n  k3 presets\n  k3 pack fixtures/tiny-k3 /tmp/tiny-trunk && k3 run fixtures/tiny-k3 --ids 1,2 --mem-gb 0.005 --trunk /tmp/tiny-trunk\n  k3 tokenize fixtures/tiny-k3 --text 'Hello, world'\n  k3 tokenize fixtures/tiny-k3 --decode 341,464"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -31,6 +32,8 @@ enum Command {
     Plan(plan_cmd::PlanArgs),
     /// List the memory presets.
     Presets,
+    /// Copy the trunk into one aligned file (trunk.bin + trunk.json) for `run --trunk`.
+    Pack(pack::PackArgs),
     /// Encode text to token ids, decode ids, or export tokenizer.json.
     Tokenize(tokenize::TokenizeArgs),
 }
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Plan(args) => plan_cmd::plan(args),
         Command::Presets => plan_cmd::presets(),
+        Command::Pack(args) => pack::pack(args),
         Command::Tokenize(args) => tokenize::tokenize(args),
     };
     match result {

@@ -50,6 +50,9 @@ pub struct RunArgs {
     pub dump_logits: Option<PathBuf>,
     #[command(flatten)]
     pub budget: BudgetArgs,
+    /// Read trunk layers from a packed trunk (`k3 pack`) instead of the shards; needs a budget.
+    #[arg(long)]
+    pub trunk: Option<PathBuf>,
     /// Read with the page cache instead of O_DIRECT (streaming only).
     #[arg(long)]
     pub no_direct_io: bool,
@@ -114,6 +117,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         ctx: args.ctx.unwrap_or(4096),
         direct_io: !args.no_direct_io,
         tokenizer_dir: args.tok.clone(),
+        trunk_dir: args.trunk.clone(),
         ..EngineOptions::default()
     };
     let engine = Engine::open(&args.model_dir, options)?;

@@ -28,6 +28,9 @@ pub enum EngineError {
     /// The tokenizer files are missing or malformed.
     #[error(transparent)]
     Tokenizer(#[from] k3_tokenizer::TokenizerError),
+    /// The packed trunk (`--trunk DIR`) is missing, damaged or of another checkpoint.
+    #[error(transparent)]
+    Pack(#[from] k3_format::PackError),
     /// The memory plan cannot be made, or does not fit this machine.
     #[error(transparent)]
     Plan(#[from] k3_plan::PlanError),
@@ -53,7 +56,7 @@ impl EngineError {
             EngineError::Format(k3_format::FormatError::Io { .. }) => EXIT_RUNTIME,
             EngineError::Format(_) | EngineError::Config(_) | EngineError::Bind(_) => EXIT_USAGE,
             EngineError::ModelDir { .. } | EngineError::Invalid(_) | EngineError::Plan(_) => EXIT_USAGE,
-            EngineError::Tokenizer(_) => EXIT_USAGE,
+            EngineError::Tokenizer(_) | EngineError::Pack(_) => EXIT_USAGE,
             EngineError::Store(_) | EngineError::Io { .. } => EXIT_RUNTIME,
             EngineError::Model(e) => match e {
                 ModelError::Expert { .. } => EXIT_EXPERT,

@@ -56,6 +56,9 @@ pub struct EngineOptions {
     pub io_threads: usize,
     /// Replace the shard readers (fault-injection tests); `None` opens the shard files.
     pub readers: Option<streaming::Files>,
+    /// Packed trunk directory (`trunk.bin` + `trunk.json` from `k3 pack`): trunk layers are
+    /// read from it instead of the shards (streaming only).
+    pub trunk_dir: Option<PathBuf>,
     /// Tokenizer directory (`tiktoken.model` + `tokenizer_config.json`, or `tokenizer.json`);
     /// `None` uses the model directory's when present.
     pub tokenizer_dir: Option<PathBuf>,
@@ -71,6 +74,7 @@ impl Default for EngineOptions {
             io_threads: 4,
             readers: None,
             tokenizer_dir: None,
+            trunk_dir: None,
         }
     }
 }
@@ -134,16 +138,31 @@ impl Engine {
             .build()
             .map_err(|e| EngineError::Invalid(format!("cannot start {threads} compute threads: {e}")))?;
         let (stores, plan) = match options.budget {
+            None if options.trunk_dir.is_some() => {
+                return Err(EngineError::Invalid(
+                    "--trunk streams the trunk from a pack: give a budget flag too (--preset, --mem-gb or --trunk-gb/--cache-gb)".into(),
+                ))
+            }
             None => (Stores::Resident(ResidentStore::open(dir, &config)?), None),
             Some(budget) => {
                 let ckpt = Checkpoint::open(dir)?;
                 let binding = bind_model(&ckpt, &config)?;
                 let plan = planning::plan_checked(&config, &binding, budget, options.ctx)?;
-                let files = match options.readers {
+                let mut files = match options.readers {
                     Some(r) => r,
                     None => streaming::open_files(&ckpt, options.direct_io)?,
                 };
-                let store = StreamingStore::new(binding, files, &plan, options.io_threads.max(1))?;
+                let pack = match &options.trunk_dir {
+                    Some(d) => {
+                        let pack = k3_format::TrunkPack::open(d)?;
+                        pack.check_against(&binding, &config)?;
+                        pack.check_source(&ckpt)?;
+                        files.push(streaming::open_file(&pack.path(), options.direct_io && pack.direct_io_ok())?);
+                        Some(pack)
+                    }
+                    None => None,
+                };
+                let store = StreamingStore::new(binding, files, &plan, options.io_threads.max(1), pack.as_ref())?;
                 (Stores::Streaming(store), Some(plan))
             }
         };

@@ -38,14 +38,14 @@ pub type Files = Vec<Arc<dyn ReadAt>>;
 
 /// Opens every shard of `ck` for positional reads (O_DIRECT when `direct` and supported).
 pub fn open_files(ck: &Checkpoint, direct: bool) -> Result<Files, EngineError> {
-    ck.shards()
-        .iter()
-        .map(|s| {
-            ShardFile::open(s.path(), direct)
-                .map(|f| Arc::new(f) as Arc<dyn ReadAt>)
-                .map_err(|e| EngineError::Io { path: s.path().to_path_buf(), source: e })
-        })
-        .collect()
+    ck.shards().iter().map(|s| open_file(s.path(), direct)).collect()
+}
+
+/// Opens one file for positional reads.
+pub fn open_file(path: &std::path::Path, direct: bool) -> Result<Arc<dyn ReadAt>, EngineError> {
+    ShardFile::open(path, direct)
+        .map(|f| Arc::new(f) as Arc<dyn ReadAt>)
+        .map_err(|e| EngineError::Io { path: path.to_path_buf(), source: e })
 }
 
 /// The model-level tensors, read once into aligned memory.
@@ -73,30 +73,45 @@ fn read_aligned(files: &Files, t: &TensorRef) -> Result<(AlignedBuf, usize), Eng
 pub struct StreamingStore {
     binding: ModelBinding,
     files: Files,
-    runs: Vec<RunLoc>,
+    /// Absolute shard offset of each layer's run: tensors sit at `offset − run_start` in it.
+    run_starts: Vec<u64>,
     trunk: TrunkStore,
     experts: ExpertStore,
     head: Head,
 }
 
 impl StreamingStore {
-    /// Builds the stores for `plan` over `files` (one per shard of the binding's checkpoint).
-    pub fn new(binding: ModelBinding, files: Files, plan: &MemoryPlan, io_threads: usize) -> Result<Self, EngineError> {
-        let runs = binding
-            .layers
-            .iter()
-            .map(|lt| {
-                lt.trunk_run()
-                    .map(|r| RunLoc { file: r.shard, offset: r.start, len: r.len() })
-                    .map_err(|why| EngineError::Invalid(format!("layer {}: trunk is not one contiguous run: {why}", lt.layer)))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+    /// Builds the stores for `plan` over `files` (one per shard of the binding's checkpoint,
+    /// then `trunk.bin` when `pack` is given: trunk runs are read from the pack, verbatim copies
+    /// of the shard runs, so the bytes — and the logits — are the same).
+    pub fn new(
+        binding: ModelBinding,
+        files: Files,
+        plan: &MemoryPlan,
+        io_threads: usize,
+        pack: Option<&k3_format::TrunkPack>,
+    ) -> Result<Self, EngineError> {
+        let mut runs = Vec::with_capacity(binding.layers.len());
+        let mut run_starts = Vec::with_capacity(binding.layers.len());
+        for lt in &binding.layers {
+            let r = lt
+                .trunk_run()
+                .map_err(|why| EngineError::Invalid(format!("layer {}: trunk is not one contiguous run: {why}", lt.layer)))?;
+            run_starts.push(r.start);
+            runs.push(match pack {
+                Some(p) => {
+                    let (file_off, len) = p.layer(lt.layer);
+                    RunLoc { file: files.len() - 1, offset: file_off, len }
+                }
+                None => RunLoc { file: r.shard, offset: r.start, len: r.len() },
+            });
+        }
         let mut pinned = vec![false; runs.len()];
         for &l in &plan.trunk.pinned {
             pinned[l] = true;
         }
         let ring = if plan.trunk.pinned.len() == runs.len() { 0 } else { plan.trunk.ring_slots.max(1) };
-        let trunk = TrunkStore::new(files.clone(), runs.clone(), &pinned, ring)?;
+        let trunk = TrunkStore::new(files.clone(), runs, &pinned, ring)?;
         let locator = binding.experts.clone();
         let locate = Box::new(move |layer: usize, e: u32| {
             locator
@@ -127,7 +142,7 @@ impl StreamingStore {
         let embed = embed_mode(&g.embed_tokens)?;
         let lm_head_len = g.lm_head.nbytes as usize;
         let head = Head { vecs, lm_head, lm_head_bytes, lm_head_skew, lm_head_len, embed };
-        Ok(StreamingStore { binding, files, runs, trunk, experts, head })
+        Ok(StreamingStore { binding, files, run_starts, trunk, experts, head })
     }
 
     /// Trunk and expert I/O counters.
@@ -190,7 +205,7 @@ impl WeightProvider for StreamingStore {
     fn with_layer(&self, l: usize, f: &mut dyn FnMut(&LayerWeights<'_>)) -> Result<(), SourceError> {
         let lt = self.binding.layers.get(l).ok_or_else(|| format!("layer {l} does not exist"))?;
         let guard = self.trunk.layer(l)?;
-        let base = self.runs[l].offset;
+        let base = self.run_starts[l];
         let bytes: &[u8] = &guard;
         let slice = |t: &TensorRef| -> &[u8] {
             let s = (t.offset - base) as usize;

@@ -140,3 +140,57 @@ fn slow_disk_gives_the_same_tokens() {
     let engine = Engine::open(&d, EngineOptions { readers: Some(readers), ..opts(Some(smallest), 2, false) }).unwrap();
     assert_eq!(trace(&engine), reference);
 }
+
+fn same_logits_from_a_packed_trunk(name: &str) {
+    use k3_format::pack::PackOptions;
+    let d = dir(name);
+    let cfg = K3Config::load(d.join("config.json")).unwrap();
+    let ck = Checkpoint::open(&d).unwrap();
+    let binding = bind_model(&ck, &cfg).unwrap();
+    let out = std::env::temp_dir().join(format!("k3-pack-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    k3_format::write_trunk_pack(&ck, &binding, &cfg, &out, &PackOptions::default(), &mut |_, _| {}).unwrap();
+    let reference = trace(&Engine::open(&d, opts(None, 2, true)).unwrap());
+    let (smallest, everything) = budget_extremes(&d).unwrap();
+    for budget in [smallest, everything] {
+        let o = EngineOptions { trunk_dir: Some(out.clone()), ..opts(Some(budget), 2, true) };
+        let engine = Engine::open(&d, o).unwrap();
+        assert!(trace(&engine) == reference, "{name}: packed trunk at {budget:?}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn tiny_k3_same_logits_from_a_packed_trunk() {
+    same_logits_from_a_packed_trunk("tiny-k3");
+}
+
+#[test]
+fn tiny_k3_wide_same_logits_from_a_packed_trunk() {
+    same_logits_from_a_packed_trunk("tiny-k3-wide");
+}
+
+#[test]
+fn missing_or_foreign_pack_is_refused() {
+    let d = dir("tiny-k3");
+    let (smallest, _) = budget_extremes(&d).unwrap();
+    let o = EngineOptions { trunk_dir: Some("/nonexistent/k3-pack".into()), ..opts(Some(smallest), 1, true) };
+    let err = Engine::open(&d, o).err().expect("refused");
+    assert_eq!(err.exit_code(), 2, "{err}");
+    assert!(err.to_string().contains("/nonexistent/k3-pack"), "{err}");
+    // A pack of the other tiny model is refused by name.
+    use k3_format::pack::PackOptions;
+    let w = dir("tiny-k3-wide");
+    let cfg = K3Config::load(w.join("config.json")).unwrap();
+    let ck = Checkpoint::open(&w).unwrap();
+    let out = std::env::temp_dir().join(format!("k3-foreign-pack-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    k3_format::write_trunk_pack(&ck, &bind_model(&ck, &cfg).unwrap(), &cfg, &out, &PackOptions::default(), &mut |_, _| {})
+        .unwrap();
+    let o = EngineOptions { trunk_dir: Some(out.clone()), ..opts(Some(smallest), 1, true) };
+    let err = Engine::open(&d, o).err().expect("foreign pack refused");
+    let _ = std::fs::remove_dir_all(&out);
+    assert_eq!(err.exit_code(), 2, "{err}");
+}

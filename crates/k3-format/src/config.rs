@@ -191,7 +191,7 @@ impl K3Config {
     }
     /// Layer `l` opens a new attention-residual block (spec §4.2).
     pub fn is_block_boundary(&self, l: usize) -> bool {
-        l % self.attn_res_block_size == 0
+        l.is_multiple_of(self.attn_res_block_size)
     }
     /// KDA projection width P = heads · head_dim.
     pub fn kda_proj(&self) -> usize {

@@ -5,6 +5,7 @@
 //!   zero-copy [`TensorView`]s).
 //! - [`K3Config::load`] reads `config.json` in either accepted shape (spec §1).
 //! - [`bind_model`] binds every tensor by its released name and locates the routed experts.
+//! - [`write_trunk_pack`] and [`TrunkPack`] write, open and check the packed trunk (spec §7).
 
 #![warn(missing_docs)]
 
@@ -22,6 +23,7 @@ pub mod index;
 pub mod pack;
 pub mod safetensors;
 mod shard_list;
+pub mod synth;
 pub mod view;
 pub mod writer;
 

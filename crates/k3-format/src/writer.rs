@@ -63,7 +63,7 @@ pub fn encode_header(tensors: &[TensorSpec]) -> Result<(Vec<u8>, u64), FormatErr
         off += n;
     }
     json.push('}');
-    while (8 + json.len()) % 8 != 0 {
+    while !(8 + json.len()).is_multiple_of(8) {
         json.push(' ');
     }
     let mut out = (json.len() as u64).to_le_bytes().to_vec();

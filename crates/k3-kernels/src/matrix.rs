@@ -47,7 +47,7 @@ impl<'a> Matrix<'a> {
     }
     /// An MXFP4 matrix; `None` unless `cols % 32 == 0` and both lengths match the shape.
     pub fn mxfp4(rows: usize, cols: usize, packed: &'a [u8], scales: &'a [u8]) -> Option<Self> {
-        let ok = cols % GROUP == 0
+        let ok = cols.is_multiple_of(GROUP)
             && packed.len() == rows.checked_mul(cols / 2)?
             && scales.len() == rows.checked_mul(cols / GROUP)?;
         ok.then_some(Matrix {

@@ -180,6 +180,6 @@ impl Dims {
     }
     /// Layer `l` opens a residual block (snapshot + clear).
     pub fn is_boundary(&self, l: usize) -> bool {
-        l % self.block == 0
+        l.is_multiple_of(self.block)
     }
 }

@@ -93,7 +93,7 @@ impl TraceSummary {
 impl Trace {
     /// Parses the 8-byte-record layout.
     pub fn parse(bytes: &[u8], space: KeySpace, top_k: usize) -> Result<Self, SimError> {
-        if bytes.len() % RECORD_BYTES != 0 {
+        if !bytes.len().is_multiple_of(RECORD_BYTES) {
             return Err(SimError::Length(bytes.len()));
         }
         let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);

@@ -134,7 +134,7 @@ fn aligned_buf_is_aligned() {
 #[test]
 fn clamp_constant_is_below_2gib_and_aligned() {
     const { assert!(MAX_PREAD < 1 << 31) };
-    const { assert!(MAX_PREAD % ALIGN == 0) };
+    const { assert!(MAX_PREAD.is_multiple_of(ALIGN)) };
 }
 
 #[test]

@@ -194,7 +194,7 @@ fn check_pair(p: &Found, s: &Found, want: Option<[usize; 2]>) -> Result<(), Bind
 }
 
 fn fmt_ratio(a: usize, b: usize) -> String {
-    if a % b == 0 {
+    if a.is_multiple_of(b) {
         (a / b).to_string()
     } else {
         format!("{:.3}", a as f64 / b as f64)

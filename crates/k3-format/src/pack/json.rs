@@ -70,29 +70,49 @@ pub struct SourceShard {
 }
 
 /// The config values that determine the trunk's tensor set and shapes: two checkpoints with
-/// different fingerprints cannot share a pack.
+/// different fingerprints cannot share a pack. Each field is the [`K3Config`] field of the same
+/// name.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[allow(missing_docs)] // Each field is the K3Config field of the same name.
 pub struct ConfigFingerprint {
+    /// Hidden width E.
     pub hidden_size: usize,
+    /// Decoder layers.
     pub num_hidden_layers: usize,
+    /// Embedding rows V.
     pub vocab_size: usize,
+    /// KDA heads.
     pub kda_num_heads: usize,
+    /// KDA head width.
     pub kda_head_dim: usize,
+    /// KDA short-convolution taps.
     pub short_conv_kernel_size: usize,
+    /// MLA heads.
     pub num_attention_heads: usize,
+    /// MLA query low rank.
     pub q_lora_rank: usize,
+    /// MLA key/value latent width.
     pub kv_lora_rank: usize,
+    /// MLA non-positional query/key head width.
     pub qk_nope_head_dim: usize,
+    /// MLA rope-slot width.
     pub qk_rope_head_dim: usize,
+    /// MLA value head width.
     pub v_head_dim: usize,
+    /// MLA output gate present.
     pub mla_use_output_gate: bool,
+    /// Routed experts per MoE layer.
     pub num_experts: usize,
+    /// Shared experts (stored fused).
     pub num_shared_experts: usize,
+    /// LatentMoE latent width.
     pub routed_expert_hidden_size: usize,
+    /// Routed expert intermediate width.
     pub moe_intermediate_size: usize,
+    /// Layers below this use a dense MLP.
     pub first_k_dense_replace: usize,
+    /// Dense MLP intermediate width.
     pub intermediate_size: usize,
+    /// One-based indices of the MLA layers.
     pub full_attn_layers: Vec<usize>,
 }
 

@@ -78,10 +78,14 @@ fn check_header(doc: &PackDoc) -> Result<(), String> {
     }
     let want = doc.source.config.num_hidden_layers;
     if doc.layers.len() != want {
+        let n = doc.layers.len();
+        let why = if n < want {
+            format!("layers {n}..{want} are missing")
+        } else {
+            format!("{} entries too many", n - want)
+        };
         return Err(format!(
-            "lists {} layers but the source config has {want}: layers {}..{want} are missing",
-            doc.layers.len(),
-            doc.layers.len().min(want)
+            "lists {n} layers but the source config has {want}: {why}"
         ));
     }
     Ok(())
@@ -95,7 +99,7 @@ fn parse_layer(i: usize, l: LayerDoc, align: u64) -> Result<PackedLayer, String>
             l.layer
         ));
     }
-    if l.file_off % align != 0 {
+    if !l.file_off.is_multiple_of(align) {
         return Err(format!(
             "layer {i}: file_off {} is not a multiple of align {align} ({} bytes past)",
             l.file_off,

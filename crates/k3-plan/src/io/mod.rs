@@ -88,7 +88,7 @@ pub trait ReadAt: Send + Sync {
 /// Validates a [`ReadAt::read_into_aligned`] destination; returns the payload offset.
 fn check_aligned_dst(dst: &[u8], offset: u64, len: usize) -> io::Result<usize> {
     let span = aligned_span(offset, len as u64);
-    if (dst.as_ptr() as usize) % ALIGN != 0 || (dst.len() as u64) < span {
+    if !(dst.as_ptr() as usize).is_multiple_of(ALIGN) || (dst.len() as u64) < span {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(

@@ -1,0 +1,68 @@
+//! `k3 pack`: copy each layer's trunk run into `trunk.bin` + `trunk.json` (4096-aligned runs,
+//! per-layer xxh3 checksums, atomic output) for users who want the trunk on a faster disk.
+
+use crate::CliError;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use k3_format::pack::PackOptions;
+use k3_format::{bind_model, write_trunk_pack, Checkpoint, K3Config, TrunkPack};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct PackArgs {
+    /// Model directory (config.json + *.safetensors).
+    pub model_dir: PathBuf,
+    /// Output directory for trunk.bin + trunk.json.
+    pub out_dir: PathBuf,
+    /// Replace an existing pack in OUT_DIR.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Re-read the written pack and check every layer's checksum.
+    #[arg(long)]
+    pub verify: bool,
+}
+
+fn bar(total: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+pub fn pack(args: PackArgs) -> Result<(), CliError> {
+    let cfg = K3Config::load(args.model_dir.join("config.json")).map_err(|e| CliError::usage(e.to_string()))?;
+    let ck = Checkpoint::open(&args.model_dir).map_err(|e| CliError::usage(e.to_string()))?;
+    let binding = bind_model(&ck, &cfg).map_err(|e| CliError::usage(e.to_string()))?;
+    std::fs::create_dir_all(&args.out_dir).map_err(|e| CliError::runtime(format!("{}: {e}", args.out_dir.display())))?;
+    let t0 = Instant::now();
+    let pb = bar(0, "packing");
+    let opts = PackOptions { overwrite: args.overwrite, ..PackOptions::default() };
+    let packed = write_trunk_pack(&ck, &binding, &cfg, &args.out_dir, &opts, &mut |done, total| {
+        pb.set_length(total);
+        pb.set_position(done);
+    });
+    pb.finish_and_clear();
+    let packed: TrunkPack = packed.map_err(|e| CliError::usage(e.to_string()))?;
+    let secs = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "packed {} layers, {:.3} GB, into {} in {:.2} s ({:.1} MB/s)",
+        packed.num_layers(),
+        packed.total_bytes() as f64 / 1e9,
+        packed.path().display(),
+        secs,
+        packed.total_bytes() as f64 / 1e6 / secs.max(1e-9)
+    );
+    if args.verify {
+        let pb = bar(packed.total_bytes(), "verifying");
+        let checked = packed.verify_checksums(&mut |done, _| pb.set_position(done));
+        pb.finish_and_clear();
+        checked.map_err(|e| CliError::runtime(e.to_string()))?;
+        eprintln!("verified {} layer checksums", packed.num_layers());
+    }
+    Ok(())
+}

@@ -1,0 +1,702 @@
+//! Synthetic checkpoints in the released layout (spec §1–§3), for benchmarks and memory tests.
+//!
+//! [`write_checkpoint`] writes a nested `config.json` (`text_config` + `linear_attn_config`),
+//! shards `model-0000N-of-0000M.safetensors` and `model.safetensors.index.json`, with:
+//! - each layer's trunk tensors as one contiguous run in one shard (spec §7);
+//! - each routed expert's six tensors contiguous in the order w1p, w1s, w2p, w2s, w3p, w3s
+//!   (spec §2.3), possibly in another shard than its layer's trunk;
+//! - the released dtypes: BF16 matrices and norm gains, F32 small vectors, U8 MXFP4 experts.
+//!
+//! Weights are random but well-conditioned and deterministic: every tensor draws from its own
+//! SplitMix64 stream seeded by `(seed, tensor name)`, so the bytes do not depend on the shard
+//! layout. Matrices are uniform with standard deviation `gain / sqrt(fan_in)`; norm gains are
+//! `1 ± jitter`; MXFP4 experts are uniform random nibbles with one E8M0 scale per tensor chosen
+//! so the dequantised weights have the same `1 / sqrt(fan_in)` spread. Tensors are streamed
+//! to disk in chunks through one reused buffer; nothing model-sized is ever allocated.
+
+use crate::bind::model_tensors;
+use crate::config::{ConfigShape, K3Config};
+use crate::dtype::Dtype;
+use crate::error::FormatError;
+use crate::writer::{encode_header, write_index, TensorSpec};
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+/// Bytes generated and written per step (a multiple of 16).
+const CHUNK: usize = 8 << 20;
+
+/// Root-mean-square of a uniformly random E2M1 code: `sqrt(Σ v² / 16)` over the table of
+/// spec §3 (`sqrt(137 / 16)`).
+const E2M1_RMS: f64 = 2.926_174_978_05;
+
+/// How large the random weights are.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WeightScale {
+    /// Multiplier on the `1 / sqrt(fan_in)` standard deviation of every matrix and expert.
+    pub matrix_gain: f32,
+    /// Standard deviation of the embedding rows.
+    pub embed_std: f32,
+    /// Half-width of the uniform jitter of norm gains around 1.
+    pub norm_jitter: f32,
+}
+
+impl Default for WeightScale {
+    fn default() -> Self {
+        WeightScale {
+            matrix_gain: 1.0,
+            embed_std: 1.0,
+            norm_jitter: 0.1,
+        }
+    }
+}
+
+/// What to generate: the model config (its `vocab_size` sets the embedding and head rows),
+/// the seed, the shard size target and the weight scales.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SynthSpec {
+    /// Model hyper-parameters; written as the nested `config.json`.
+    pub config: K3Config,
+    /// Seed of every tensor's random stream.
+    pub seed: u64,
+    /// Target shard file size in bytes; a shard is closed before an item (a global tensor, a
+    /// layer's trunk run or one expert) would overflow it, so a single larger item gets a
+    /// shard of its own.
+    pub shard_bytes: u64,
+    /// Weight magnitudes.
+    pub weights: WeightScale,
+}
+
+impl SynthSpec {
+    /// A spec with seed 0, 2 GB shards and the default weight scales.
+    pub fn new(config: K3Config) -> SynthSpec {
+        SynthSpec {
+            config,
+            seed: 0,
+            shard_bytes: 2_000_000_000,
+            weights: WeightScale::default(),
+        }
+    }
+
+    /// Embedding / head rows (`config.vocab_size`).
+    pub fn vocab(&self) -> usize {
+        self.config.vocab_size
+    }
+}
+
+/// The scaled-down layer map: one-based MLA layers are the multiples of 4 plus the last two
+/// layers (the released pattern 4, 8, …, 92, 93 for 93 layers); one layer only for `n ≤ 2`.
+pub fn layer_map(n_layers: usize) -> Vec<usize> {
+    if n_layers <= 2 {
+        return vec![n_layers];
+    }
+    let mut v: Vec<usize> = (1..n_layers - 1)
+        .map(|i| 4 * i)
+        .take_while(|&l| l < n_layers - 1)
+        .collect();
+    v.extend([n_layers - 1, n_layers]);
+    v
+}
+
+/// The released per-layer dimensions (spec §1.3: hidden 7168, KDA 96×128, MLA 96 heads,
+/// latent 3584, expert inter 3072, dense inter 33792, top-16) with `layers` layers
+/// ([`layer_map`]), `experts` routed experts per layer (top-k capped at it) and `vocab` rows.
+pub fn real_dims_config(layers: usize, experts: usize, vocab: usize) -> K3Config {
+    let mut c = K3Config::released();
+    c.num_hidden_layers = layers;
+    c.num_experts = experts;
+    c.num_experts_per_token = c.num_experts_per_token.min(experts);
+    c.vocab_size = vocab;
+    c.full_attn_layers = layer_map(layers);
+    c
+}
+
+/// The "mid" benchmark shape: the released structure at smaller widths (hidden 1024,
+/// KDA 8×64, MLA 8 heads with q_lora 256 / kv_lora 128 / nope 64 / rope 32 / v 64, latent 512,
+/// expert inter 512, dense inter 2048, top-4, block size 3).
+pub fn mid_config(layers: usize, experts: usize, vocab: usize) -> K3Config {
+    let mut c = real_dims_config(layers, experts, vocab);
+    c.hidden_size = 1024;
+    c.kda_num_heads = 8;
+    c.kda_head_dim = 64;
+    c.num_attention_heads = 8;
+    c.q_lora_rank = 256;
+    c.kv_lora_rank = 128;
+    c.qk_nope_head_dim = 64;
+    c.qk_rope_head_dim = 32;
+    c.v_head_dim = 64;
+    c.routed_expert_hidden_size = 512;
+    c.moe_intermediate_size = 512;
+    c.intermediate_size = 2048;
+    c.num_experts_per_token = 4.min(experts);
+    c.attn_res_block_size = 3;
+    c
+}
+
+/// Shards and their tensors in file order, before anything is written.
+#[derive(Clone, Debug)]
+pub struct SynthPlan {
+    /// Tensors of each shard, in data order.
+    pub shards: Vec<Vec<TensorSpec>>,
+    /// Bytes of every shard file together (headers included).
+    pub total_bytes: u64,
+    /// Bytes of the model-level tensors (embedding, head, final norms).
+    pub global_bytes: u64,
+    /// Bytes of every layer's trunk run.
+    pub trunk_bytes: u64,
+    /// Bytes of every routed expert.
+    pub expert_bytes: u64,
+}
+
+/// Progress reported after every tensor written.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Bytes written so far (all shards, headers included).
+    pub bytes_written: u64,
+    /// Bytes the checkpoint will have.
+    pub total_bytes: u64,
+    /// Shard being written (zero-based).
+    pub shard: usize,
+    /// Number of shards.
+    pub n_shards: usize,
+}
+
+/// What [`write_checkpoint`] wrote.
+#[derive(Clone, Debug)]
+pub struct SynthSummary {
+    /// Shard files written.
+    pub n_shards: usize,
+    /// Tensors written.
+    pub n_tensors: usize,
+    /// Bytes of all shard files (headers included).
+    pub total_bytes: u64,
+    /// Model-level tensor bytes.
+    pub global_bytes: u64,
+    /// Trunk bytes (all layers).
+    pub trunk_bytes: u64,
+    /// Routed expert bytes (all layers).
+    pub expert_bytes: u64,
+    /// Wall-clock seconds spent writing.
+    pub seconds: f64,
+}
+
+fn too_large() -> FormatError {
+    FormatError::TooLarge {
+        what: "synthetic tensor byte size",
+        value: u64::MAX,
+        limit: u64::MAX,
+    }
+}
+
+fn bytes_of(items: &[TensorSpec]) -> Result<u64, FormatError> {
+    items.iter().try_fold(0u64, |acc, t| {
+        t.nbytes()
+            .and_then(|n| acc.checked_add(n))
+            .ok_or_else(too_large)
+    })
+}
+
+/// Expert index of a routed-expert tensor name (`…experts.{e}.w1…`).
+fn expert_index(name: &str) -> Option<usize> {
+    let rest = name.split(".experts.").nth(1)?;
+    rest.split('.').next()?.parse().ok()
+}
+
+/// Lays the tensors of `spec` out in shards (see [`SynthPlan`]); writes nothing.
+pub fn plan(spec: &SynthSpec) -> Result<SynthPlan, FormatError> {
+    let groups = model_tensors(&spec.config);
+    // Atomic items, in file order: each global tensor, then per layer the trunk run followed
+    // by its experts in numeric order (each the six tensors w1p..w3s, already name-sorted).
+    let mut items: Vec<(u8, Vec<TensorSpec>)> = Vec::new();
+    let mut groups = groups.into_iter();
+    for t in groups.next().unwrap_or_default() {
+        items.push((0, vec![t]));
+    }
+    for group in groups {
+        let (experts, trunk): (Vec<_>, Vec<_>) = group
+            .into_iter()
+            .partition(|t| t.name.contains(".experts."));
+        items.push((1, trunk));
+        let mut per_expert: Vec<Vec<TensorSpec>> = Vec::new();
+        for t in experts {
+            match per_expert.last_mut() {
+                Some(last) if last.len() < 6 => last.push(t),
+                _ => per_expert.push(vec![t]),
+            }
+        }
+        per_expert.sort_by_key(|e| e.first().and_then(|t| expert_index(&t.name)));
+        items.extend(per_expert.into_iter().map(|e| (2, e)));
+    }
+    let mut shards: Vec<Vec<TensorSpec>> = Vec::new();
+    let mut open: Vec<TensorSpec> = Vec::new();
+    let (mut open_bytes, mut sums) = (0u64, [0u64; 3]);
+    for (kind, item) in items {
+        let n = bytes_of(&item)?;
+        sums[kind as usize] += n;
+        if !open.is_empty() && open_bytes + n > spec.shard_bytes {
+            shards.push(std::mem::take(&mut open));
+            open_bytes = 0;
+        }
+        open_bytes += n;
+        open.extend(item);
+    }
+    if !open.is_empty() {
+        shards.push(open);
+    }
+    let mut total_bytes = 0u64;
+    for s in &shards {
+        let (head, data) = encode_header(s)?;
+        total_bytes += head.len() as u64 + data;
+    }
+    Ok(SynthPlan {
+        shards,
+        total_bytes,
+        global_bytes: sums[0],
+        trunk_bytes: sums[1],
+        expert_bytes: sums[2],
+    })
+}
+
+/// Shard file name `model-0000N-of-0000M.safetensors` (N one-based).
+pub fn shard_name(i: usize, n: usize) -> String {
+    format!("model-{:05}-of-{:05}.safetensors", i + 1, n)
+}
+
+/// The nested (released-shape) `config.json` text for `cfg`.
+pub fn config_json(cfg: &K3Config) -> String {
+    let n = cfg.num_hidden_layers;
+    let kda: Vec<usize> = (1..=n)
+        .filter(|l| !cfg.full_attn_layers.contains(l))
+        .collect();
+    let lin = serde_json::json!({
+        "num_heads": cfg.kda_num_heads,
+        "head_dim": cfg.kda_head_dim,
+        "short_conv_kernel_size": cfg.short_conv_kernel_size,
+        "gate_lower_bound": cfg.gate_lower_bound,
+        "full_attn_layers": cfg.full_attn_layers,
+        "kda_layers": kda
+    });
+    let moe = serde_json::json!({
+        "num_experts": cfg.num_experts,
+        "num_experts_per_token": cfg.num_experts_per_token,
+        "num_shared_experts": cfg.num_shared_experts,
+        "routed_expert_hidden_size": cfg.routed_expert_hidden_size,
+        "moe_intermediate_size": cfg.moe_intermediate_size,
+        "routed_scaling_factor": cfg.routed_scaling_factor,
+        "moe_renormalize": cfg.moe_renormalize,
+        "latent_moe_use_norm": cfg.latent_moe_use_norm,
+        "first_k_dense_replace": cfg.first_k_dense_replace,
+        "intermediate_size": cfg.intermediate_size,
+        "moe_router_activation_func": "sigmoid",
+        "num_expert_group": 1,
+        "topk_group": 1,
+        "topk_method": "noaux_tc",
+        "moe_layer_freq": 1
+    });
+    let mut text = serde_json::json!({
+        "model_type": "kimi_linear",
+        "architectures": ["KimiLinearForCausalLM"],
+        "hidden_size": cfg.hidden_size,
+        "num_hidden_layers": n,
+        "vocab_size": cfg.vocab_size,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_attention_heads,
+        "q_lora_rank": cfg.q_lora_rank,
+        "kv_lora_rank": cfg.kv_lora_rank,
+        "qk_nope_head_dim": cfg.qk_nope_head_dim,
+        "qk_rope_head_dim": cfg.qk_rope_head_dim,
+        "v_head_dim": cfg.v_head_dim,
+        "mla_use_output_gate": cfg.mla_use_output_gate,
+        "mla_use_nope": true,
+        "attn_res_block_size": cfg.attn_res_block_size,
+        "activation_situ_beta": cfg.activation_situ_beta,
+        "activation_situ_linear_beta": cfg.activation_situ_linear_beta,
+        "hidden_act": "situ",
+        "use_full_rank_gate": true,
+        "tie_word_embeddings": false,
+        "torch_dtype": "bfloat16"
+    });
+    if let (Some(t), Some(m)) = (text.as_object_mut(), moe.as_object()) {
+        t.extend(m.clone());
+        t.insert("linear_attn_config".into(), lin);
+    }
+    let v = serde_json::json!({
+        "architectures": ["KimiK3ForConditionalGeneration"],
+        "model_type": "kimi_k3",
+        "vocab_size": cfg.vocab_size,
+        "tie_word_embeddings": false,
+        "torch_dtype": "bfloat16",
+        "quantization_config": {
+            "quant_method": "mxfp4",
+            "format": "mxfp4-pack-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"],
+                "weights": {"group_size": 32, "num_bits": 4, "type": "float"}}},
+            "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*"]
+        },
+        "text_config": text,
+        "vision_config": {"model_type": "kimi_k3_vision", "note": "synthetic: no vision tower"}
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+}
+
+/// Writes the checkpoint of `spec` into `dir` (created if needed; existing files of the same
+/// names are replaced) and calls `progress` after every tensor.
+pub fn write_checkpoint(
+    dir: &Path,
+    spec: &SynthSpec,
+    mut progress: impl FnMut(&Progress),
+) -> Result<SynthSummary, FormatError> {
+    let t0 = Instant::now();
+    std::fs::create_dir_all(dir).map_err(|e| FormatError::io(dir, e))?;
+    let cfg_path = dir.join("config.json");
+    let text = config_json(&spec.config);
+    // The written document must read back as the same model, or the checkpoint is useless.
+    let back = K3Config::from_json_str(&text, "synthetic config.json").map_err(|e| {
+        FormatError::io(
+            &cfg_path,
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+        )
+    })?;
+    let mut want = spec.config.clone();
+    want.shape = ConfigShape::Nested;
+    if back != want {
+        let msg = "the config does not survive a config.json round trip (check full_attn_layers)";
+        return Err(FormatError::io(
+            &cfg_path,
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, msg),
+        ));
+    }
+    std::fs::write(&cfg_path, text).map_err(|e| FormatError::io(&cfg_path, e))?;
+
+    let plan = plan(spec)?;
+    let n = plan.shards.len();
+    let mut buf = vec![0u8; CHUNK];
+    let mut done = Progress {
+        bytes_written: 0,
+        total_bytes: plan.total_bytes,
+        shard: 0,
+        n_shards: n,
+    };
+    let mut index: Vec<(String, String)> = Vec::new();
+    for (i, tensors) in plan.shards.iter().enumerate() {
+        let name = shard_name(i, n);
+        let path = dir.join(&name);
+        let io = |e| FormatError::io(&path, e);
+        let (head, _) = encode_header(tensors)?;
+        let mut f = File::create(&path).map_err(io)?;
+        f.write_all(&head).map_err(io)?;
+        done.shard = i;
+        done.bytes_written += head.len() as u64;
+        for t in tensors {
+            let mut fill = Filler::new(t, spec);
+            let mut left = t.nbytes().ok_or_else(too_large)?;
+            while left > 0 {
+                let step = left.min(CHUNK as u64) as usize;
+                fill.fill(&mut buf[..step]);
+                f.write_all(&buf[..step]).map_err(io)?;
+                left -= step as u64;
+            }
+            done.bytes_written += t.nbytes().unwrap_or(0);
+            index.push((t.name.clone(), name.clone()));
+            progress(&done);
+        }
+        f.flush().map_err(io)?;
+    }
+    let idx = dir.join(crate::index::INDEX_FILE);
+    write_index(&idx, index.iter().map(|(t, s)| (t.as_str(), s.as_str())))?;
+    Ok(SynthSummary {
+        n_shards: n,
+        n_tensors: index.len(),
+        total_bytes: plan.total_bytes,
+        global_bytes: plan.global_bytes,
+        trunk_bytes: plan.trunk_bytes,
+        expert_bytes: plan.expert_bytes,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// SplitMix64 (Steele, Lea & Flood 2014): a tiny, fast, well-mixed 64-bit generator.
+#[derive(Clone, Debug)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+    }
+
+    /// The stream of tensor `name` under `seed`.
+    fn for_tensor(seed: u64, name: &str) -> SplitMix {
+        // FNV-1a of the name, mixed with the seed.
+        let h = name.bytes().fold(0xCBF2_9CE4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0100_0000_01B3)
+        });
+        let mut s = SplitMix(seed ^ h.rotate_left(17));
+        s.next();
+        s
+    }
+}
+
+/// How one tensor's bytes are produced.
+enum Kind {
+    /// Uniform random bytes (MXFP4 nibble pairs).
+    Bytes,
+    /// Every byte the same (an E8M0 scale).
+    Const(u8),
+    /// BF16 values drawn from a 256-level table (one random byte per element).
+    Bf16([u16; 256]),
+    /// F32 values `center + half_width · U[-1, 1)`.
+    F32 { center: f32, half_width: f32 },
+    /// F32 `A_log`: `ln(1 + h mod 16)` for the first `heads` values, zero padding after.
+    ALog { heads: usize },
+}
+
+/// Streams one tensor's bytes, chunk by chunk (chunks are multiples of 16 bytes but the last).
+struct Filler {
+    kind: Kind,
+    rng: SplitMix,
+    /// Elements produced so far (for position-dependent kinds).
+    pos: usize,
+}
+
+/// E8M0 byte that makes uniformly random E2M1 codes have standard deviation `std`.
+fn e8m0_for(std: f64) -> u8 {
+    (127.0 + (std / E2M1_RMS).log2()).round().clamp(1.0, 254.0) as u8
+}
+
+impl Filler {
+    fn new(t: &TensorSpec, spec: &SynthSpec) -> Filler {
+        let w = &spec.weights;
+        let fan_in = t.shape.last().copied().unwrap_or(1).max(1);
+        let inv_sqrt = |fan: usize| w.matrix_gain as f64 / (fan as f64).sqrt();
+        let n = t.name.as_str();
+        let kind = match t.dtype {
+            Dtype::U8 if n.ends_with("weight_scale") => {
+                Kind::Const(e8m0_for(inv_sqrt(fan_in * 32)))
+            }
+            Dtype::U8 => Kind::Bytes,
+            Dtype::BF16 if t.shape.len() == 1 => table(1.0, w.norm_jitter),
+            Dtype::BF16 if n.ends_with("embed_tokens.weight") => {
+                table(0.0, w.embed_std * 3f32.sqrt())
+            }
+            Dtype::BF16 => table(0.0, (inv_sqrt(fan_in) * 3f64.sqrt()) as f32),
+            _ if n.ends_with("A_log") => Kind::ALog {
+                heads: spec.config.kda_num_heads,
+            },
+            _ if n.ends_with("o_norm.weight") => Kind::F32 {
+                center: 1.0,
+                half_width: w.norm_jitter,
+            },
+            _ if n.ends_with("conv1d.weight") => Kind::F32 {
+                center: 0.0,
+                half_width: (3.0 / fan_in as f32).sqrt() * w.matrix_gain,
+            },
+            _ if n.ends_with("dt_bias") => Kind::F32 {
+                center: 0.0,
+                half_width: 0.5,
+            },
+            _ => Kind::F32 {
+                center: 0.0,
+                half_width: 0.01,
+            },
+        };
+        Filler {
+            kind,
+            rng: SplitMix::for_tensor(spec.seed, n),
+            pos: 0,
+        }
+    }
+
+    fn fill(&mut self, out: &mut [u8]) {
+        match &self.kind {
+            Kind::Bytes => {
+                for c in out.chunks_mut(8) {
+                    let r = self.rng.next().to_le_bytes();
+                    c.copy_from_slice(&r[..c.len()]);
+                }
+            }
+            Kind::Const(b) => out.fill(*b),
+            Kind::Bf16(tab) => {
+                for c in out.chunks_mut(16) {
+                    let r = self.rng.next().to_le_bytes();
+                    for (pair, &k) in c.chunks_exact_mut(2).zip(&r) {
+                        pair.copy_from_slice(&tab[k as usize].to_le_bytes());
+                    }
+                }
+            }
+            Kind::F32 { center, half_width } => {
+                for c in out.chunks_exact_mut(4) {
+                    let v = center + half_width * self.rng.unit();
+                    c.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            Kind::ALog { heads } => {
+                for (i, c) in out.chunks_exact_mut(4).enumerate() {
+                    let h = self.pos + i;
+                    let v = if h < *heads {
+                        (1.0 + (h % 16) as f32).ln()
+                    } else {
+                        0.0
+                    };
+                    c.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        self.pos += out.len() / 4;
+    }
+}
+
+/// A 256-level BF16 table, uniform over `center ± half_width` (symmetric, mean `center`).
+fn table(center: f32, half_width: f32) -> Kind {
+    let mut tab = [0u16; 256];
+    for (k, v) in tab.iter_mut().enumerate() {
+        let u = (k as f32 + 0.5) / 128.0 - 1.0;
+        *v = half::bf16::from_f32(center + half_width * u).to_bits();
+    }
+    Kind::Bf16(tab)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bind::bind_model;
+    use crate::index::Checkpoint;
+
+    fn tiny() -> K3Config {
+        let mut c = mid_config(5, 8, 256);
+        c.hidden_size = 64;
+        c.kda_num_heads = 4;
+        c.kda_head_dim = 16;
+        c.num_attention_heads = 4;
+        c.q_lora_rank = 32;
+        c.kv_lora_rank = 32;
+        c.qk_nope_head_dim = 16;
+        c.qk_rope_head_dim = 8;
+        c.v_head_dim = 16;
+        c.routed_expert_hidden_size = 64;
+        c.moe_intermediate_size = 32;
+        c.intermediate_size = 96;
+        c.num_experts_per_token = 2;
+        c
+    }
+
+    fn temp(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("k3-synth-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn layer_map_matches_the_released_pattern() {
+        assert_eq!(layer_map(93), K3Config::released().full_attn_layers);
+        assert_eq!(layer_map(5), vec![4, 5]);
+        assert_eq!(layer_map(8), vec![4, 7, 8]);
+        assert_eq!(layer_map(3), vec![2, 3]);
+    }
+
+    #[test]
+    fn real_dims_expert_is_the_released_size() {
+        let spec = SynthSpec::new(real_dims_config(3, 4, 1024));
+        let p = plan(&spec).unwrap();
+        assert_eq!(p.expert_bytes, 2 * 4 * 17_547_264);
+    }
+
+    #[test]
+    fn tiny_checkpoint_binds_with_contiguous_runs() {
+        let dir = temp("bind");
+        let mut spec = SynthSpec::new(tiny());
+        spec.seed = 7;
+        spec.shard_bytes = 60_000; // several shards; experts spill away from their trunk
+        let mut calls = 0usize;
+        let sum = write_checkpoint(&dir, &spec, |_| calls += 1).unwrap();
+        assert!(sum.n_shards >= 3, "{sum:?}");
+        assert_eq!(calls, sum.n_tensors);
+        let cfg = K3Config::load(dir.join("config.json")).unwrap();
+        assert_eq!(cfg.shape, ConfigShape::Nested);
+        assert_eq!(cfg.full_attn_layers, vec![4, 5]);
+        let ck = Checkpoint::open(&dir).unwrap();
+        assert_eq!(ck.len(), sum.n_tensors);
+        let on_disk: u64 = ck.shards().iter().map(|s| s.file_len()).sum();
+        assert_eq!(on_disk, sum.total_bytes);
+        let b = bind_model(&ck, &cfg).unwrap();
+        let mut other_shard = 0;
+        for lt in &b.layers {
+            let run = lt.trunk_run().unwrap();
+            for e in 0..cfg.num_experts {
+                if lt.layer < cfg.first_k_dense_replace {
+                    continue;
+                }
+                let loc = b.expert(lt.layer, e).unwrap();
+                assert!(loc.is_contiguous(), "layer {} expert {e}", lt.layer);
+                other_shard += usize::from(loc.shard != run.shard);
+            }
+        }
+        assert!(
+            other_shard > 0,
+            "some experts should live in another shard than their trunk"
+        );
+        // Values: A_log = ln(1..) on the first heads then zeros; norm gains near 1; the scale
+        // byte is plausible.
+        let a = ck
+            .tensor("language_model.model.layers.0.self_attn.A_log")
+            .unwrap()
+            .to_f32_vec()
+            .unwrap();
+        assert_eq!(a[0], 0.0);
+        assert!((a[1] - 2f32.ln()).abs() < 1e-6);
+        assert!(a[cfg.kda_num_heads..].iter().all(|&v| v == 0.0));
+        let g = ck
+            .tensor("language_model.model.norm.weight")
+            .unwrap()
+            .to_f32_vec()
+            .unwrap();
+        assert!(g.iter().all(|v| (0.85..1.15).contains(v)));
+        let s = ck
+            .tensor("language_model.model.layers.1.block_sparse_moe.experts.3.w1.weight_scale")
+            .unwrap();
+        assert!(s.as_u8().unwrap().iter().all(|&v| (118..=125).contains(&v)));
+        let w = ck
+            .tensor("language_model.model.layers.1.self_attn.q_proj.weight")
+            .unwrap()
+            .to_f32_vec()
+            .unwrap();
+        let rms = (w.iter().map(|v| v * v).sum::<f32>() / w.len() as f32).sqrt();
+        assert!((rms * 8.0 - 1.0).abs() < 0.05, "rms {rms} for fan-in 64");
+        drop(ck);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn same_seed_same_bytes_any_layout() {
+        let (a, b) = (temp("det-a"), temp("det-b"));
+        let mut spec = SynthSpec::new(tiny());
+        write_checkpoint(&a, &spec, |_| {}).unwrap();
+        spec.shard_bytes = 200_000;
+        write_checkpoint(&b, &spec, |_| {}).unwrap();
+        let (ca, cb) = (Checkpoint::open(&a).unwrap(), Checkpoint::open(&b).unwrap());
+        assert_eq!(ca.shards().len(), 1);
+        for v in ca.iter() {
+            assert_eq!(v.bytes, cb.tensor(v.name).unwrap().bytes, "{}", v.name);
+        }
+        spec.seed = 1;
+        let c = temp("det-c");
+        write_checkpoint(&c, &spec, |_| {}).unwrap();
+        let cc = Checkpoint::open(&c).unwrap();
+        let n = "language_model.lm_head.weight";
+        assert_ne!(ca.tensor(n).unwrap().bytes, cc.tensor(n).unwrap().bytes);
+        drop((ca, cb, cc));
+        for d in [a, b, c] {
+            std::fs::remove_dir_all(d).unwrap();
+        }
+    }
+}
