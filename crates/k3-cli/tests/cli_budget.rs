@@ -78,3 +78,22 @@ fn presets_and_plan_print() {
     let o = k3(&["plan", &tiny(), "--preset", "nonsense"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn cache_trace_is_recorded_in_upstream_layout() {
+    let dir = std::env::temp_dir().join(format!("k3-trace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = k3(&["run", &tiny(), "--ids", PROMPT, "-n", "4", "--mem-gb", "0.003", "--dump-cache-trace", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bytes = std::fs::read(dir.join("expert_trace.bin")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!bytes.is_empty() && bytes.len() % 8 == 0, "{} bytes", bytes.len());
+    for rec in bytes.chunks_exact(8) {
+        let layer = u32::from_le_bytes(rec[..4].try_into().unwrap());
+        let expert = u32::from_le_bytes(rec[4..].try_into().unwrap());
+        assert!((1..13).contains(&layer) && expert < 8, "layer {layer} expert {expert}");
+    }
+    // Without a budget there is no expert cache to trace: refused.
+    let o = k3(&["run", &tiny(), "--ids", "1", "--dump-cache-trace", "/tmp/x"]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -239,7 +239,11 @@ impl ModelBinding {
 
 /// Binds every model-level and per-layer tensor and validates every routed expert.
 pub fn bind_model(ck: &Checkpoint, cfg: &K3Config) -> Result<ModelBinding, BindError> {
-    let b = layer::Binder { ck, cfg };
+    let b = layer::Binder {
+        ck,
+        cfg,
+        sink: None,
+    };
     let globals = b.globals()?;
     let layers = (0..cfg.num_hidden_layers)
         .map(|l| b.layer(l))
@@ -250,4 +254,31 @@ pub fn bind_model(ck: &Checkpoint, cfg: &K3Config) -> Result<ModelBinding, BindE
         layers,
         experts,
     })
+}
+
+/// Every problem binding would report, not just the first: each model-level and trunk tensor
+/// checked by the same rules as [`bind_model`], then every routed expert with
+/// [`locate_expert`]. Empty when [`bind_model`] succeeds.
+pub fn bind_problems(ck: &Checkpoint, cfg: &K3Config) -> Vec<BindError> {
+    let sink = std::cell::RefCell::new(Vec::new());
+    let b = layer::Binder {
+        ck,
+        cfg,
+        sink: Some(&sink),
+    };
+    // With a sink the binder records problems and never returns them.
+    let _ = b.globals();
+    for l in 0..cfg.num_hidden_layers {
+        let _ = b.layer(l);
+    }
+    let mut out = sink.into_inner();
+    let dims = ExpertDims::from_config(cfg);
+    for l in cfg.first_k_dense_replace..cfg.num_hidden_layers {
+        for e in 0..cfg.num_experts {
+            if let Err(err) = locate_expert(ck, l, e, Some(dims)) {
+                out.push(err);
+            }
+        }
+    }
+    out
 }

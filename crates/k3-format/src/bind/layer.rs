@@ -68,14 +68,46 @@ impl Rule {
     }
 }
 
+/// The tensor a binder error names (for the placeholder of a collecting binder).
+fn bound_name(e: &BindError) -> String {
+    match e {
+        BindError::Missing { tensor, .. }
+        | BindError::Shape { tensor, .. }
+        | BindError::Dtype { tensor, .. } => tensor.clone(),
+        _ => String::new(),
+    }
+}
+
 /// Applies the rules to one checkpoint and config.
 pub(super) struct Binder<'a> {
     pub ck: &'a Checkpoint,
     pub cfg: &'a K3Config,
+    /// When set, every problem is pushed here and binding goes on with a placeholder, so one
+    /// pass reports all of them (`k3 verify`); when `None` the first problem is returned.
+    pub sink: Option<&'a std::cell::RefCell<Vec<BindError>>>,
 }
 
 impl Binder<'_> {
     fn get(&self, name: String, kind: Kind, rule: Rule) -> Result<TensorRef, BindError> {
+        let r = self.check(name, kind, rule);
+        match (r, self.sink) {
+            (Err(e), Some(sink)) => {
+                let name = bound_name(&e);
+                sink.borrow_mut().push(e);
+                Ok(TensorRef {
+                    name,
+                    shard: 0,
+                    offset: 0,
+                    nbytes: 0,
+                    dtype: Dtype::U8,
+                    shape: Vec::new(),
+                })
+            }
+            (r, _) => r,
+        }
+    }
+
+    fn check(&self, name: String, kind: Kind, rule: Rule) -> Result<TensorRef, BindError> {
         let Some(v) = self.ck.get(&name) else {
             return Err(BindError::Missing {
                 tensor: name,
