@@ -62,7 +62,11 @@ pub fn run(args: &GenBenchArgs) -> ExitCode {
 
 /// The spec the flags describe.
 pub fn spec(args: &GenBenchArgs) -> Result<SynthSpec, String> {
-    let (layers, experts, vocab) = if args.mid { (8, 64, 16_384) } else { (5, 32, 32_768) };
+    let (layers, experts, vocab) = if args.mid {
+        (8, 64, 16_384)
+    } else {
+        (5, 32, 32_768)
+    };
     let (layers, experts, vocab) = (
         args.layers.unwrap_or(layers),
         args.experts.unwrap_or(experts),
@@ -105,7 +109,9 @@ fn generate(args: &GenBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = &spec.config;
     let plan = synth::plan(&spec)?;
     println!("{}", cfg.summary("config.json"));
-    let expert_bytes = plan.expert_bytes / (cfg.num_hidden_layers - cfg.first_k_dense_replace).max(1) as u64 / cfg.num_experts as u64;
+    let expert_bytes = plan.expert_bytes
+        / (cfg.num_hidden_layers - cfg.first_k_dense_replace).max(1) as u64
+        / cfg.num_experts as u64;
     println!(
         "checkpoint: {:.3} GB in {} shards = trunk {:.3} GB + experts {:.3} GB ({} × {} B) + embed/head {:.3} GB",
         gb(plan.total_bytes),

@@ -24,6 +24,7 @@ pub mod pack;
 pub mod safetensors;
 mod shard_list;
 pub mod synth;
+pub mod verify;
 pub mod view;
 pub mod writer;
 

@@ -101,7 +101,7 @@ fn refusals_name_the_flag_and_amount() {
         "{e}"
     );
     let e = plan(&s, &PlanRequest::new(split(16.0, 0.2), 0)).unwrap_err();
-    assert!(e.to_string().contains("11 slots, fewer than top-k + 1 = 17: raise --cache-gb by 0.10 GB (to at least 0.30 GB)"), "{e}");
+    assert!(e.to_string().contains("11 slots, fewer than top-k + 1 = 17: raise --cache-gb by 0.099 GB (to at least 0.30 GB)"), "{e}");
     let e = plan(&s, &PlanRequest::new(Budget::Total(8 * GB), 0)).unwrap_err();
     assert!(e.to_string().contains("raise --mem-gb by"), "{e}");
     assert!(matches!(
@@ -251,4 +251,11 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn expert_cache_is_capped_at_the_expert_pool() {
+    let s = k3();
+    let p = plan(&s, &PlanRequest::new(Budget::Split { trunk: 200 * GB, cache: 100_000 * GB }, 0)).unwrap();
+    assert_eq!(p.expert_slots, s.n_routed_experts, "no slot beyond the pool");
 }

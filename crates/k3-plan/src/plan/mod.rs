@@ -247,7 +247,8 @@ pub fn plan(sizes: &ModelSizes, req: &PlanRequest) -> Result<MemoryPlan, PlanErr
         _ => cache,
     };
     let slot = sizes.expert_slot_bytes();
-    let expert_slots = cache / slot;
+    // More slots than routed experts would never be filled: cap at the pool.
+    let expert_slots = (cache / slot).min(sizes.n_routed_experts.max(sizes.min_expert_slots()));
     if expert_slots < sizes.min_expert_slots() {
         return Err(PlanError::CacheTooSmall {
             budget: cache,

@@ -24,11 +24,11 @@ pub(super) fn gb_floor(b: u64) -> String {
     gb_rounded(b, false)
 }
 
-/// GB with at least two decimals and at least three significant digits, rounded up or down
+/// GB with at least two decimals and at least two significant digits, rounded up or down
 /// at the last printed digit (so a tiny model's 0.00298 GB is not shown as 0.01).
 fn gb_rounded(b: u64, up: bool) -> String {
     let gb = b as f64 / 1e9;
-    let decimals = if gb > 0.0 { (2 - gb.log10().floor() as i32).max(2) as usize } else { 2 };
+    let decimals = if gb > 0.0 { (1 - gb.log10().floor() as i32).max(2) as usize } else { 2 };
     let scale = 10f64.powi(decimals as i32);
     let v = if up { (gb * scale).ceil() } else { (gb * scale).floor() } / scale;
     format!("{v:.decimals$}")
