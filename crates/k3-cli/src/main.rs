@@ -3,11 +3,15 @@
 //! 4 expert load failure ⇒ token ids unsound).
 
 mod budget;
+mod chat;
+mod config_file;
+mod doctor;
 mod ids;
 mod pack;
 mod plan_cmd;
 mod run;
 mod tokenize;
+mod verify;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -28,6 +32,8 @@ struct Cli {
 enum Command {
     /// Generate tokens from a prompt (greedy).
     Run(run::RunArgs),
+    /// Chat interactively with the model's chat template (/help inside for commands).
+    Chat(chat::ChatArgs),
     /// Print the memory plan for a model and budget without loading any weight.
     Plan(plan_cmd::PlanArgs),
     /// List the memory presets.
@@ -36,6 +42,12 @@ enum Command {
     Pack(pack::PackArgs),
     /// Encode text to token ids, decode ids, or export tokenizer.json.
     Tokenize(tokenize::TokenizeArgs),
+    /// Check a checkpoint: shard set, sizes, tensors, layout; --deep hashes every byte.
+    Verify(verify::VerifyArgs),
+    /// Machine facts, disk bandwidth, and the budget to run a model with.
+    Doctor(doctor::DoctorArgs),
+    /// Show the config file (~/.config/k3/config.toml) or where it is looked for.
+    Config(config_file::ConfigArgs),
 }
 
 /// An error already formatted for the user, with its exit code.
@@ -67,10 +79,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Command::Run(args) => run::run(args),
+        Command::Chat(args) => chat::chat(args),
         Command::Plan(args) => plan_cmd::plan(args),
         Command::Presets => plan_cmd::presets(),
         Command::Pack(args) => pack::pack(args),
         Command::Tokenize(args) => tokenize::tokenize(args),
+        Command::Verify(args) => verify::verify(args),
+        Command::Doctor(args) => doctor::doctor(args),
+        Command::Config(args) => config_file::config(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

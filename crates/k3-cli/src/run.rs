@@ -1,11 +1,13 @@
-//! `k3 run`: prefill a prompt and generate greedily, printing ids (and text when a tokenizer
-//! is present), with an optional JSON report and a raw logits dump.
+//! `k3 run`: prefill a prompt and generate (greedy by default, sampled with `--temp`), printing
+//! ids (and text when a tokenizer is present), with an optional JSON report and a raw logits
+//! dump. Generation stops at the model's end ids (unless `--ignore-eos`), at a `--stop` text,
+//! or after `-n` tokens.
 
 use crate::budget::BudgetArgs;
 use crate::ids::parse_ids;
 use crate::CliError;
 use clap::Args;
-use k3_engine::{DecodeMode, Engine, EngineOptions, StoreStats};
+use k3_engine::{DecodeMode, Engine, EngineOptions, Sampler, SamplingParams, StopConditions, StopScanner, StoreStats};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -30,9 +32,37 @@ pub struct RunArgs {
     /// Let control-token text in the prompt (e.g. `<|im_end|>`) become control tokens.
     #[arg(long)]
     pub allow_special: bool,
-    /// Tokens to generate.
-    #[arg(short = 'n', long = "gen", default_value_t = 16)]
+    /// Tokens to generate at most.
+    #[arg(short = 'n', long = "gen", visible_alias = "max-tokens", default_value_t = 16)]
     pub gen: usize,
+    /// Sampling temperature; 0 = greedy (argmax, ties → lowest id), the default.
+    #[arg(long = "temp", default_value_t = 0.0, allow_negative_numbers = true)]
+    pub temp: f32,
+    /// Keep only the K most probable tokens (0 = off).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub top_k: usize,
+    /// Nucleus sampling: keep the smallest set of most probable tokens reaching P, in (0, 1] (1 = off).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub top_p: f32,
+    /// Drop tokens less probable than P × the most probable one, in [0, 1] (0 = off).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub min_p: f32,
+    /// Penalise tokens seen in the last --repeat-last-n (> 0; 1 = off; applies to greedy too).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub repeat_penalty: f32,
+    /// How many recent tokens (prompt included) the repeat penalty looks at (0 = off).
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
+    pub repeat_last_n: usize,
+    /// Seed of the sampler's random stream (splitmix64); the same seed gives the same tokens
+    /// at every budget and thread count. Unused when --temp is 0.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub seed: u64,
+    /// Stop when the generated text contains TEXT (repeatable; not printed). Needs a tokenizer.
+    #[arg(long = "stop", value_name = "TEXT", allow_hyphen_values = true)]
+    pub stop: Vec<String>,
+    /// Keep generating past the model's end ids (EOS, <|end_of_msg|>).
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// Re-run the whole sequence every step instead of carrying state (for testing).
     #[arg(long)]
     pub recompute: bool,
@@ -103,10 +133,29 @@ fn live_line(step: usize, id: u32, secs: f64, now: &StoreStats, before: &StoreSt
     )
 }
 
+/// The sampling parameters of the flags, validated (errors name the flag).
+fn sampling_params(args: &RunArgs) -> Result<SamplingParams, CliError> {
+    let params = SamplingParams {
+        temperature: args.temp,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        repeat_last_n: args.repeat_last_n,
+        seed: args.seed,
+    };
+    params.validate().map_err(|e| CliError::usage(e.to_string()))?;
+    if args.stop.iter().any(String::is_empty) {
+        return Err(CliError::usage("--stop needs a non-empty TEXT"));
+    }
+    Ok(params)
+}
+
 pub fn run(args: RunArgs) -> Result<(), CliError> {
     if let Some(text) = &args.ids {
         parse_ids(text).map_err(CliError::usage)?; // usage errors before any loading
     }
+    let params = sampling_params(&args)?;
     let budget = args.budget.budget()?;
     if args.dump_cache_trace.is_some() && budget.is_none() {
         return Err(CliError::usage("--dump-cache-trace needs a budget flag (--preset, --mem-gb or --trunk-gb/--cache-gb)"));
@@ -142,16 +191,31 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         std::fs::write(path, bytes)
             .map_err(|e| CliError::runtime(format!("{}: cannot write logits: {e}", path.display())))?;
     }
+    let mut sampler = Sampler::new(params.clone())?;
+    let mut stop = if args.ignore_eos { StopConditions::none() } else { StopConditions::for_engine(&engine) };
+    stop = stop.with_stop_strings(args.stop.iter().cloned());
+    if !stop.stop_strings.is_empty() && engine.tokenizer().is_none() {
+        return Err(CliError::usage(format!(
+            "--stop needs a tokenizer: {} has no tiktoken.model or tokenizer.json (pass --tok DIR)",
+            args.model_dir.display()
+        )));
+    }
     let t1 = Instant::now();
     let mut stdout = std::io::stdout();
     let mut text = engine.tokenizer().map(|t| t.stream_decoder());
+    // Holds back text that may be the start of a stop string, so none of it is printed.
+    let mut scanner = StopScanner::new(&stop.stop_strings);
+    let mut printed = 0usize;
     let (mut last_t, mut last_stats, mut step) = (Instant::now(), engine.stats(), 0usize);
-    let generated = session.generate(args.gen, mode, |id| {
+    let generated = session.generate_with(args.gen, mode, &mut sampler, &stop, |id| {
         // Stream complete UTF-8 characters as they decode; ids when there is no tokenizer.
+        // An end id ends the generation and is not printed.
         let piece = match text.as_mut() {
-            Some(d) => d.push(id).unwrap_or_default(),
+            Some(_) if stop.end_ids.contains(&id) => String::new(),
+            Some(d) => scanner.push(&d.push(id).unwrap_or_default()).emit,
             None => format!("{id} "),
         };
+        printed += piece.len();
         let _ = write!(stdout, "{piece}");
         let _ = stdout.flush();
         if streaming {
@@ -168,14 +232,17 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             eprintln!("{}", stats.report(t0.elapsed().as_secs_f64()));
         }
     }
-    let generated = generated?;
+    let generation = generated?;
+    let generated = &generation.ids;
     let decode_s = t1.elapsed().as_secs_f64();
-    if let Some(d) = text {
-        print!("{}", d.finish());
+    // The engine's text is what was printed plus whatever was still held back.
+    if let Some(rest) = generation.text.as_deref().and_then(|t| t.get(printed..)) {
+        print!("{rest}");
     }
     println!();
     let ids_text: Vec<String> = generated.iter().map(u32::to_string).collect();
     println!("generated ids: {}", ids_text.join(","));
+    eprintln!("stopped: {}", generation.stop_reason);
     let per_token = if generated.is_empty() { 0.0 } else { decode_s / generated.len() as f64 };
     let wall = t0.elapsed().as_secs_f64();
     eprintln!(
@@ -197,6 +264,10 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             "model_dir": args.model_dir,
             "prompt_ids": prompt,
             "generated_ids": generated,
+            "generated_text": generation.text,
+            "stop_reason": generation.stop_reason.name(),
+            "stop_value": serde_json::to_value(&generation.stop_reason).ok().and_then(|v| v.get("value").cloned()),
+            "sampling": sampling_json(&params, &stop, args.ignore_eos),
             "prefill_seconds": prefill_s,
             "seconds_per_token": per_token,
             "threads": engine.threads(),
@@ -217,6 +288,18 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             .map_err(|e| CliError::runtime(format!("{}: cannot write JSON report: {e}", path.display())))?;
     }
     Ok(())
+}
+
+/// The `sampling` object of the JSON report: the parameters, stop strings and end ids in force.
+fn sampling_json(params: &SamplingParams, stop: &StopConditions, ignore_eos: bool) -> serde_json::Value {
+    let mut v = serde_json::to_value(params).unwrap_or_default();
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("greedy".into(), params.is_greedy().into());
+        obj.insert("stop".into(), serde_json::json!(stop.stop_strings));
+        obj.insert("end_ids".into(), serde_json::json!(stop.end_ids));
+        obj.insert("ignore_eos".into(), ignore_eos.into());
+    }
+    v
 }
 
 /// Writes `DIR/expert_trace.bin`: per request, u32 LE layer then u32 LE expert.

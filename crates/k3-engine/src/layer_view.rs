@@ -53,7 +53,7 @@ pub(crate) fn prepare_mat(t: &TensorRef, bytes: &[u8]) -> Result<Mat, EngineErro
         [r, c] => (*r, *c),
         _ => return Err(bad(t, format_args!("expected a 2-D matrix, found shape {:?}", t.shape))),
     };
-    let aligned = |a: usize| (bytes.as_ptr() as usize) % a == 0;
+    let aligned = |a: usize| (bytes.as_ptr() as usize).is_multiple_of(a);
     match t.dtype {
         Dtype::BF16 if aligned(2) => Ok(Mat::View { f32: false, rows, cols }),
         Dtype::BF16 => {

@@ -22,14 +22,22 @@ mod error;
 mod layer_view;
 pub mod planning;
 mod resident;
+mod generate;
+mod sampler;
+mod stop;
 mod session;
+mod session_file;
+pub mod chat;
 pub mod stats;
 mod streaming;
 
 pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
 pub use k3_format::K3Config;
 pub use k3_plan::{Budget, MemoryPlan, Preset};
+pub use sampler::{Sampler, SamplingParams};
 pub use session::{argmax, DecodeMode, Session};
+pub use session_file::{write_atomic, SessionInfo, SESSION_MAGIC, SESSION_VERSION};
+pub use stop::{Generation, ScanStep, StopConditions, StopReason, StopScanner};
 pub use stats::StoreStats;
 
 use k3_format::{bind_model, Checkpoint};
@@ -79,7 +87,9 @@ impl Default for EngineOptions {
     }
 }
 
-/// The weight stores behind the model's two seams.
+/// The weight stores behind the model's two seams (one per engine, so the size difference
+/// between the variants does not matter).
+#[allow(clippy::large_enum_variant)]
 enum Stores {
     Resident(ResidentStore),
     Streaming(StreamingStore),

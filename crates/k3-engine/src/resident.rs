@@ -92,6 +92,11 @@ impl ResidentStore {
         Ok(ResidentStore { ckpt, binding, layers, head })
     }
 
+    /// The tensor binding (for the session-file model fingerprint).
+    pub(crate) fn binding(&self) -> &ModelBinding {
+        &self.binding
+    }
+
     /// Slices one expert's six tensors out of the shard map.
     fn expert_weights(&self, loc: &ExpertLocation) -> Result<ExpertWeights<'_>, SourceError> {
         let map = self.ckpt.shards()[loc.shard].bytes();

@@ -37,7 +37,15 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0,
+        }
     }
 }
 
@@ -50,19 +58,41 @@ impl SamplingParams {
     /// Checks every field; the error names the CLI flag, the field and the offending value.
     pub fn validate(&self) -> Result<(), EngineError> {
         let bad = |flag: &str, field: &str, rule: &str, value: f32| {
-            Err(EngineError::Invalid(format!("invalid sampling parameter {flag} ({field}) = {value}: {rule}")))
+            Err(EngineError::Invalid(format!(
+                "invalid sampling parameter {flag} ({field}) = {value}: {rule}"
+            )))
         };
         if !self.temperature.is_finite() || self.temperature < 0.0 {
-            return bad("--temp", "temperature", "must be a finite number ≥ 0 (0 = greedy)", self.temperature);
+            return bad(
+                "--temp",
+                "temperature",
+                "must be a finite number ≥ 0 (0 = greedy)",
+                self.temperature,
+            );
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return bad("--top-p", "top_p", "must be in (0, 1] (1 = off)", self.top_p);
+            return bad(
+                "--top-p",
+                "top_p",
+                "must be in (0, 1] (1 = off)",
+                self.top_p,
+            );
         }
         if !(0.0..=1.0).contains(&self.min_p) {
-            return bad("--min-p", "min_p", "must be in [0, 1] (0 = off)", self.min_p);
+            return bad(
+                "--min-p",
+                "min_p",
+                "must be in [0, 1] (0 = off)",
+                self.min_p,
+            );
         }
         if !self.repeat_penalty.is_finite() || self.repeat_penalty <= 0.0 {
-            return bad("--repeat-penalty", "repeat_penalty", "must be a finite number > 0 (1 = off)", self.repeat_penalty);
+            return bad(
+                "--repeat-penalty",
+                "repeat_penalty",
+                "must be a finite number > 0 (1 = off)",
+                self.repeat_penalty,
+            );
         }
         Ok(())
     }
@@ -117,7 +147,10 @@ impl Sampler {
 
     /// The greedy sampler (argmax, ties → lowest id).
     pub fn greedy() -> Sampler {
-        Sampler { params: SamplingParams::greedy(), rng: SplitMix64 { state: 0 } }
+        Sampler {
+            params: SamplingParams::greedy(),
+            rng: SplitMix64 { state: 0 },
+        }
     }
 
     /// The parameters in force.
@@ -127,7 +160,9 @@ impl Sampler {
 
     /// Restarts the random stream from `params.seed`.
     pub fn reset(&mut self) {
-        self.rng = SplitMix64 { state: self.params.seed };
+        self.rng = SplitMix64 {
+            state: self.params.seed,
+        };
     }
 
     /// Picks the next token from `logits`; `history` is the conversation so far (prompt and
@@ -180,7 +215,11 @@ impl Sampler {
     /// ascending, renormalised to sum to 1.
     fn candidates(&self, logits: &[f32]) -> Vec<(f64, u32)> {
         let t = f64::from(self.params.temperature);
-        let max = logits.iter().filter(|v| v.is_finite()).map(|&v| f64::from(v) / t).fold(f64::NEG_INFINITY, f64::max);
+        let max = logits
+            .iter()
+            .filter(|v| v.is_finite())
+            .map(|&v| f64::from(v) / t)
+            .fold(f64::NEG_INFINITY, f64::max);
         if !max.is_finite() {
             return Vec::new();
         }

@@ -56,6 +56,17 @@ impl<'e> Session<'e> {
         &self.state
     }
 
+    /// Mutable model state, for restoring a saved session (`session_file`).
+    pub(crate) fn state_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+
+    /// Installs the token history and last logits of a restored session (`session_file`);
+    /// the caller has restored the state and checked `fed.len() == state.pos()`.
+    pub(crate) fn restore(&mut self, fed: Vec<u32>, pending: Option<u32>, logits: Vec<f32>) {
+        (self.fed, self.pending, self.logits) = (fed, pending, logits);
+    }
+
     /// Clears the conversation (state zeroed, no tokens).
     pub fn reset(&mut self) {
         self.state.reset();
@@ -142,29 +153,30 @@ impl<'e> Session<'e> {
         Ok(())
     }
 
-    /// Greedy generation of up to `n` tokens (ties → lowest id). `on_token` sees each new id
-    /// and returns `false` to stop. Returns the generated ids.
-    pub fn generate(
-        &mut self,
-        n: usize,
-        mode: DecodeMode,
-        mut on_token: impl FnMut(u32) -> bool,
-    ) -> Result<Vec<u32>, EngineError> {
-        if n > 0 && self.logits.is_empty() {
-            return Err(EngineError::Invalid("generate needs fresh logits: feed a prompt first".into()));
-        }
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let id = argmax(&self.logits);
-            out.push(id);
-            if !on_token(id) || i + 1 == n {
-                self.check_ids(&[id])?;
-                self.pending = Some(id);
-                self.logits.clear();
-                break;
-            }
-            self.step(id, mode)?;
-        }
-        Ok(out)
+    /// Greedy generation of up to `n` tokens (ties → lowest id), ignoring end ids: the
+    /// shortcut for [`Session::generate_with`] with [`crate::Sampler::greedy`] and
+    /// [`crate::StopConditions::none`]. `on_token` sees each new id and returns `false` to
+    /// stop. Returns the generated ids.
+    pub fn generate(&mut self, n: usize, mode: DecodeMode, on_token: impl FnMut(u32) -> bool) -> Result<Vec<u32>, EngineError> {
+        let mut sampler = crate::Sampler::greedy();
+        Ok(self.generate_with(n, mode, &mut sampler, &crate::StopConditions::none(), on_token)?.ids)
+    }
+
+    /// The engine this session runs on (for `generate_with`).
+    pub(crate) fn owner(&self) -> &'e Engine {
+        self.engine
+    }
+
+    /// The tokens fed so far (excludes a pending token).
+    pub(crate) fn history(&self) -> &[u32] {
+        &self.fed
+    }
+
+    /// Ends a generation at `id`: kept pending (fed lazily by the next call), logits cleared.
+    pub(crate) fn keep_pending(&mut self, id: u32) -> Result<(), EngineError> {
+        self.check_ids(&[id])?;
+        self.pending = Some(id);
+        self.logits.clear();
+        Ok(())
     }
 }

@@ -145,6 +145,11 @@ impl StreamingStore {
         Ok(StreamingStore { binding, files, run_starts, trunk, experts, head })
     }
 
+    /// The tensor binding (for the session-file model fingerprint).
+    pub(crate) fn binding(&self) -> &ModelBinding {
+        &self.binding
+    }
+
     /// Trunk and expert I/O counters.
     pub fn stats(&self) -> crate::stats::StoreStats {
         crate::stats::StoreStats::from_parts(self.trunk.stats(), self.experts.stats())

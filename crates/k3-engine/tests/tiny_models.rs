@@ -45,7 +45,7 @@ fn load_cases(name: &str) -> (Vec<Case>, f64, f64) {
 }
 
 fn open(name: &str, threads: usize) -> Engine {
-    Engine::open(&model_dir(name), EngineOptions { threads: Some(threads) }).expect("tiny model opens")
+    Engine::open(&model_dir(name), EngineOptions { threads: Some(threads), ..EngineOptions::default() }).expect("tiny model opens")
 }
 
 fn teacher_forcing_and_logits(name: &str) {

@@ -1,0 +1,486 @@
+//! `k3 chat`: an interactive conversation on stdin/stdout with Kimi K3's chat template.
+//!
+//! Each turn feeds only the NEW tokens (the user message, the assistant generation prompt and
+//! whatever closed the previous reply) into one long-lived session: the history is never
+//! prefilled again. Replies stream as they decode; the `think` channel is hidden unless
+//! `--show-thinking` (dimmed on a terminal). Ctrl-C during a reply stops it at the next token
+//! boundary and keeps the partial reply; at the prompt, twice in a row quits.
+//!
+//! `/undo` restores a snapshot of the session taken just before the last turn (in memory,
+//! [`Session::to_bytes`]); older turns, whose snapshots are not kept, are undone by resetting
+//! the session and re-feeding the conversation's own token prefix with the next message
+//! (bit-identical: prefill equals incremental decode).
+
+use crate::budget::BudgetArgs;
+use crate::CliError;
+use clap::Args;
+use k3_engine::chat::{self, Channel, ChatMessage, ReplyParser, Template, Thinking};
+use k3_engine::{DecodeMode, Engine, EngineOptions, Sampler, Session, StopConditions, Tokenizer};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct ChatArgs {
+    /// Model directory (config.json + *.safetensors + tiktoken.model).
+    pub model_dir: PathBuf,
+    /// System message (kept by /reset).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Thinking effort: off, low, high or max.
+    #[arg(long, default_value = "max")]
+    pub thinking: String,
+    /// Print the think channel (dimmed on a terminal).
+    #[arg(long)]
+    pub show_thinking: bool,
+    /// Most tokens one reply may generate.
+    #[arg(long, default_value_t = 512)]
+    pub max_new: usize,
+    /// Context positions for the whole conversation.
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: usize,
+    /// Compute threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Tokenizer directory (default: the model directory's).
+    #[arg(long)]
+    pub tok: Option<PathBuf>,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+    /// Read trunk layers from a packed trunk (`k3 pack`); needs a budget.
+    #[arg(long)]
+    pub trunk: Option<PathBuf>,
+    /// Read with the page cache instead of O_DIRECT (streaming only).
+    #[arg(long)]
+    pub no_direct_io: bool,
+}
+
+/// Set by Ctrl-C while a reply is generated; checked between tokens.
+static CANCEL: AtomicBool = AtomicBool::new(false);
+/// A reply is being generated (Ctrl-C cancels it rather than counting toward quitting).
+static GENERATING: AtomicBool = AtomicBool::new(false);
+/// Ctrl-C presses at the prompt since the last input line.
+static IDLE_INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
+
+const DIM: &str = "\x1b[2m";
+const PLAIN: &str = "\x1b[0m";
+/// Positions kept free after a reply for the ids that close it.
+const TAIL_RESERVE: usize = 32;
+
+const HELP: &str = "commands: /reset  /undo  /save PATH  /load PATH  /stats  /exit  (Ctrl-C stops a reply; Ctrl-D exits)";
+
+/// One exchange, as needed to undo it.
+struct Turn {
+    /// Session tokens before the turn; with `carry` they are the conversation's token prefix.
+    prefix_len: usize,
+    carry: Vec<u32>,
+    messages_len: usize,
+    /// The whole session before the turn (only the latest turn keeps one).
+    snapshot: Option<Vec<u8>>,
+}
+
+/// Counters for /stats.
+#[derive(Default)]
+struct Stats {
+    turns: usize,
+    fed_new: usize,
+    prefill_s: f64,
+    generated: usize,
+    decode_s: f64,
+    reused: usize,
+}
+
+struct Chat<'e> {
+    engine: &'e Engine,
+    tok: &'e Tokenizer,
+    tpl: Template<'e>,
+    thinking: Thinking,
+    show_thinking: bool,
+    tty: bool,
+    session: Session<'e>,
+    ctx: usize,
+    max_new: usize,
+    /// The conversation (a system message first when there is one).
+    messages: Vec<ChatMessage>,
+    /// Ids to feed before the next message: the header, or what closes a cut-short reply.
+    carry: Vec<u32>,
+    turns: Vec<Turn>,
+    /// SAMPLING HOOK: greedy for now; a sampling front end sets this from its flags.
+    sampler: Sampler,
+    stats: Stats,
+}
+
+pub fn chat(args: ChatArgs) -> Result<(), CliError> {
+    let thinking: Thinking = args
+        .thinking
+        .parse()
+        .map_err(|e: k3_engine::EngineError| CliError::usage(e.to_string()))?;
+    let options = EngineOptions {
+        threads: args.threads,
+        budget: args.budget.budget()?,
+        ctx: args.ctx,
+        direct_io: !args.no_direct_io,
+        tokenizer_dir: args.tok.clone(),
+        trunk_dir: args.trunk.clone(),
+        ..EngineOptions::default()
+    };
+    let engine = Engine::open(&args.model_dir, options)?;
+    let tok = engine.tokenizer().ok_or_else(|| {
+        CliError::usage(format!(
+            "{}: no tokenizer (tiktoken.model or tokenizer.json): pass --tok DIR",
+            args.model_dir.display()
+        ))
+    })?;
+    let tpl = Template::new(tok)?;
+    let session = engine.new_session(args.ctx)?;
+    let messages: Vec<ChatMessage> = args
+        .system
+        .iter()
+        .map(|s| ChatMessage::new("system", s.clone()))
+        .collect();
+    let mut c = Chat {
+        engine: &engine,
+        tok,
+        tpl,
+        thinking,
+        show_thinking: args.show_thinking,
+        tty: std::io::stdout().is_terminal(),
+        session,
+        ctx: args.ctx,
+        max_new: args.max_new,
+        carry: Vec::new(),
+        messages,
+        turns: Vec::new(),
+        sampler: Sampler::greedy(),
+        stats: Stats::default(),
+    };
+    c.carry = c.header()?;
+    ctrlc::set_handler(|| {
+        if GENERATING.load(Ordering::SeqCst) {
+            CANCEL.store(true, Ordering::SeqCst);
+        } else if IDLE_INTERRUPTS.fetch_add(1, Ordering::SeqCst) >= 1 {
+            std::process::exit(130);
+        } else {
+            eprint!("\n(Ctrl-C again quits; /exit or Ctrl-D leaves cleanly)\n");
+        }
+    })
+    .map_err(|e| CliError::runtime(format!("cannot install the Ctrl-C handler: {e}")))?;
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!(
+            "k3 chat: {} (thinking {}). {HELP}",
+            args.model_dir.display(),
+            args.thinking
+        );
+    }
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    loop {
+        if interactive {
+            print!("> ");
+            flush();
+        }
+        line.clear();
+        match stdin.lock().read_line(&mut line) {
+            Ok(0) => {
+                if interactive {
+                    println!();
+                }
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(e) => return Err(CliError::runtime(format!("reading stdin: {e}"))),
+        }
+        IDLE_INTERRUPTS.store(0, Ordering::SeqCst);
+        let input = line.trim_end_matches(['\n', '\r']);
+        if input.trim().is_empty() {
+            continue;
+        }
+        if let Some(cmd) = input.strip_prefix('/') {
+            if !c.command(cmd.trim())? {
+                return Ok(());
+            }
+            continue;
+        }
+        c.turn(input)?;
+    }
+}
+
+fn flush() {
+    let _ = std::io::stdout().flush();
+}
+
+impl<'e> Chat<'e> {
+    /// Thinking-effort message plus the system message: what a fresh session starts with.
+    fn header(&self) -> Result<Vec<u32>, CliError> {
+        let system: Vec<ChatMessage> = self
+            .messages
+            .iter()
+            .take(1)
+            .filter(|m| m.role == "system")
+            .cloned()
+            .collect();
+        Ok(chat::render(self.tok, &system, self.thinking, false)?)
+    }
+
+    /// Runs a slash command; `false` means exit.
+    fn command(&mut self, cmd: &str) -> Result<bool, CliError> {
+        let (name, arg) = cmd
+            .split_once(char::is_whitespace)
+            .map_or((cmd, ""), |(n, a)| (n, a.trim()));
+        match (name, arg.is_empty()) {
+            ("exit" | "quit", _) => return Ok(false),
+            ("reset", _) => {
+                self.session.reset();
+                self.messages.truncate(usize::from(
+                    self.messages.first().is_some_and(|m| m.role == "system"),
+                ));
+                self.carry = self.header()?;
+                self.turns.clear();
+                println!("(conversation cleared; system message kept)");
+            }
+            ("undo", _) => self.undo()?,
+            ("save", false) => match chat::save_history(Path::new(arg), &self.messages) {
+                Ok(()) => println!("(saved {} messages to {arg})", self.messages.len()),
+                Err(e) => println!("k3: error: {e}"),
+            },
+            ("load", false) => self.load(Path::new(arg))?,
+            ("stats", _) => self.print_stats(),
+            ("help", _) => println!("{HELP}"),
+            _ => println!("unknown command /{cmd}: {HELP}"),
+        }
+        Ok(true)
+    }
+
+    fn undo(&mut self) -> Result<(), CliError> {
+        let Some(turn) = self.turns.pop() else {
+            println!("(nothing to undo)");
+            return Ok(());
+        };
+        self.messages.truncate(turn.messages_len);
+        match turn.snapshot {
+            Some(bytes) => {
+                self.session = self.engine.session_from_bytes(&bytes, self.ctx)?;
+                self.carry = turn.carry;
+                println!("(last exchange removed; session restored from its snapshot)");
+            }
+            None => {
+                let mut prefix = self.session.tokens();
+                prefix.truncate(turn.prefix_len);
+                prefix.extend(turn.carry);
+                self.session.reset();
+                self.carry = prefix;
+                println!("(last exchange removed; its history is re-fed with the next message)");
+            }
+        }
+        Ok(())
+    }
+
+    fn load(&mut self, path: &Path) -> Result<(), CliError> {
+        let msgs = match chat::load_history(path) {
+            Ok(m) => m,
+            Err(e) => {
+                println!("k3: error: {e}");
+                return Ok(());
+            }
+        };
+        let rendered = chat::render(self.tok, &msgs, self.thinking, false)?;
+        if rendered.len() + TAIL_RESERVE >= self.ctx {
+            println!(
+                "k3: error: {} needs {} positions; the context has {}: raise --ctx",
+                path.display(),
+                rendered.len(),
+                self.ctx
+            );
+            return Ok(());
+        }
+        // Every user message starts an undoable exchange whose prefix is the rendering before it.
+        let mut turns = Vec::new();
+        for (i, m) in msgs.iter().enumerate().filter(|(_, m)| m.role == "user") {
+            let _ = m;
+            let carry = chat::render(self.tok, &msgs[..i], self.thinking, false)?;
+            turns.push(Turn {
+                prefix_len: 0,
+                carry,
+                messages_len: i,
+                snapshot: None,
+            });
+        }
+        self.session.reset();
+        self.turns = turns;
+        self.carry = rendered;
+        println!(
+            "(loaded {} messages from {}; they are fed with the next message)",
+            msgs.len(),
+            path.display()
+        );
+        self.messages = msgs;
+        Ok(())
+    }
+
+    fn print_stats(&self) {
+        let pos = self.session.tokens().len();
+        let s = &self.stats;
+        println!(
+            "context    {pos} / {} positions ({} more queued)",
+            self.ctx,
+            self.carry.len()
+        );
+        println!(
+            "messages   {} ({} turns this run)",
+            self.messages.len(),
+            s.turns
+        );
+        println!("reused     {} positions of history never re-fed", s.reused);
+        let rate = if s.decode_s > 0.0 {
+            s.generated as f64 / s.decode_s
+        } else {
+            0.0
+        };
+        println!(
+            "last turn  fed {} new tokens in {:.3} s; generated {} tokens in {:.3} s ({rate:.1} tokens/s)",
+            s.fed_new, s.prefill_s, s.generated, s.decode_s
+        );
+        if self.engine.plan().is_some() {
+            println!("{}", self.engine.stats().report(0.0));
+        }
+    }
+
+    /// One exchange: feed the new tokens, stream the reply, record both messages.
+    fn turn(&mut self, text: &str) -> Result<(), CliError> {
+        let user = ChatMessage::new("user", text);
+        let mut new = self.carry.clone();
+        new.extend(self.tpl.message(&user, self.thinking)?);
+        new.extend(self.tpl.generation_prompt(self.thinking));
+        let before = self.session.tokens().len();
+        let room = self.ctx.saturating_sub(before + new.len() + TAIL_RESERVE);
+        if room == 0 {
+            println!("k3: error: the context is full ({before} of {} positions): /reset, /undo, or raise --ctx", self.ctx);
+            return Ok(());
+        }
+        let snapshot = self.session.to_bytes()?;
+        CANCEL.store(false, Ordering::SeqCst);
+        GENERATING.store(true, Ordering::SeqCst);
+        let result = self.reply(&new, room.min(self.max_new));
+        GENERATING.store(false, Ordering::SeqCst);
+        let (reasoning, content, tail) = match result {
+            Ok(r) => r,
+            Err(e) if e.exit_code() == k3_engine::EXIT_EXPERT => return Err(e.into()),
+            Err(e) => {
+                println!("\nk3: error: {e}");
+                self.session = self.engine.session_from_bytes(&snapshot, self.ctx)?;
+                return Ok(());
+            }
+        };
+        self.turns.iter_mut().for_each(|t| t.snapshot = None);
+        let prefix_len = before;
+        let carry = std::mem::replace(&mut self.carry, tail);
+        self.turns.push(Turn {
+            prefix_len,
+            carry,
+            messages_len: self.messages.len(),
+            snapshot: Some(snapshot),
+        });
+        let reasoning_content = (self.thinking != Thinking::Off).then_some(reasoning);
+        self.messages.push(user);
+        self.messages.push(ChatMessage {
+            role: "assistant".into(),
+            content,
+            reasoning_content,
+        });
+        self.stats.turns += 1;
+        self.stats.reused += before;
+        Ok(())
+    }
+
+    /// Feeds `new`, generates up to `n` tokens and prints them; returns the reasoning, the
+    /// content and the ids that still have to close the reply.
+    fn reply(
+        &mut self,
+        new: &[u32],
+        n: usize,
+    ) -> Result<(String, String, Vec<u32>), k3_engine::EngineError> {
+        let t0 = Instant::now();
+        self.session.feed(new)?;
+        (self.stats.fed_new, self.stats.prefill_s) = (new.len(), t0.elapsed().as_secs_f64());
+        let start = if self.thinking == Thinking::Off {
+            Channel::Response
+        } else {
+            Channel::Think
+        };
+        let mut parser = ReplyParser::new(&self.tpl, start);
+        let end_ids = self.tpl.end_ids();
+        let (mut think_dec, mut resp_dec) = (self.tok.stream_decoder(), self.tok.stream_decoder());
+        let (mut reasoning, mut content) = (String::new(), String::new());
+        let (show, tty) = (self.show_thinking, self.tty);
+        let mut shown_thinking = false;
+        let mut out = std::io::stdout();
+        let stop = StopConditions {
+            end_ids: end_ids.clone(),
+            ..StopConditions::none()
+        };
+        let t1 = Instant::now();
+        let generation = self.session.generate_with(
+            n,
+            DecodeMode::Incremental,
+            &mut self.sampler,
+            &stop,
+            |id| {
+                if end_ids.contains(&id) {
+                    parser.push(id);
+                    return true;
+                }
+                for (ch, pid) in parser.push(id) {
+                    if ch == Channel::Think {
+                        let piece = think_dec.push(pid).unwrap_or_default();
+                        reasoning.push_str(&piece);
+                        if show {
+                            let _ = write!(
+                                out,
+                                "{}{piece}",
+                                if tty && !shown_thinking { DIM } else { "" }
+                            );
+                            shown_thinking = true;
+                        }
+                    } else {
+                        let piece = resp_dec.push(pid).unwrap_or_default();
+                        if shown_thinking {
+                            let _ = writeln!(out, "{}", if tty { PLAIN } else { "" });
+                            shown_thinking = false;
+                        }
+                        content.push_str(&piece);
+                        let _ = write!(out, "{piece}");
+                    }
+                }
+                let _ = out.flush();
+                !CANCEL.load(Ordering::SeqCst)
+            },
+        )?;
+        self.stats.decode_s = t1.elapsed().as_secs_f64();
+        self.stats.generated = generation.ids.len();
+        // A reply that ended at an end id is closed as the model closed it; otherwise the ids
+        // that close it well-formed are fed with the next message.
+        let ended = generation.ids.last().is_some_and(|id| end_ids.contains(id));
+        let tail = if ended {
+            Vec::new()
+        } else {
+            parser.closing_tail()
+        };
+        reasoning.push_str(&think_dec.finish());
+        let rest = resp_dec.finish();
+        content.push_str(&rest);
+        print!("{rest}{}", if shown_thinking && tty { PLAIN } else { "" });
+        if !show && content.is_empty() && !reasoning.is_empty() {
+            print!("[thinking only, hidden: --show-thinking shows it]");
+        }
+        if CANCEL.load(Ordering::SeqCst) {
+            print!(" [stopped]");
+        } else if !ended {
+            print!(" [length limit]");
+        }
+        println!();
+        flush();
+        Ok((reasoning, content, tail))
+    }
+}

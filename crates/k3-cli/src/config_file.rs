@@ -1,0 +1,306 @@
+//! The user config file: defaults for the model directory, the memory budget and sampling.
+//!
+//! Location, first match wins: `$K3_CONFIG` (a file path; it must exist), else
+//! `$XDG_CONFIG_HOME/k3/config.toml`, else `~/.config/k3/config.toml`. A missing default file
+//! is not an error (built-in defaults apply); an unknown key, a wrong type or an out-of-range
+//! value is (exit 2, naming the key and the file).
+//!
+//! ```toml
+//! model = "/models/kimi-k3"
+//! preset = "desktop"        # or mem_gb = 48, or trunk_gb = 30 + cache_gb = 16
+//! threads = 16
+//! temp = 0.7
+//! top_k = 40
+//! top_p = 0.95
+//! min_p = 0.05
+//! seed = 42
+//! repeat_penalty = 1.1
+//! ```
+//!
+//! Precedence (for `k3 run` and friends when they merge this in): a command-line flag always
+//! wins over the file. The budget keys act as one group: any budget flag on the command line
+//! (`--preset`, `--mem-gb`, `--trunk-gb`/`--cache-gb`) replaces all of `preset`, `mem_gb`,
+//! `trunk_gb` and `cache_gb` from the file, so a file preset never conflicts with a flag
+//! `--mem-gb`. Every other key is overridden one by one by its own flag (`--threads`,
+//! `--temp`, …); a positional MODEL_DIR overrides `model`.
+
+use crate::CliError;
+use clap::{Args, Subcommand};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Environment variable naming the config file explicitly.
+pub const ENV_CONFIG: &str = "K3_CONFIG";
+
+/// Values from the config file; `None` where the file does not set the key.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Default model directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<PathBuf>,
+    /// Named budget (`laptop`, `desktop`, `workstation`, `server`, `max`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    /// Total memory budget, GB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mem_gb: Option<f64>,
+    /// Trunk budget, GB (with `cache_gb`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trunk_gb: Option<f64>,
+    /// Expert-cache budget, GB (with `trunk_gb`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_gb: Option<f64>,
+    /// Worker threads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
+    /// Sampling temperature (0 = greedy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temp: Option<f64>,
+    /// Keep the k most likely tokens (0 = off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<usize>,
+    /// Nucleus sampling mass, in (0, 1].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// Drop tokens below `min_p` × the top probability, in [0, 1].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_p: Option<f64>,
+    /// Sampling seed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Repetition penalty (1 = off), > 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeat_penalty: Option<f64>,
+}
+
+impl FileConfig {
+    /// Range and combination checks; the message names the key and the file.
+    fn validate(&self, path: &Path) -> Result<(), CliError> {
+        let bad = |key: &str, why: String| {
+            Err(CliError::usage(format!(
+                "{}: key `{key}`: {why}",
+                path.display()
+            )))
+        };
+        if let Some(p) = &self.preset {
+            if p.parse::<k3_engine::Preset>().is_err() {
+                return bad(
+                    "preset",
+                    format!("unknown preset {p:?} (laptop, desktop, workstation, server, max)"),
+                );
+            }
+        }
+        for (key, v) in [
+            ("mem_gb", self.mem_gb),
+            ("trunk_gb", self.trunk_gb),
+            ("cache_gb", self.cache_gb),
+        ] {
+            if let Some(v) = v {
+                if !(v.is_finite() && v > 0.0) {
+                    return bad(key, format!("must be a positive number of GB, got {v}"));
+                }
+            }
+        }
+        if self.trunk_gb.is_some() != self.cache_gb.is_some() {
+            let key = if self.trunk_gb.is_some() {
+                "trunk_gb"
+            } else {
+                "cache_gb"
+            };
+            return bad(key, "trunk_gb and cache_gb go together".into());
+        }
+        let budgets = [
+            self.preset.is_some(),
+            self.mem_gb.is_some(),
+            self.trunk_gb.is_some(),
+        ];
+        if budgets.iter().filter(|b| **b).count() > 1 {
+            return bad(
+                "preset",
+                "set only one of preset, mem_gb, or trunk_gb + cache_gb".into(),
+            );
+        }
+        if self.threads == Some(0) {
+            return bad("threads", "must be at least 1".into());
+        }
+        if let Some(t) = self.temp.filter(|t| !(t.is_finite() && *t >= 0.0)) {
+            return bad("temp", format!("must be >= 0, got {t}"));
+        }
+        if let Some(p) = self.top_p.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
+            return bad("top_p", format!("must be in (0, 1], got {p}"));
+        }
+        if let Some(p) = self.min_p.filter(|p| !(*p >= 0.0 && *p <= 1.0)) {
+            return bad("min_p", format!("must be in [0, 1], got {p}"));
+        }
+        if let Some(r) = self.repeat_penalty.filter(|r| !(r.is_finite() && *r > 0.0)) {
+            return bad("repeat_penalty", format!("must be > 0, got {r}"));
+        }
+        Ok(())
+    }
+}
+
+/// Where the config file is looked for (it may not exist), and whether `$K3_CONFIG` named it.
+pub fn config_path() -> Option<(PathBuf, bool)> {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(p) = env(ENV_CONFIG) {
+        return Some((p, true));
+    }
+    if let Some(x) = env("XDG_CONFIG_HOME").filter(|p| p.is_absolute()) {
+        return Some((x.join("k3/config.toml"), false));
+    }
+    env("HOME").map(|h| (h.join(".config/k3/config.toml"), false))
+}
+
+/// The config file's values and its path; defaults and `None` when there is no file.
+pub fn load_with_path() -> Result<(FileConfig, Option<PathBuf>), CliError> {
+    let Some((path, explicit)) = config_path() else {
+        return Ok((FileConfig::default(), None));
+    };
+    if !path.is_file() {
+        if explicit {
+            return Err(CliError::usage(format!(
+                "{}: no such config file (named by ${ENV_CONFIG})",
+                path.display()
+            )));
+        }
+        return Ok((FileConfig::default(), None));
+    }
+    let cfg = parse_file(&path)?;
+    Ok((cfg, Some(path)))
+}
+
+/// The config file's values (all `None` when there is no file).
+// Public API for `k3 run`'s flag merge (see the module doc); not yet called by a command.
+#[allow(dead_code)]
+pub fn load() -> Result<FileConfig, CliError> {
+    load_with_path().map(|(c, _)| c)
+}
+
+/// Reads and checks one config file.
+pub fn parse_file(path: &Path) -> Result<FileConfig, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+    let cfg: FileConfig = toml::from_str(&text).map_err(|e| {
+        CliError::usage(format!("{}: {}", path.display(), e.to_string().trim_end()))
+    })?;
+    cfg.validate(path)?;
+    Ok(cfg)
+}
+
+#[derive(Args)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    pub action: ConfigAction,
+}
+
+#[derive(Subcommand)]
+pub enum ConfigAction {
+    /// Print the effective config and the file it came from.
+    Show,
+    /// Print where the config file is looked for.
+    Path,
+}
+
+/// `k3 config show|path`.
+pub fn config(args: ConfigArgs) -> Result<(), CliError> {
+    match args.action {
+        ConfigAction::Path => {
+            match config_path() {
+                Some((p, _)) => println!("{}", p.display()),
+                None => {
+                    return Err(CliError::usage(format!(
+                        "no config location: set ${ENV_CONFIG}, $XDG_CONFIG_HOME or $HOME"
+                    )))
+                }
+            }
+            Ok(())
+        }
+        ConfigAction::Show => {
+            let (cfg, path) = load_with_path()?;
+            match &path {
+                Some(p) => println!("# config file: {}", p.display()),
+                None => match config_path() {
+                    Some((p, _)) => println!(
+                        "# no config file ({} does not exist): built-in defaults",
+                        p.display()
+                    ),
+                    None => println!("# no config file: built-in defaults"),
+                },
+            }
+            let text =
+                toml::to_string(&cfg).map_err(|e| CliError::runtime(format!("config: {e}")))?;
+            print!("{text}");
+            let unset = unset_keys(&cfg);
+            if !unset.is_empty() {
+                println!("# unset (built-in default or flag): {}", unset.join(", "));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Names of the keys the file leaves unset.
+fn unset_keys(c: &FileConfig) -> Vec<&'static str> {
+    let set = [
+        ("model", c.model.is_some()),
+        ("preset", c.preset.is_some()),
+        ("mem_gb", c.mem_gb.is_some()),
+        ("trunk_gb", c.trunk_gb.is_some()),
+        ("cache_gb", c.cache_gb.is_some()),
+        ("threads", c.threads.is_some()),
+        ("temp", c.temp.is_some()),
+        ("top_k", c.top_k.is_some()),
+        ("top_p", c.top_p.is_some()),
+        ("min_p", c.min_p.is_some()),
+        ("seed", c.seed.is_some()),
+        ("repeat_penalty", c.repeat_penalty.is_some()),
+    ];
+    set.iter().filter(|(_, s)| !s).map(|(k, _)| *k).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<FileConfig, String> {
+        let dir = std::env::temp_dir().join(format!(
+            "k3-config-unit-{}-{}",
+            std::process::id(),
+            text.len()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("config.toml");
+        std::fs::write(&p, text).unwrap();
+        let r = parse_file(&p).map_err(|e| e.message);
+        std::fs::remove_dir_all(&dir).unwrap();
+        r
+    }
+
+    #[test]
+    fn parses_every_key() {
+        let c = parse("model = \"/m\"\nmem_gb = 48\nthreads = 8\ntemp = 0.7\ntop_k = 40\ntop_p = 0.9\nmin_p = 0.05\nseed = 1\nrepeat_penalty = 1.1\n").unwrap();
+        assert_eq!(c.model.as_deref(), Some(Path::new("/m")));
+        assert_eq!(c.mem_gb, Some(48.0));
+        assert_eq!((c.threads, c.top_k, c.seed), (Some(8), Some(40), Some(1)));
+    }
+
+    #[test]
+    fn rejects_bad_values_naming_the_key() {
+        for (text, key) in [
+            ("preset = \"huge\"", "preset"),
+            ("top_p = 1.5", "top_p"),
+            ("trunk_gb = 3", "trunk_gb"),
+            ("preset = \"laptop\"\nmem_gb = 4", "preset"),
+            ("threads = 0", "threads"),
+            ("temp = -1", "temp"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(key) && e.contains("config.toml"), "{text}: {e}");
+        }
+    }
+}

@@ -1,0 +1,505 @@
+//! `k3 doctor [MODEL_DIR]`: can this machine run the model, how should it, and how fast?
+//!
+//! Without a model: machine facts only (CPU, SIMD level the kernels use, cores, RAM,
+//! MemAvailable, cgroup limit, free disk), exit 0. With a model it also measures O_DIRECT read
+//! bandwidth on the model's own files at 1, 4 and 16 outstanding reads of one expert each
+//! (capped at about 0.6 s and 192 MB per level), plans every preset with the engine's planner
+//! (the same `model_sizes` → `plan` → `check` steps as `k3 plan` / `planning::forecast`),
+//! recommends a budget and predicts seconds per token from the I/O floor:
+//!
+//! ```text
+//! bytes/token = unpinned trunk + MoE layers · top-k · (1 − hit rate) · expert bytes
+//! s/token    ≥ trunk / bandwidth(1 read) + experts / bandwidth(16 reads)
+//! ```
+//!
+//! The hit rate is 100 % when the cache holds every expert, else the decode-view ARC figure
+//! of docs/PERFORMANCE.md for the preset (0 for a `--mem-gb` budget: conservative). Exits 2
+//! when even the smallest legal plan does not fit the available memory, saying why.
+
+use crate::CliError;
+use clap::Args;
+use k3_engine::planning::{budget_extremes, model_sizes};
+use k3_engine::{Budget, Preset};
+use k3_plan::io::{aligned_span, ReadAt};
+use k3_plan::plan::{fmt_bytes, plan as make_plan, GB};
+use k3_plan::{available_memory, AlignedBuf, MemoryPlan, ModelSizes, PlanRequest, ShardFile};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// Model directory (optional: without it only machine facts are printed).
+    pub model_dir: Option<PathBuf>,
+    /// Context positions to plan latent KV for.
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: usize,
+    /// Seconds of read test per queue depth (three depths are tested).
+    #[arg(long, default_value_t = 0.6)]
+    pub io_seconds: f64,
+}
+
+/// Decode-view ARC hit rates of docs/PERFORMANCE.md ("Decision" table), per preset.
+fn table_hit_rate(p: Preset) -> f64 {
+    match p {
+        Preset::Laptop => 0.096,
+        Preset::Desktop => 0.136,
+        Preset::Server => 0.152,
+        Preset::Workstation => 0.276,
+        Preset::Max => 0.418,
+    }
+}
+
+/// Byte cap per queue depth of the read test (a level always finishes its first round).
+const LEVEL_BYTES: u64 = 192 << 20;
+
+/// Prints the report; `Err` (exit 2) when the model cannot run on this machine at all.
+pub fn doctor(args: DoctorArgs) -> Result<(), CliError> {
+    machine_facts(args.model_dir.as_deref());
+    let Some(dir) = args.model_dir else {
+        println!("\n(pass a model directory to measure its disk and get a recommended budget)");
+        return Ok(());
+    };
+    if !(args.io_seconds.is_finite() && args.io_seconds > 0.0) {
+        return Err(CliError::usage(format!(
+            "--io-seconds must be positive, got {}",
+            args.io_seconds
+        )));
+    }
+    let cfg = k3_format::K3Config::load(dir.join("config.json"))
+        .map_err(|e| CliError::usage(format!("{e}")))?;
+    let ck = k3_format::Checkpoint::open(&dir).map_err(|e| CliError::usage(e.to_string()))?;
+    let binding = k3_format::bind_model(&ck, &cfg).map_err(|e| CliError::usage(e.to_string()))?;
+    let sizes = model_sizes(&cfg, &binding)?;
+    println!("\nmodel {}", dir.display());
+    let files: u64 = ck.shards().iter().map(|s| s.file_len()).sum();
+    println!(
+        "  shards            {} files, {}",
+        ck.shards().len(),
+        fmt_bytes(files)
+    );
+    println!(
+        "  expert            {} ({} routed)",
+        fmt_bytes(sizes.expert_bytes),
+        sizes.n_routed_experts
+    );
+    let bw = bandwidth(&ck, &binding, &cfg, files, args.io_seconds);
+    recommend(&dir, &cfg, &sizes, args.ctx, &bw)
+}
+
+/// `(outstanding reads, bytes per second)` of the read test.
+struct Bandwidth {
+    levels: Vec<(usize, f64)>,
+}
+
+impl Bandwidth {
+    fn at(&self, qd: usize) -> Option<f64> {
+        self.levels
+            .iter()
+            .find(|l| l.0 == qd)
+            .map(|l| l.1)
+            .filter(|b| *b > 0.0)
+    }
+}
+
+fn machine_facts(model_dir: Option<&Path>) {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let online = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    println!("machine");
+    println!(
+        "  cpu               {} ({})",
+        cpu_model(&cpuinfo),
+        std::env::consts::ARCH
+    );
+    println!(
+        "  simd              {} (the kernels' dispatch level)",
+        k3_kernels::simd::simd_level()
+    );
+    if online > cores {
+        println!("  logical cores     {cores} usable by this process ({online} online)");
+    } else {
+        println!("  logical cores     {cores}");
+    }
+    let kb = |key: &str| meminfo_kb(&meminfo, key).map(|k| fmt_bytes(k * 1024));
+    println!(
+        "  RAM total         {}",
+        kb("MemTotal:").unwrap_or_else(|| "unknown".into())
+    );
+    println!(
+        "  MemAvailable      {}",
+        kb("MemAvailable:").unwrap_or_else(|| "unknown".into())
+    );
+    println!("  cgroup memory     {}", cgroup_limit());
+    let avail = available_memory();
+    match avail.bytes() {
+        Some(b) => println!("  usable for k3     {} ({})", fmt_bytes(b), avail.source()),
+        None => println!("  usable for k3     unknown (no /proc/meminfo, no cgroup limit)"),
+    }
+    let disk_dir = model_dir.map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    match free_disk(&disk_dir) {
+        Some(free) => println!(
+            "  free disk         {} at {} ({})",
+            fmt_bytes(free),
+            disk_dir.display(),
+            fs_type(&disk_dir).unwrap_or_else(|| "filesystem unknown".into())
+        ),
+        None => println!("  free disk         unknown at {}", disk_dir.display()),
+    }
+}
+
+/// `model name` (x86), else the ARM `Hardware`/`CPU part` lines, else "unknown".
+fn cpu_model(cpuinfo: &str) -> String {
+    let field = |key: &str| {
+        cpuinfo.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == key && !v.trim().is_empty()).then(|| v.trim().to_string())
+        })
+    };
+    field("model name")
+        .or_else(|| field("Hardware"))
+        .or_else(|| field("CPU part").map(|p| format!("ARM CPU part {p}")))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn meminfo_kb(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The memory limit of this process's cgroup (v2 `memory.max`, else v1 `limit_in_bytes`).
+fn cgroup_limit() -> String {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let cgroups = read("/proc/self/cgroup").unwrap_or_default();
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(ctrl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let path = path.trim_end_matches('/');
+        if ctrl.is_empty() {
+            let max = read(&format!("/sys/fs/cgroup{path}/memory.max"))
+                .or_else(|| read("/sys/fs/cgroup/memory.max"));
+            return match max.as_deref() {
+                Some("max") => "unlimited (cgroup v2)".into(),
+                Some(v) => v.parse::<u64>().map_or(format!("{v} (cgroup v2)"), |b| {
+                    format!("{} (cgroup v2 memory.max)", fmt_bytes(b))
+                }),
+                None => "none found (cgroup v2, no memory controller)".into(),
+            };
+        }
+        if ctrl.split(',').any(|c| c == "memory") {
+            let lim = read(&format!(
+                "/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"
+            ))
+            .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"));
+            return match lim.and_then(|v| v.parse::<u64>().ok()) {
+                Some(b) if b >= 1 << 60 => "unlimited (cgroup v1)".into(),
+                Some(b) => format!("{} (cgroup v1 memory.limit_in_bytes)", fmt_bytes(b)),
+                None => "unknown (cgroup v1)".into(),
+            };
+        }
+    }
+    "none (no cgroup memory controller)".into()
+}
+
+/// Bytes available to unprivileged users on the filesystem holding `dir` (statvfs).
+fn free_disk(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `statvfs` is plain old data, zero-initialised and only written by the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out-pointer for the call.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// `TYPE on MOUNTPOINT` of the longest /proc/mounts entry containing `dir`.
+fn fs_type(dir: &Path) -> Option<String> {
+    let dir = std::fs::canonicalize(dir).ok()?;
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, mnt, ty) = (f.next()?, f.next()?, f.next()?);
+            dir.starts_with(mnt)
+                .then(|| (mnt.len(), format!("{ty} on {mnt}")))
+        })
+        .max_by_key(|m| m.0)
+        .map(|m| m.1)
+}
+
+/// Measures reads of one expert each at 1, 4 and 16 outstanding reads, over real expert
+/// locations spread across the model (a fixed pseudo-random walk), with O_DIRECT when the
+/// filesystem allows it.
+fn bandwidth(
+    ck: &k3_format::Checkpoint,
+    b: &k3_format::ModelBinding,
+    cfg: &k3_format::K3Config,
+    files: u64,
+    secs: f64,
+) -> Bandwidth {
+    let mut levels = Vec::new();
+    let shards: Vec<ShardFile> = match ck
+        .shards()
+        .iter()
+        .map(|s| ShardFile::open(s.path(), true))
+        .collect()
+    {
+        Ok(s) => s,
+        Err(e) => {
+            println!("  read test         skipped: {e}");
+            return Bandwidth { levels };
+        }
+    };
+    let direct = shards.iter().all(ShardFile::is_direct);
+    let first = cfg.first_k_dense_replace;
+    let layers = cfg.num_hidden_layers.saturating_sub(first);
+    if layers == 0 || cfg.num_experts == 0 || b.experts.is_empty() {
+        println!("  read test         skipped: the model has no routed experts");
+        return Bandwidth { levels };
+    }
+    let nth = |i: u64| {
+        // Weyl sequence over the expert table: deterministic, spread over every shard.
+        let k = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as usize % (layers * cfg.num_experts);
+        b.experts
+            .locate(first + k / cfg.num_experts, k % cfg.num_experts)
+            .ok()
+    };
+    let bytes = b.experts.expert_bytes();
+    println!(
+        "  read test         {} reads of {} (one expert), {:.1} s per depth",
+        if direct { "O_DIRECT" } else { "buffered" },
+        fmt_bytes(bytes),
+        secs
+    );
+    let counter = std::sync::atomic::AtomicU64::new(0);
+    for qd in [1usize, 4, 16] {
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let start = Instant::now();
+        let limit = Duration::from_secs_f64(secs);
+        let failed = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..qd)
+                .map(|_| {
+                    s.spawn(|| -> Result<(), String> {
+                        let mut buf = AlignedBuf::new(aligned_span(0, bytes) as usize + 4096);
+                        loop {
+                            let i = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(loc) = nth(i) else { return Ok(()) };
+                            let f = &shards[loc.shard];
+                            for &(off, len) in &loc.reads {
+                                f.read_into_aligned(
+                                    &mut buf[..aligned_span(off, len) as usize],
+                                    off,
+                                    len as usize,
+                                )
+                                .map_err(|e| e.to_string())?;
+                            }
+                            let total = done
+                                .fetch_add(loc.total_bytes, std::sync::atomic::Ordering::Relaxed)
+                                + loc.total_bytes;
+                            if start.elapsed() >= limit || total >= LEVEL_BYTES {
+                                return Ok(());
+                            }
+                        }
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .filter_map(|h| {
+                    h.join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                        .err()
+                })
+                .next()
+        });
+        if let Some(e) = failed {
+            println!("  read test         failed at {qd} outstanding: {e}");
+            return Bandwidth { levels };
+        }
+        let secs = start.elapsed().as_secs_f64().max(1e-9);
+        let bps = done.into_inner() as f64 / secs;
+        println!("  {qd:>2} outstanding    {}/s", fmt_bytes(bps as u64));
+        levels.push((qd, bps));
+    }
+    if files < 1 << 30 {
+        println!("  note              the model's files total {} (< 1 GiB): these figures are cache-dominated (drive or page cache), not the disk's sustained rate", fmt_bytes(files));
+    } else if !direct {
+        println!("  note              O_DIRECT unavailable here (buffered I/O): figures include the page cache");
+    }
+    Bandwidth { levels }
+}
+
+/// A candidate budget and its plan.
+struct Candidate {
+    label: String,
+    flag: String,
+    plan: MemoryPlan,
+    fits: bool,
+    hit: f64,
+}
+
+fn plan_for(sizes: &ModelSizes, budget: Budget, ctx: usize) -> Result<MemoryPlan, CliError> {
+    make_plan(sizes, &PlanRequest::new(budget, ctx as u64))
+        .map_err(|e| CliError::usage(e.to_string()))
+}
+
+/// Whether the plan keeps the whole model resident (nothing read per token after warm-up).
+fn holds_everything(p: &MemoryPlan, sizes: &ModelSizes) -> bool {
+    p.trunk.streamed_per_token == 0 && p.expert_slots >= sizes.n_routed_experts
+}
+
+fn recommend(
+    dir: &Path,
+    cfg: &k3_format::K3Config,
+    sizes: &ModelSizes,
+    ctx: usize,
+    bw: &Bandwidth,
+) -> Result<(), CliError> {
+    let avail = available_memory();
+    let fits = |p: &MemoryPlan| p.check(sizes, &avail).is_ok();
+    let (smallest, everything) = budget_extremes(dir)?;
+    let min_plan = plan_for(sizes, smallest, ctx)?;
+    if let Err(e) = min_plan.check(sizes, &avail) {
+        println!("\nverdict: this machine cannot run the model");
+        println!("{}", min_plan.table(Some(&avail)).trim_end());
+        return Err(CliError::usage(format!(
+            "even the smallest legal plan ({} for ctx {ctx}: nothing pinned, one ring slot, top-k + 1 expert slots) does not fit: {e}",
+            fmt_bytes(min_plan.total_bytes())
+        )));
+    }
+    let mut cands = Vec::new();
+    for p in Preset::ALL {
+        let plan = plan_for(sizes, Budget::Preset(p), ctx)?;
+        let hit = if holds_everything(&plan, sizes) {
+            1.0
+        } else {
+            table_hit_rate(p)
+        };
+        cands.push(Candidate {
+            label: format!("preset {p}"),
+            flag: format!("--preset {p}"),
+            fits: fits(&plan),
+            plan,
+            hit,
+        });
+    }
+    if let Budget::Split { trunk, cache } = everything {
+        // The smallest split that holds the whole model, rounded up to whole MB.
+        let (t, c) = (gb_up(trunk), gb_up(cache));
+        let budget = Budget::Split {
+            trunk: (t * GB as f64) as u64,
+            cache: (c * GB as f64) as u64,
+        };
+        if let Ok(plan) = make_plan(sizes, &PlanRequest::new(budget, ctx as u64)) {
+            let flag = format!("--trunk-gb {t} --cache-gb {c}");
+            let hit = if holds_everything(&plan, sizes) {
+                1.0
+            } else {
+                0.0
+            };
+            cands.push(Candidate {
+                label: "whole model".into(),
+                flag,
+                fits: fits(&plan),
+                plan,
+                hit,
+            });
+        }
+    }
+    if let Some(a) = avail.bytes() {
+        // 90 % of what is available, rounded down to 0.1 GB: room for the page cache and the OS.
+        let gb = ((a as f64 * 0.9 / GB as f64) * 10.0).floor() / 10.0;
+        if gb > 0.0 {
+            if let Ok(plan) = make_plan(
+                sizes,
+                &PlanRequest::new(Budget::Total((gb * GB as f64) as u64), ctx as u64),
+            ) {
+                let hit = if holds_everything(&plan, sizes) {
+                    1.0
+                } else {
+                    0.0
+                };
+                cands.push(Candidate {
+                    label: format!("--mem-gb {gb}"),
+                    flag: format!("--mem-gb {gb}"),
+                    fits: fits(&plan),
+                    plan,
+                    hit,
+                });
+            }
+        }
+    }
+    println!("\nbudgets (ctx {ctx}; I/O floor = trunk streamed + expected expert misses, over the measured bandwidth)");
+    println!(
+        "  {:<20} {:>10} {:>5} {:>8} {:>12} {:>12}",
+        "budget", "total", "fits", "hit", "read/token", "s/token"
+    );
+    let moe_layers = cfg
+        .num_hidden_layers
+        .saturating_sub(cfg.first_k_dense_replace) as f64;
+    for c in &cands {
+        let (read, secs) = floor(c, sizes, moe_layers, bw);
+        println!(
+            "  {:<20} {:>10} {:>5} {:>7.1}% {:>12} {:>12}",
+            c.label,
+            fmt_bytes(c.plan.total_bytes()),
+            if c.fits { "yes" } else { "no" },
+            c.hit * 100.0,
+            fmt_bytes(read as u64),
+            secs.map_or("?".to_string(), |s| format!("≥ {s:.3}"))
+        );
+    }
+    // The smallest fitting budget that already holds everything, else the largest fitting preset.
+    let pick = cands
+        .iter()
+        .filter(|c| c.fits && holds_everything(&c.plan, sizes))
+        .min_by_key(|c| c.plan.total_bytes())
+        .or_else(|| {
+            cands
+                .iter()
+                .filter(|c| c.fits && c.label.starts_with("preset"))
+                .max_by_key(|c| c.plan.total_bytes())
+        })
+        .or_else(|| cands.iter().find(|c| c.fits));
+    match pick {
+        Some(c) => {
+            let why = if holds_everything(&c.plan, sizes) {
+                "holds the whole model: nothing is read per token after warm-up"
+            } else {
+                "the largest preset that fits the available memory"
+            };
+            println!("\nrecommended: k3 run {} {} ({why})", dir.display(), c.flag);
+        }
+        None => println!(
+            "\nrecommended: no preset fits; size it yourself with --mem-gb (at least {})",
+            fmt_bytes(min_plan.total_bytes())
+        ),
+    }
+    println!("s/token is a floor from I/O alone (compute not included); hit rates: docs/PERFORMANCE.md decode view (ARC), 0 for --mem-gb");
+    Ok(())
+}
+
+/// Bytes → GB rounded up to a whole MB (so the flag value plans at least as much).
+fn gb_up(bytes: u64) -> f64 {
+    (bytes as f64 / 1e6).ceil() / 1e3
+}
+
+/// Bytes read per token and the I/O-floor seconds (trunk at 1 outstanding read, experts at 16).
+fn floor(c: &Candidate, sizes: &ModelSizes, moe_layers: f64, bw: &Bandwidth) -> (f64, Option<f64>) {
+    let trunk = c.plan.trunk.streamed_per_token as f64;
+    let experts = moe_layers * f64::from(sizes.top_k) * (1.0 - c.hit) * sizes.expert_bytes as f64;
+    let secs = match (bw.at(1), bw.at(16).or(bw.at(4)).or(bw.at(1))) {
+        (Some(b1), Some(b16)) => Some(trunk / b1 + experts / b16),
+        _ => None,
+    };
+    (trunk + experts, secs)
+}

@@ -1,0 +1,513 @@
+//! Sessions on disk: save a [`Session`] (tokens, position, KDA state, latent KV) and load it
+//! back so that continuing it is bit-identical to never having stopped.
+//!
+//! # Format (version 1, all integers and floats little-endian)
+//! ```text
+//! offset 0   magic        "K3SS"
+//!        4   version      u32 = 1
+//!        8   fingerprint  u64   Engine::fingerprint() of the model that wrote it
+//!       16   body_len     u64   bytes from offset 24 up to the checksum
+//!       24   body:
+//!              max_ctx    u64   context of the saving session (informational)
+//!              pos        u64   tokens already run through the model
+//!              n_tokens   u64, then n_tokens × u32   fed ids, then the pending id if any
+//!                                                    (n_tokens is pos or pos + 1)
+//!              n_logits   u64, then n_logits × f32   0, or vocab_size logits after the last
+//!                                                    fed token (so `generate` can go on)
+//!              n_kda      u32, per KDA layer: len u64 + recurrent [H][D][D] f32,
+//!                                             len u64 + conv history [3][P][K−1] f32
+//!              n_mla      u32, row_width u32, per MLA layer: pos × row_width f32 latent rows
+//!   24+body_len checksum  u64   xxh3-64 of every byte before it
+//! ```
+//! Loading refuses, with [`EngineError::Invalid`] (exit code 2): a wrong magic, another
+//! version, a truncated or over-long file, a bad checksum, another model's fingerprint, and a
+//! `max_ctx` smaller than the saved tokens. Files are written atomically (temp file + rename).
+
+use crate::{Engine, EngineError, Session};
+use k3_format::{ModelBinding, TensorRef};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+/// First four bytes of a session file.
+pub const SESSION_MAGIC: &[u8; 4] = b"K3SS";
+/// The session-file format version this build reads and writes.
+pub const SESSION_VERSION: u32 = 1;
+/// Bytes before the body: magic, version, fingerprint, body length.
+const HEADER_LEN: usize = 24;
+
+/// What a saved (or loaded) session holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// Size of the encoded session in bytes.
+    pub bytes: u64,
+    /// Token ids of the conversation (fed, plus the pending generated one).
+    pub tokens: usize,
+    /// Positions already run through the model: the prefill a load saves.
+    pub prefill_tokens_saved: usize,
+    /// The model fingerprint recorded in the file.
+    pub fingerprint: u64,
+}
+
+/// Writes `bytes` to `path` atomically: a temp file beside it, fsync, rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
+    let io = |source| EngineError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| EngineError::Invalid(format!("{}: not a file path", path.display())))?;
+    let mut tmp_name = name.to_os_string();
+    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    let tmp: PathBuf = path.with_file_name(tmp_name);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(io)
+}
+
+/// Feeds every tensor reference of the binding (names, dtypes, shapes) to `f`.
+fn each_tensor(b: &ModelBinding, mut f: impl FnMut(&TensorRef)) {
+    let g = &b.globals;
+    [
+        &g.embed_tokens,
+        &g.norm,
+        &g.output_attn_res_norm,
+        &g.output_attn_res_proj,
+        &g.lm_head,
+    ]
+    .into_iter()
+    .for_each(&mut f);
+    for l in &b.layers {
+        [
+            &l.input_layernorm,
+            &l.post_attention_layernorm,
+            &l.self_attention_res_norm,
+            &l.self_attention_res_proj,
+            &l.mlp_res_norm,
+            &l.mlp_res_proj,
+        ]
+        .into_iter()
+        .for_each(&mut f);
+        match &l.attn {
+            k3_format::bind::AttnTensors::Kda(k) => [
+                &k.q_proj,
+                &k.k_proj,
+                &k.v_proj,
+                &k.g_proj,
+                &k.o_proj,
+                &k.q_conv1d,
+                &k.k_conv1d,
+                &k.v_conv1d,
+                &k.f_a_proj,
+                &k.f_b_proj,
+                &k.b_proj,
+                &k.a_log,
+                &k.dt_bias,
+                &k.o_norm,
+            ]
+            .into_iter()
+            .for_each(&mut f),
+            k3_format::bind::AttnTensors::Mla(m) => {
+                [
+                    &m.q_a_proj,
+                    &m.q_a_layernorm,
+                    &m.q_b_proj,
+                    &m.kv_a_proj_with_mqa,
+                    &m.kv_a_layernorm,
+                    &m.kv_b_proj,
+                    &m.o_proj,
+                ]
+                .into_iter()
+                .for_each(&mut f);
+                m.g_proj.iter().for_each(&mut f);
+            }
+        }
+        match &l.ffn {
+            k3_format::bind::FfnTensors::Dense(d) => [&d.gate_proj, &d.up_proj, &d.down_proj]
+                .into_iter()
+                .for_each(&mut f),
+            k3_format::bind::FfnTensors::Moe(m) => [
+                &m.gate,
+                &m.e_score_correction_bias,
+                &m.routed_expert_down_proj,
+                &m.routed_expert_norm,
+                &m.routed_expert_up_proj,
+                &m.shared_gate_proj,
+                &m.shared_up_proj,
+                &m.shared_down_proj,
+            ]
+            .into_iter()
+            .for_each(&mut f),
+        }
+    }
+}
+
+impl Engine {
+    /// A 64-bit fingerprint of the model's shape: the config's shape-determining fields, the
+    /// vocabulary size, and every bound tensor's name, dtype and shape (plus the routed experts'
+    /// shapes). Two checkpoints with the same architecture but different weights share it.
+    pub fn fingerprint(&self) -> u64 {
+        let c = &self.config;
+        let mut h = Xxh3::new();
+        h.update(b"k3-model-fingerprint-v1\0");
+        let ints = [
+            c.hidden_size,
+            c.num_hidden_layers,
+            c.vocab_size,
+            c.kda_num_heads,
+            c.kda_head_dim,
+            c.short_conv_kernel_size,
+            c.num_attention_heads,
+            c.q_lora_rank,
+            c.kv_lora_rank,
+            c.qk_nope_head_dim,
+            c.qk_rope_head_dim,
+            c.v_head_dim,
+            usize::from(c.mla_use_output_gate),
+            c.num_experts,
+            c.num_experts_per_token,
+            c.num_shared_experts,
+            c.routed_expert_hidden_size,
+            c.moe_intermediate_size,
+            c.first_k_dense_replace,
+            c.intermediate_size,
+            c.attn_res_block_size,
+            c.full_attn_layers.len(),
+        ];
+        ints.iter()
+            .chain(&c.full_attn_layers)
+            .for_each(|v| h.update(&(*v as u64).to_le_bytes()));
+        let binding = match &self.stores {
+            crate::Stores::Resident(s) => s.binding(),
+            crate::Stores::Streaming(s) => s.binding(),
+        };
+        each_tensor(binding, |t| {
+            h.update(t.name.as_bytes());
+            h.update(format!("\0{:?}\0", t.dtype).as_bytes());
+            h.update(&(t.shape.len() as u64).to_le_bytes());
+            t.shape
+                .iter()
+                .for_each(|d| h.update(&(*d as u64).to_le_bytes()));
+        });
+        if let Ok(loc) = binding.expert(c.first_k_dense_replace, 0) {
+            loc.shapes
+                .iter()
+                .flatten()
+                .for_each(|d| h.update(&(*d as u64).to_le_bytes()));
+        }
+        h.digest()
+    }
+
+    /// Loads a session saved by [`Session::save`] into a new session of `max_ctx` positions.
+    /// Continuing it gives bit-identical logits to the uninterrupted conversation.
+    pub fn load_session(&self, path: &Path, max_ctx: usize) -> Result<Session<'_>, EngineError> {
+        self.load_session_with_info(path, max_ctx).map(|(s, _)| s)
+    }
+
+    /// [`Engine::load_session`], also returning what the file held.
+    pub fn load_session_with_info(
+        &self,
+        path: &Path,
+        max_ctx: usize,
+    ) -> Result<(Session<'_>, SessionInfo), EngineError> {
+        let bytes = std::fs::read(path).map_err(|source| EngineError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        self.decode_session(&bytes, max_ctx, &path.display().to_string())
+    }
+
+    /// Restores a session from [`Session::to_bytes`] output (see [`Engine::load_session`]).
+    pub fn session_from_bytes(
+        &self,
+        bytes: &[u8],
+        max_ctx: usize,
+    ) -> Result<Session<'_>, EngineError> {
+        self.decode_session(bytes, max_ctx, "session bytes")
+            .map(|(s, _)| s)
+    }
+
+    fn decode_session(
+        &self,
+        bytes: &[u8],
+        max_ctx: usize,
+        name: &str,
+    ) -> Result<(Session<'_>, SessionInfo), EngineError> {
+        let bad = |what: String| EngineError::Invalid(format!("session file {name}: {what}"));
+        if bytes.len() >= 4 && &bytes[..4] != SESSION_MAGIC {
+            return Err(bad(format!(
+                "not a k3 session file (magic {:?}, expected \"K3SS\")",
+                String::from_utf8_lossy(&bytes[..4])
+            )));
+        }
+        if bytes.len() < HEADER_LEN + 8 {
+            return Err(bad(format!(
+                "truncated: {} bytes, shorter than the {}-byte header",
+                bytes.len(),
+                HEADER_LEN + 8
+            )));
+        }
+        let mut r = Reader { buf: bytes, at: 4 };
+        let version = r.u32()?;
+        if version != SESSION_VERSION {
+            return Err(bad(format!(
+                "format version {version}; this build reads version {SESSION_VERSION}"
+            )));
+        }
+        let fingerprint = r.u64()?;
+        let body_len = r.u64()?;
+        let expected = (HEADER_LEN as u64)
+            .checked_add(body_len)
+            .and_then(|n| n.checked_add(8));
+        match expected {
+            Some(n) if n == bytes.len() as u64 => {}
+            Some(n) if n > bytes.len() as u64 => {
+                return Err(bad(format!(
+                    "truncated: {} bytes, the header says {n}",
+                    bytes.len()
+                )))
+            }
+            _ => {
+                return Err(bad(format!(
+                    "damaged: {} bytes, the header says {expected:?}",
+                    bytes.len()
+                )))
+            }
+        }
+        let end = bytes.len() - 8;
+        let mut stored = [0u8; 8];
+        stored.copy_from_slice(&bytes[end..]);
+        if xxh3_64(&bytes[..end]) != u64::from_le_bytes(stored) {
+            return Err(bad("bad checksum: the file is damaged".into()));
+        }
+        let ours = self.fingerprint();
+        if fingerprint != ours {
+            return Err(bad(format!(
+                "saved by another model (fingerprint {fingerprint:016x}, this model is {ours:016x}): load it with the model that wrote it"
+            )));
+        }
+        let mut r = Reader {
+            buf: &bytes[..end],
+            at: HEADER_LEN,
+        };
+        let (_saved_ctx, pos) = (r.u64()?, r.usize()?);
+        let n_tokens = r.usize()?;
+        if n_tokens != pos && n_tokens != pos + 1 {
+            return Err(bad(format!("{n_tokens} tokens for position {pos}")));
+        }
+        if max_ctx < n_tokens {
+            return Err(bad(format!(
+                "the saved session holds {n_tokens} tokens (position {pos}) but the new session has room for {max_ctx}: raise --ctx"
+            )));
+        }
+        let tokens = (0..n_tokens)
+            .map(|_| r.u32())
+            .collect::<Result<Vec<u32>, _>>()?;
+        let vocab = self.config.vocab_size;
+        if let Some(id) = tokens.iter().find(|&&id| id as usize >= vocab) {
+            return Err(bad(format!(
+                "token id {id} is outside the vocabulary of {vocab}"
+            )));
+        }
+        let n_logits = r.usize()?;
+        if n_logits != 0 && n_logits != vocab {
+            return Err(bad(format!("{n_logits} logits; expected 0 or {vocab}")));
+        }
+        let logits = r.f32s(n_logits)?;
+
+        let mut session = self.new_session(max_ctx)?;
+        let state = session.state_mut();
+        let n_kda = r.u32()? as usize;
+        if n_kda != state.kda_states().len() {
+            return Err(bad(format!(
+                "{n_kda} KDA layers; the model has {}",
+                state.kda_states().len()
+            )));
+        }
+        for (i, k) in state.kda_states_mut().iter_mut().enumerate() {
+            r.fill(k.recurrent_mut(), &format!("KDA layer {i} recurrent state"))?;
+            r.fill(k.conv_mut(), &format!("KDA layer {i} conv history"))?;
+        }
+        let (n_mla, width) = (r.u32()? as usize, r.u32()? as usize);
+        if n_mla != state.mla_caches().len() {
+            return Err(bad(format!(
+                "{n_mla} MLA layers; the model has {}",
+                state.mla_caches().len()
+            )));
+        }
+        for (i, m) in state.mla_caches_mut().iter_mut().enumerate() {
+            if width != m.row_width() {
+                return Err(bad(format!(
+                    "MLA rows of {width} floats; the model's are {}",
+                    m.row_width()
+                )));
+            }
+            r.fill_exact(m.rows_mut(pos), &format!("MLA layer {i} latent rows"))?;
+        }
+        if r.at != end {
+            return Err(bad(format!("{} unread bytes after the state", end - r.at)));
+        }
+        state.set_pos(pos)?;
+        let mut fed = tokens;
+        let pending = if n_tokens > pos { fed.pop() } else { None };
+        session.restore(fed, pending, logits);
+        let info = SessionInfo {
+            bytes: bytes.len() as u64,
+            tokens: n_tokens,
+            prefill_tokens_saved: pos,
+            fingerprint,
+        };
+        Ok((session, info))
+    }
+}
+
+impl Session<'_> {
+    /// Encodes the session (see the module docs for the layout). Refuses a session whose last
+    /// forward failed half-way (its state is unsound).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, EngineError> {
+        let state = self.state();
+        if state.is_poisoned() {
+            return Err(EngineError::Invalid(
+                "the session's last forward failed: reset it before saving".into(),
+            ));
+        }
+        let (pos, tokens, logits) = (state.pos(), self.tokens(), self.logits());
+        let floats: usize = state
+            .kda_states()
+            .iter()
+            .map(|k| k.recurrent().len() + k.conv().len())
+            .sum::<usize>()
+            + state
+                .mla_caches()
+                .iter()
+                .map(|m| pos * m.row_width())
+                .sum::<usize>()
+            + logits.len();
+        let mut out = Vec::with_capacity(
+            HEADER_LEN + 64 + 4 * (tokens.len() + floats) + 16 * state.kda_states().len(),
+        );
+        out.extend_from_slice(SESSION_MAGIC);
+        out.extend_from_slice(&SESSION_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.owner().fingerprint().to_le_bytes());
+        out.extend_from_slice(&0u64.to_le_bytes()); // body_len, patched below
+        put_u64(&mut out, state.max_ctx());
+        put_u64(&mut out, pos);
+        put_u64(&mut out, tokens.len());
+        tokens
+            .iter()
+            .for_each(|t| out.extend_from_slice(&t.to_le_bytes()));
+        put_u64(&mut out, logits.len());
+        put_f32s(&mut out, logits);
+        out.extend_from_slice(&(state.kda_states().len() as u32).to_le_bytes());
+        for k in state.kda_states() {
+            put_u64(&mut out, k.recurrent().len());
+            put_f32s(&mut out, k.recurrent());
+            put_u64(&mut out, k.conv().len());
+            put_f32s(&mut out, k.conv());
+        }
+        let width = state.mla_caches().first().map_or(0, |m| m.row_width());
+        out.extend_from_slice(&(state.mla_caches().len() as u32).to_le_bytes());
+        out.extend_from_slice(&(width as u32).to_le_bytes());
+        for m in state.mla_caches() {
+            put_f32s(&mut out, m.rows(pos));
+        }
+        let body_len = (out.len() - HEADER_LEN) as u64;
+        out[16..24].copy_from_slice(&body_len.to_le_bytes());
+        let sum = xxh3_64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        Ok(out)
+    }
+
+    /// Saves the session to `path` atomically (temp file + rename).
+    pub fn save(&self, path: &Path) -> Result<SessionInfo, EngineError> {
+        let bytes = self.to_bytes()?;
+        write_atomic(path, &bytes)?;
+        Ok(SessionInfo {
+            bytes: bytes.len() as u64,
+            tokens: self.tokens().len(),
+            prefill_tokens_saved: self.state().pos(),
+            fingerprint: self.owner().fingerprint(),
+        })
+    }
+}
+
+fn put_u64(out: &mut Vec<u8>, v: usize) {
+    out.extend_from_slice(&(v as u64).to_le_bytes());
+}
+
+fn put_f32s(out: &mut Vec<u8>, v: &[f32]) {
+    v.iter()
+        .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+}
+
+/// A bounds-checked little-endian reader over a checksummed body.
+struct Reader<'b> {
+    buf: &'b [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], EngineError> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| {
+                EngineError::Invalid(format!(
+                    "session file: malformed: {n} bytes needed at offset {}",
+                    self.at
+                ))
+            })?;
+        let s = &self.buf[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u32(&mut self) -> Result<u32, EngineError> {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(b))
+    }
+    fn u64(&mut self) -> Result<u64, EngineError> {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(b))
+    }
+    fn usize(&mut self) -> Result<usize, EngineError> {
+        let v = self.u64()?;
+        usize::try_from(v)
+            .map_err(|_| EngineError::Invalid(format!("session file: malformed: count {v}")))
+    }
+    fn f32s(&mut self, n: usize) -> Result<Vec<f32>, EngineError> {
+        let bytes = self.take(n.saturating_mul(4))?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+    /// A length-prefixed float array that must have exactly `dst.len()` values.
+    fn fill(&mut self, dst: &mut [f32], what: &str) -> Result<(), EngineError> {
+        let n = self.usize()?;
+        if n != dst.len() {
+            return Err(EngineError::Invalid(format!(
+                "session file: {what} has {n} values; this model's has {}",
+                dst.len()
+            )));
+        }
+        self.fill_exact(dst, what)
+    }
+    fn fill_exact(&mut self, dst: &mut [f32], _what: &str) -> Result<(), EngineError> {
+        let bytes = self.take(dst.len().saturating_mul(4))?;
+        for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
+            *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+        Ok(())
+    }
+}
