@@ -47,3 +47,22 @@ impl BudgetArgs {
         }
     }
 }
+
+impl BudgetArgs {
+    /// The flags' budget; without any budget flag, the config file's budget keys (as a group).
+    pub fn budget_or_file(&self, file: &crate::config_file::FileConfig) -> Result<Option<Budget>, CliError> {
+        if let Some(b) = self.budget()? {
+            return Ok(Some(b));
+        }
+        let from_file = BudgetArgs {
+            preset: file.preset.clone(),
+            trunk_gb: file.trunk_gb,
+            cache_gb: file.cache_gb,
+            mem_gb: file.mem_gb,
+        };
+        if from_file.trunk_gb.is_some() != from_file.cache_gb.is_some() {
+            return Err(CliError::usage("config file: trunk_gb and cache_gb must be set together"));
+        }
+        from_file.budget().map_err(|e| CliError::usage(format!("config file: {}", e.message)))
+    }
+}

@@ -12,6 +12,7 @@
 //! (bit-identical: prefill equals incremental decode).
 
 use crate::budget::BudgetArgs;
+use crate::sampling_args::SamplingArgs;
 use crate::CliError;
 use clap::Args;
 use k3_engine::chat::{self, Channel, ChatMessage, ReplyParser, Template, Thinking};
@@ -48,6 +49,8 @@ pub struct ChatArgs {
     pub tok: Option<PathBuf>,
     #[command(flatten)]
     pub budget: BudgetArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// Read trunk layers from a packed trunk (`k3 pack`); needs a budget.
     #[arg(long)]
     pub trunk: Option<PathBuf>,
@@ -106,19 +109,21 @@ struct Chat<'e> {
     /// Ids to feed before the next message: the header, or what closes a cut-short reply.
     carry: Vec<u32>,
     turns: Vec<Turn>,
-    /// SAMPLING HOOK: greedy for now; a sampling front end sets this from its flags.
+    /// From --temp/--top-k/… over the config file (greedy by default).
     sampler: Sampler,
     stats: Stats,
 }
 
 pub fn chat(args: ChatArgs) -> Result<(), CliError> {
+    let file = crate::config_file::load()?;
+    let params = args.sampling.params(&file)?;
     let thinking: Thinking = args
         .thinking
         .parse()
         .map_err(|e: k3_engine::EngineError| CliError::usage(e.to_string()))?;
     let options = EngineOptions {
-        threads: args.threads,
-        budget: args.budget.budget()?,
+        threads: args.threads.or(file.threads),
+        budget: args.budget.budget_or_file(&file)?,
         ctx: args.ctx,
         direct_io: !args.no_direct_io,
         tokenizer_dir: args.tok.clone(),
@@ -152,7 +157,7 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         carry: Vec::new(),
         messages,
         turns: Vec::new(),
-        sampler: Sampler::greedy(),
+        sampler: Sampler::new(params).map_err(CliError::from)?,
         stats: Stats::default(),
     };
     c.carry = c.header()?;

@@ -175,7 +175,7 @@ pub fn load_with_path() -> Result<(FileConfig, Option<PathBuf>), CliError> {
 }
 
 /// The config file's values (all `None` when there is no file).
-// Public API for `k3 run`'s flag merge (see the module doc); not yet called by a command.
+// Read by `k3 run` and `k3 chat` (flags merged over it, see the module doc).
 #[allow(dead_code)]
 pub fn load() -> Result<FileConfig, CliError> {
     load_with_path().map(|(c, _)| c)

@@ -10,6 +10,7 @@ mod ids;
 mod pack;
 mod plan_cmd;
 mod run;
+mod sampling_args;
 mod tokenize;
 mod verify;
 
@@ -30,7 +31,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Generate tokens from a prompt (greedy).
+    /// Generate tokens from a prompt (greedy by default; --temp/--top-k/--top-p/--min-p to sample).
     Run(run::RunArgs),
     /// Chat interactively with the model's chat template (/help inside for commands).
     Chat(chat::ChatArgs),

@@ -4,6 +4,8 @@
 //! or after `-n` tokens.
 
 use crate::budget::BudgetArgs;
+use crate::config_file::{self, FileConfig};
+use crate::sampling_args::SamplingArgs;
 use crate::ids::parse_ids;
 use crate::CliError;
 use clap::Args;
@@ -15,8 +17,9 @@ use std::time::Instant;
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("prompt_source").required(true).args(["ids", "prompt", "prompt_file"])))]
 pub struct RunArgs {
-    /// Model directory (config.json + *.safetensors [+ tiktoken.model]).
-    pub model_dir: PathBuf,
+    /// Model directory (config.json + *.safetensors [+ tiktoken.model]); default: `model`
+    /// from the config file (`k3 config path`).
+    pub model_dir: Option<PathBuf>,
     /// Prompt as raw token ids, comma-separated (the reproducible channel).
     #[arg(long)]
     pub ids: Option<String>,
@@ -35,28 +38,8 @@ pub struct RunArgs {
     /// Tokens to generate at most.
     #[arg(short = 'n', long = "gen", visible_alias = "max-tokens", default_value_t = 16)]
     pub gen: usize,
-    /// Sampling temperature; 0 = greedy (argmax, ties → lowest id), the default.
-    #[arg(long = "temp", default_value_t = 0.0, allow_negative_numbers = true)]
-    pub temp: f32,
-    /// Keep only the K most probable tokens (0 = off).
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub top_k: usize,
-    /// Nucleus sampling: keep the smallest set of most probable tokens reaching P, in (0, 1] (1 = off).
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub top_p: f32,
-    /// Drop tokens less probable than P × the most probable one, in [0, 1] (0 = off).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub min_p: f32,
-    /// Penalise tokens seen in the last --repeat-last-n (> 0; 1 = off; applies to greedy too).
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub repeat_penalty: f32,
-    /// How many recent tokens (prompt included) the repeat penalty looks at (0 = off).
-    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
-    pub repeat_last_n: usize,
-    /// Seed of the sampler's random stream (splitmix64); the same seed gives the same tokens
-    /// at every budget and thread count. Unused when --temp is 0.
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// Stop when the generated text contains TEXT (repeatable; not printed). Needs a tokenizer.
     #[arg(long = "stop", value_name = "TEXT", allow_hyphen_values = true)]
     pub stop: Vec<String>,
@@ -100,7 +83,7 @@ fn prompt_ids(args: &RunArgs, engine: &Engine) -> Result<Vec<u32>, CliError> {
     let tok = engine.tokenizer().ok_or_else(|| {
         CliError::usage(format!(
             "{}: no tokenizer (tiktoken.model or tokenizer.json) for --prompt/--prompt-file: pass --tok DIR or use --ids",
-            args.model_dir.display()
+            args.dir().display()
         ))
     })?;
     if let Some(text) = &args.prompt {
@@ -133,35 +116,46 @@ fn live_line(step: usize, id: u32, secs: f64, now: &StoreStats, before: &StoreSt
     )
 }
 
-/// The sampling parameters of the flags, validated (errors name the flag).
-fn sampling_params(args: &RunArgs) -> Result<SamplingParams, CliError> {
-    let params = SamplingParams {
-        temperature: args.temp,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
-        repeat_last_n: args.repeat_last_n,
-        seed: args.seed,
-    };
-    params.validate().map_err(|e| CliError::usage(e.to_string()))?;
+/// The sampling parameters of the flags over the config file, validated (errors name the flag).
+fn sampling_params(args: &RunArgs, file: &FileConfig) -> Result<SamplingParams, CliError> {
+    let params = args.sampling.params(file)?;
     if args.stop.iter().any(String::is_empty) {
         return Err(CliError::usage("--stop needs a non-empty TEXT"));
     }
     Ok(params)
 }
 
-pub fn run(args: RunArgs) -> Result<(), CliError> {
+/// The model directory: the positional argument, else the config file's `model`.
+fn resolve_model_dir(args: &mut RunArgs, file: &FileConfig) -> Result<(), CliError> {
+    if args.model_dir.is_none() {
+        args.model_dir = file.model.clone();
+    }
+    match args.model_dir {
+        Some(_) => Ok(()),
+        None => Err(CliError::usage("give MODEL_DIR (or set `model` in the config file: see `k3 config path`)")),
+    }
+}
+
+impl RunArgs {
+    /// The resolved model directory (after [`resolve_model_dir`]).
+    fn dir(&self) -> &std::path::Path {
+        self.model_dir.as_deref().unwrap_or(std::path::Path::new("."))
+    }
+}
+
+pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     if let Some(text) = &args.ids {
         parse_ids(text).map_err(CliError::usage)?; // usage errors before any loading
     }
-    let params = sampling_params(&args)?;
-    let budget = args.budget.budget()?;
+    let file = config_file::load()?;
+    resolve_model_dir(&mut args, &file)?;
+    let params = sampling_params(&args, &file)?;
+    let budget = args.budget.budget_or_file(&file)?;
     if args.dump_cache_trace.is_some() && budget.is_none() {
         return Err(CliError::usage("--dump-cache-trace needs a budget flag (--preset, --mem-gb or --trunk-gb/--cache-gb)"));
     }
     let options = EngineOptions {
-        threads: args.threads,
+        threads: args.threads.or(file.threads),
         budget,
         ctx: args.ctx.unwrap_or(4096),
         direct_io: !args.no_direct_io,
@@ -169,7 +163,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         trunk_dir: args.trunk.clone(),
         ..EngineOptions::default()
     };
-    let engine = Engine::open(&args.model_dir, options)?;
+    let engine = Engine::open(args.dir(), options)?;
     let prompt = prompt_ids(&args, &engine)?;
     if prompt.is_empty() {
         return Err(CliError::usage("the prompt is empty: give at least one token"));
@@ -197,7 +191,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     if !stop.stop_strings.is_empty() && engine.tokenizer().is_none() {
         return Err(CliError::usage(format!(
             "--stop needs a tokenizer: {} has no tiktoken.model or tokenizer.json (pass --tok DIR)",
-            args.model_dir.display()
+            args.dir().display()
         )));
     }
     let t1 = Instant::now();

@@ -245,6 +245,14 @@ fn check_overlaps(
 ) -> Result<(), FormatError> {
     for w in spans.windows(2) {
         let ((s0, e0, i0), (s1, e1, i1)) = (w[0], w[1]);
+        if s1 < e0 && raw.entries[i0].name == raw.entries[i1].name {
+            // One name listed twice at overlapping offsets: a duplicate, not two tensors.
+            return Err(FormatError::DuplicateTensor {
+                tensor: raw.entries[i0].name.to_string(),
+                first: shard.into(),
+                second: shard.into(),
+            });
+        }
         if s1 < e0 {
             return Err(FormatError::OffsetsOverlap {
                 shard: shard.into(),

@@ -1,0 +1,13 @@
+//! The hostile-input suite: damaged copies of the tiny checkpoint, generated at test time, are
+//! refused with the documented exit code and a message naming the culprit, and never panic;
+//! valid oddities still run. Catalogue: docs/RELIABILITY.md
+//! (`K3_HOSTILE_CATALOGUE=DIR cargo test -p k3-cli --test hostile` writes its rows).
+
+#[path = "hostile/common.rs"]
+mod common;
+#[path = "hostile/safetensors.rs"]
+mod safetensors;
+#[path = "hostile/index.rs"]
+mod index;
+#[path = "hostile/binding.rs"]
+mod binding;
