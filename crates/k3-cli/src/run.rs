@@ -36,7 +36,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub allow_special: bool,
     /// Tokens to generate at most.
-    #[arg(short = 'n', long = "gen", visible_alias = "max-tokens", default_value_t = 16)]
+    #[arg(short = 'n', long = "gen", visible_alias = "max-tokens", default_value_t = 16, allow_negative_numbers = true)]
     pub gen: usize,
     #[command(flatten)]
     pub sampling: SamplingArgs,

@@ -3,11 +3,19 @@
 //! valid oddities still run. Catalogue: docs/RELIABILITY.md
 //! (`K3_HOSTILE_CATALOGUE=DIR cargo test -p k3-cli --test hostile` writes its rows).
 
-#[path = "hostile/common.rs"]
-mod common;
-#[path = "hostile/safetensors.rs"]
-mod safetensors;
-#[path = "hostile/index.rs"]
-mod index;
 #[path = "hostile/binding.rs"]
 mod binding;
+#[path = "hostile/cli.rs"]
+mod cli;
+#[path = "hostile/common.rs"]
+mod common;
+#[path = "hostile/config.rs"]
+mod config;
+#[path = "hostile/index.rs"]
+mod index;
+#[path = "hostile/safetensors.rs"]
+mod safetensors;
+#[path = "hostile/session.rs"]
+mod session;
+#[path = "hostile/tokenizer.rs"]
+mod tokenizer;

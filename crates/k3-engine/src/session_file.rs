@@ -300,7 +300,7 @@ impl Engine {
         };
         let (_saved_ctx, pos) = (r.u64()?, r.usize()?);
         let n_tokens = r.usize()?;
-        if n_tokens != pos && n_tokens != pos + 1 {
+        if n_tokens != pos && Some(n_tokens) != pos.checked_add(1) {
             return Err(bad(format!("{n_tokens} tokens for position {pos}")));
         }
         if max_ctx < n_tokens {

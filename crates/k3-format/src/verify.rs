@@ -377,7 +377,33 @@ fn index_agrees(ck: &Checkpoint, entries: &IndexEntries, dir: &Path) -> Check {
         "{} weight_map entries disagree with the shard headers",
         problems.len()
     );
-    Check::verdict("index entries", problems, ok, Status::Fail, bad)
+    let mut c = Check::verdict("index entries", problems, ok, Status::Fail, bad);
+    // The other direction: shard tensors the index does not list. k3 finds tensors by name in
+    // the shards, so this runs, but index-driven loaders would not see them: index and shards
+    // come from different revisions.
+    let listed: HashSet<&str> = entries.iter().map(|(t, _)| t.as_str()).collect();
+    let unlisted: Vec<String> = ck
+        .iter()
+        .filter(|v| !listed.contains(v.name))
+        .map(|v| {
+            format!(
+                "tensor {:?} in {} is not listed in {INDEX_FILE}",
+                v.name,
+                v.shard_path.display()
+            )
+        })
+        .collect();
+    if !unlisted.is_empty() {
+        if c.status == Status::Pass {
+            c.status = Status::Warn;
+            c.summary = format!(
+                "{} shard tensors are not listed in {INDEX_FILE}: index and shards disagree",
+                unlisted.len()
+            );
+        }
+        c.details.extend(unlisted);
+    }
+    c
 }
 
 /// Every tensor the config requires, by the binder's rules; all problems collected.

@@ -28,7 +28,8 @@ pub fn k3(args: &[String]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_k3"))
         .args(args)
         .env_remove("RUST_BACKTRACE")
-        .env("K3_CONFIG", "/nonexistent/k3-hostile-config.toml")
+        .env_remove("K3_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/k3-hostile-xdg")
         .output()
         .expect("k3 starts")
 }
@@ -90,12 +91,21 @@ pub fn rewrite(dir: &Path, index: bool, edit: impl FnOnce(&mut Vec<ShardDoc>)) {
     {
         let ck = Checkpoint::open(dir).unwrap();
         for (si, shard) in ck.shards().iter().enumerate() {
-            let file = shard.path().file_name().unwrap().to_str().unwrap().to_string();
+            let file = shard
+                .path()
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_string();
             let mut views: Vec<_> = ck.iter().filter(|v| v.shard == si).collect();
             views.sort_by_key(|v| v.offset);
             let tensors = views
                 .iter()
-                .map(|v| T { spec: TensorSpec::new(v.name, v.dtype, v.shape), data: v.bytes.to_vec() })
+                .map(|v| T {
+                    spec: TensorSpec::new(v.name, v.dtype, v.shape),
+                    data: v.bytes.to_vec(),
+                })
                 .collect();
             docs.push(ShardDoc { file, tensors });
         }
@@ -113,13 +123,20 @@ pub fn rewrite(dir: &Path, index: bool, edit: impl FnOnce(&mut Vec<ShardDoc>)) {
         entries.extend(specs.iter().map(|s| (s.name.clone(), d.file.clone())));
     }
     if index {
-        write_index(&dir.join(INDEX), entries.iter().map(|(t, s)| (t.as_str(), s.as_str()))).unwrap();
+        write_index(
+            &dir.join(INDEX),
+            entries.iter().map(|(t, s)| (t.as_str(), s.as_str())),
+        )
+        .unwrap();
     }
 }
 
 /// Finds the tensor named `name` in the docs.
 pub fn find<'a>(docs: &'a mut [ShardDoc], name: &str) -> &'a mut T {
-    docs.iter_mut().flat_map(|d| d.tensors.iter_mut()).find(|t| t.spec.name == name).unwrap()
+    docs.iter_mut()
+        .flat_map(|d| d.tensors.iter_mut())
+        .find(|t| t.spec.name == name)
+        .unwrap()
 }
 
 /// Splits a shard file into (header JSON value, data bytes).
@@ -212,7 +229,7 @@ pub fn panic_signs(o: &Output) -> Option<String> {
 
 /// The line of stderr that best shows the message (first line mentioning `k3: error` or the
 /// first needle), shortened, for the catalogue.
-fn excerpt(err: &str, needles: &[String]) -> String {
+fn excerpt(err: &str, needles: &[String], dir: &Path) -> String {
     let line = err
         .lines()
         .find(|l| needles.first().is_some_and(|n| l.contains(n.as_str())))
@@ -220,7 +237,10 @@ fn excerpt(err: &str, needles: &[String]) -> String {
         .or_else(|| err.lines().next())
         .unwrap_or("");
     let tmp = std::env::temp_dir().display().to_string();
-    let line = line.replace(&tmp, "$TMP").replace(&format!("k3-hostile-{}-", std::process::id()), "");
+    let line = line
+        .replace(&dir.display().to_string(), "MODEL")
+        .replace(&tmp, "$TMP")
+        .replace(&format!("k3-hostile-{}-", std::process::id()), "");
     let mut s: String = line.chars().take(150).collect();
     if line.chars().count() > 150 {
         s.push('…');
@@ -236,7 +256,11 @@ pub fn check_all(group: &str, cases: Vec<Case>) {
     for c in &cases {
         let dir = Scratch::tiny(&format!("{group}-{}", c.name));
         (c.damage)(dir.path());
-        let argv: Vec<String> = c.args.iter().map(|a| a.replace("{dir}", &dir.s())).collect();
+        let argv: Vec<String> = c
+            .args
+            .iter()
+            .map(|a| a.replace("{dir}", &dir.s()))
+            .collect();
         let o = k3(&argv);
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -246,7 +270,11 @@ pub fn check_all(group: &str, cases: Vec<Case>) {
             why.push(p);
         }
         if o.status.code() != Some(c.code) {
-            why.push(format!("exit code {:?}, expected {}", o.status.code(), c.code));
+            why.push(format!(
+                "exit code {:?}, expected {}",
+                o.status.code(),
+                c.code
+            ));
         }
         for n in &c.needles {
             let n = n.replace("{dir}", &dir.s());
@@ -255,15 +283,40 @@ pub fn check_all(group: &str, cases: Vec<Case>) {
             }
         }
         if !why.is_empty() {
-            failures.push(format!("[{group}/{}] {}\n  stderr: {}\n  stdout: {}", c.name, why.join("; "), err.trim(), out.trim()));
+            failures.push(format!(
+                "[{group}/{}] {}\n  stderr: {}\n  stdout: {}",
+                c.name,
+                why.join("; "),
+                err.trim(),
+                out.trim()
+            ));
         }
-        let shown = if c.code == 0 { excerpt(&out, &c.needles) } else { excerpt(&err, &c.needles) };
-        rows.push(format!("| {group} | {} | {} | {} | `{}` |", c.name, c.input.replace('|', "\\|"), c.code, shown));
+        let shown = if c.code == 0 {
+            excerpt(&out, &c.needles, dir.path())
+        } else {
+            excerpt(&err, &c.needles, dir.path())
+        };
+        rows.push(format!(
+            "| {group} | {} | {} | {} | `{}` |",
+            c.name,
+            c.input.replace('|', "\\|"),
+            c.code,
+            shown
+        ));
     }
     if let Ok(d) = std::env::var("K3_HOSTILE_CATALOGUE") {
         let _ = std::fs::create_dir_all(&d);
-        let _ = std::fs::write(Path::new(&d).join(format!("{group}.md")), rows.join("\n") + "\n");
+        let _ = std::fs::write(
+            Path::new(&d).join(format!("{group}.md")),
+            rows.join("\n") + "\n",
+        );
     }
     eprintln!("{group}: {} cases, {} failed", cases.len(), failures.len());
-    assert!(failures.is_empty(), "{} of {} {group} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} {group} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }

@@ -61,7 +61,14 @@ fn cases() -> Vec<Case> {
             2,
             &[SHARD1, "header length 56064 does not fit"],
         ),
-        case("empty-file", "shard file of 0 bytes", |d| std::fs::write(d.join(SHARD1), b"").unwrap(), r(), 2, &[SHARD1, "file is 0 bytes"]),
+        case(
+            "empty-file",
+            "shard file of 0 bytes",
+            |d| std::fs::write(d.join(SHARD1), b"").unwrap(),
+            r(),
+            2,
+            &[SHARD1, "file is 0 bytes"],
+        ),
         case(
             "five-byte-file",
             "shard file of 5 bytes (no full length prefix)",
@@ -70,16 +77,33 @@ fn cases() -> Vec<Case> {
             2,
             &[SHARD1, "file is 5 bytes"],
         ),
-        case("header-len-zero", "header length prefix 0", |d| set_prefix(d, 0), r(), 2, &[SHARD1, "malformed JSON header (0 bytes)"]),
+        case(
+            "header-len-zero",
+            "header length prefix 0",
+            |d| set_prefix(d, 0),
+            r(),
+            2,
+            &[SHARD1, "malformed JSON header (0 bytes)"],
+        ),
         case(
             "header-len-beyond-file",
             "header length prefix = file length",
             |d| set_prefix(d, std::fs::metadata(d.join(SHARD1)).unwrap().len()),
             r(),
             2,
-            &[SHARD1, "header length 947016 does not fit in the 947016-byte file"],
+            &[
+                SHARD1,
+                "header length 947016 does not fit in the 947016-byte file",
+            ],
         ),
-        case("header-len-u64-max", "header length prefix 2^64-1", |d| set_prefix(d, u64::MAX), r(), 2, &[SHARD1, "header length 18446744073709551615"]),
+        case(
+            "header-len-u64-max",
+            "header length prefix 2^64-1",
+            |d| set_prefix(d, u64::MAX),
+            r(),
+            2,
+            &[SHARD1, "header length 18446744073709551615"],
+        ),
         case(
             "non-json-header",
             "header bytes replaced by same-length non-JSON text",
@@ -92,7 +116,11 @@ fn cases() -> Vec<Case> {
             },
             r(),
             2,
-            &[SHARD1, "malformed JSON header (56064 bytes)", "line 1 column 1"],
+            &[
+                SHARD1,
+                "malformed JSON header (56064 bytes)",
+                "line 1 column 1",
+            ],
         ),
         case(
             "header-is-array",
@@ -103,7 +131,11 @@ fn cases() -> Vec<Case> {
             },
             r(),
             2,
-            &[SHARD1, "malformed JSON header", "a JSON object mapping tensor names"],
+            &[
+                SHARD1,
+                "malformed JSON header",
+                "a JSON object mapping tensor names",
+            ],
         ),
         case(
             "non-utf8-header",
@@ -111,7 +143,10 @@ fn cases() -> Vec<Case> {
             |d| {
                 let p = d.join(SHARD1);
                 let mut b = std::fs::read(&p).unwrap();
-                let at = 8 + b[8..].windows(11).position(|w| w == b"embed_token").unwrap();
+                let at = 8 + b[8..]
+                    .windows(11)
+                    .position(|w| w == b"embed_token")
+                    .unwrap();
                 b[at] = 0xFF;
                 std::fs::write(&p, b).unwrap();
             },
@@ -119,10 +154,38 @@ fn cases() -> Vec<Case> {
             2,
             &[SHARD1, "is not UTF-8", "invalid byte at header offset"],
         ),
-        case("unknown-dtype", "tensor dtype \"F4\"", set_field(NORM, "dtype", json!("F4")), r(), 2, &[SHARD1, NORM, "unknown dtype \"F4\""]),
-        case("dtype-not-string", "tensor dtype is the number 7", set_field(NORM, "dtype", json!(7)), r(), 2, &[SHARD1, "malformed JSON header", "invalid type: integer `7`"]),
-        case("negative-shape", "shape [-1, 64]", set_field(KPROJ, "shape", json!([-1, 64])), r(), 2, &[SHARD1, "malformed JSON header", "integer `-1`"]),
-        case("fractional-shape", "shape [64.5]", set_field(NORM, "shape", json!([64.5])), r(), 2, &[SHARD1, "malformed JSON header", "64.5"]),
+        case(
+            "unknown-dtype",
+            "tensor dtype \"F4\"",
+            set_field(NORM, "dtype", json!("F4")),
+            r(),
+            2,
+            &[SHARD1, NORM, "unknown dtype \"F4\""],
+        ),
+        case(
+            "dtype-not-string",
+            "tensor dtype is the number 7",
+            set_field(NORM, "dtype", json!(7)),
+            r(),
+            2,
+            &[SHARD1, "malformed JSON header", "invalid type: integer `7`"],
+        ),
+        case(
+            "negative-shape",
+            "shape [-1, 64]",
+            set_field(KPROJ, "shape", json!([-1, 64])),
+            r(),
+            2,
+            &[SHARD1, "malformed JSON header", "integer `-1`"],
+        ),
+        case(
+            "fractional-shape",
+            "shape [64.5]",
+            set_field(NORM, "shape", json!([64.5])),
+            r(),
+            2,
+            &[SHARD1, "malformed JSON header", "64.5"],
+        ),
         case(
             "overflowing-shape",
             "shape [2^62, 2^62] (element count overflows u64)",
@@ -208,7 +271,11 @@ fn cases() -> Vec<Case> {
             set_field(NORM, "data_offsets", json!([u64::MAX - 128, u64::MAX])),
             r(),
             2,
-            &[SHARD1, NORM, "data_offsets end 18446744073709551615 is beyond the 890944-byte data section"],
+            &[
+                SHARD1,
+                NORM,
+                "data_offsets end 18446744073709551615 is beyond the 890944-byte data section",
+            ],
         ),
         case(
             "three-offsets",
@@ -221,7 +288,11 @@ fn cases() -> Vec<Case> {
         case(
             "missing-data-offsets",
             "tensor entry without data_offsets",
-            |d| edit_header(d, SHARD1, |h| drop(h[NORM].as_object_mut().unwrap().remove("data_offsets"))),
+            |d| {
+                edit_header(d, SHARD1, |h| {
+                    drop(h[NORM].as_object_mut().unwrap().remove("data_offsets"))
+                })
+            },
             r(),
             2,
             &[SHARD1, "missing field `data_offsets`"],
@@ -247,7 +318,10 @@ fn cases() -> Vec<Case> {
             |d| {
                 rewrite(d, true, |docs| {
                     let t = find(docs, NORM);
-                    let copy = T { spec: t.spec.clone(), data: t.data.clone() };
+                    let copy = T {
+                        spec: t.spec.clone(),
+                        data: t.data.clone(),
+                    };
                     docs[1].tensors.push(copy);
                 })
             },
@@ -277,8 +351,22 @@ fn trailing_bytes_run_but_fail_verify() {
     check_all(
         "safetensors-trailing",
         vec![
-            case("trailing-garbage-run", "4096 bytes appended after the data section (k3 run)", append, args(&run), 0, &[CLEAN_IDS]),
-            case("trailing-garbage-verify", "4096 bytes appended after the data section (k3 verify)", append, args(&["verify", "{dir}"]), 1, &[SHARD1, "FAIL"]),
+            case(
+                "trailing-garbage-run",
+                "4096 bytes appended after the data section (k3 run)",
+                append,
+                args(&run),
+                0,
+                &[CLEAN_IDS],
+            ),
+            case(
+                "trailing-garbage-verify",
+                "4096 bytes appended after the data section (k3 verify)",
+                append,
+                args(&["verify", "{dir}"]),
+                1,
+                &[SHARD1, "FAIL  shard sizes", "4096 extra bytes"],
+            ),
         ],
     );
 }
