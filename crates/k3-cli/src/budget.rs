@@ -26,7 +26,9 @@ pub struct BudgetArgs {
 
 fn gb(flag: &str, v: f64) -> Result<u64, CliError> {
     if !v.is_finite() || v <= 0.0 {
-        return Err(CliError::usage(format!("{flag} must be a positive number of GB, got {v}")));
+        return Err(CliError::usage(format!(
+            "{flag} must be a positive number of GB, got {v}"
+        )));
     }
     Ok((v * GB) as u64)
 }
@@ -35,14 +37,19 @@ impl BudgetArgs {
     /// The budget the flags describe; `None` when no budget flag was given.
     pub fn budget(&self) -> Result<Option<Budget>, CliError> {
         if let Some(name) = &self.preset {
-            let p: Preset = name.parse().map_err(|e: k3_plan::PlanError| CliError::usage(e.to_string()))?;
+            let p: Preset = name
+                .parse()
+                .map_err(|e: k3_plan::PlanError| CliError::usage(e.to_string()))?;
             return Ok(Some(Budget::Preset(p)));
         }
         if let Some(total) = self.mem_gb {
             return Ok(Some(Budget::Total(gb("--mem-gb", total)?)));
         }
         match (self.trunk_gb, self.cache_gb) {
-            (Some(t), Some(c)) => Ok(Some(Budget::Split { trunk: gb("--trunk-gb", t)?, cache: gb("--cache-gb", c)? })),
+            (Some(t), Some(c)) => Ok(Some(Budget::Split {
+                trunk: gb("--trunk-gb", t)?,
+                cache: gb("--cache-gb", c)?,
+            })),
             _ => Ok(None),
         }
     }
@@ -50,7 +57,10 @@ impl BudgetArgs {
 
 impl BudgetArgs {
     /// The flags' budget; without any budget flag, the config file's budget keys (as a group).
-    pub fn budget_or_file(&self, file: &crate::config_file::FileConfig) -> Result<Option<Budget>, CliError> {
+    pub fn budget_or_file(
+        &self,
+        file: &crate::config_file::FileConfig,
+    ) -> Result<Option<Budget>, CliError> {
         if let Some(b) = self.budget()? {
             return Ok(Some(b));
         }
@@ -61,8 +71,12 @@ impl BudgetArgs {
             mem_gb: file.mem_gb,
         };
         if from_file.trunk_gb.is_some() != from_file.cache_gb.is_some() {
-            return Err(CliError::usage("config file: trunk_gb and cache_gb must be set together"));
+            return Err(CliError::usage(
+                "config file: trunk_gb and cache_gb must be set together",
+            ));
         }
-        from_file.budget().map_err(|e| CliError::usage(format!("config file: {}", e.message)))
+        from_file
+            .budget()
+            .map_err(|e| CliError::usage(format!("config file: {}", e.message)))
     }
 }

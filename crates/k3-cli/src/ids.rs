@@ -14,13 +14,23 @@ pub fn parse_ids(text: &str) -> Result<Vec<u32>, String> {
                 return Err(format!("--ids entry {} is empty (stray comma?)", i + 1));
             }
             if s.starts_with('-') {
-                return Err(format!("--ids entry {} is {s:?}: token ids cannot be negative", i + 1));
+                return Err(format!(
+                    "--ids entry {} is {s:?}: token ids cannot be negative",
+                    i + 1
+                ));
             }
             if !s.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("--ids entry {} is {s:?}: not a decimal token id", i + 1));
+                return Err(format!(
+                    "--ids entry {} is {s:?}: not a decimal token id",
+                    i + 1
+                ));
             }
             s.parse::<u32>().map_err(|_| {
-                format!("--ids entry {} is {s}: larger than the largest possible token id {}", i + 1, u32::MAX)
+                format!(
+                    "--ids entry {} is {s}: larger than the largest possible token id {}",
+                    i + 1,
+                    u32::MAX
+                )
             })
         })
         .collect()

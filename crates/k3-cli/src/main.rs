@@ -59,10 +59,16 @@ pub struct CliError {
 
 impl CliError {
     pub fn usage(message: impl Into<String>) -> Self {
-        CliError { code: k3_engine::EXIT_USAGE, message: message.into() }
+        CliError {
+            code: k3_engine::EXIT_USAGE,
+            message: message.into(),
+        }
     }
     pub fn runtime(message: impl Into<String>) -> Self {
-        CliError { code: k3_engine::EXIT_RUNTIME, message: message.into() }
+        CliError {
+            code: k3_engine::EXIT_RUNTIME,
+            message: message.into(),
+        }
     }
 }
 
@@ -72,7 +78,10 @@ impl From<k3_engine::EngineError> for CliError {
         if e.exit_code() == k3_engine::EXIT_EXPERT {
             message.push_str("\nk3: a routed expert failed to load: the token ids are unsound");
         }
-        CliError { code: e.exit_code(), message }
+        CliError {
+            code: e.exit_code(),
+            message,
+        }
     }
 }
 

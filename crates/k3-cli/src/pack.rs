@@ -26,26 +26,40 @@ pub struct PackArgs {
 fn bar(total: u64, what: &str) -> ProgressBar {
     let pb = ProgressBar::new(total);
     pb.set_style(
-        ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
     );
     pb.set_message(what.to_string());
     pb
 }
 
 pub fn pack(args: PackArgs) -> Result<(), CliError> {
-    let cfg = K3Config::load(args.model_dir.join("config.json")).map_err(|e| CliError::usage(e.to_string()))?;
+    let cfg = K3Config::load(args.model_dir.join("config.json"))
+        .map_err(|e| CliError::usage(e.to_string()))?;
     let ck = Checkpoint::open(&args.model_dir).map_err(|e| CliError::usage(e.to_string()))?;
     let binding = bind_model(&ck, &cfg).map_err(|e| CliError::usage(e.to_string()))?;
-    std::fs::create_dir_all(&args.out_dir).map_err(|e| CliError::runtime(format!("{}: {e}", args.out_dir.display())))?;
+    std::fs::create_dir_all(&args.out_dir)
+        .map_err(|e| CliError::runtime(format!("{}: {e}", args.out_dir.display())))?;
     let t0 = Instant::now();
     let pb = bar(0, "packing");
-    let opts = PackOptions { overwrite: args.overwrite, ..PackOptions::default() };
-    let packed = write_trunk_pack(&ck, &binding, &cfg, &args.out_dir, &opts, &mut |done, total| {
-        pb.set_length(total);
-        pb.set_position(done);
-    });
+    let opts = PackOptions {
+        overwrite: args.overwrite,
+        ..PackOptions::default()
+    };
+    let packed = write_trunk_pack(
+        &ck,
+        &binding,
+        &cfg,
+        &args.out_dir,
+        &opts,
+        &mut |done, total| {
+            pb.set_length(total);
+            pb.set_position(done);
+        },
+    );
     pb.finish_and_clear();
     let packed: TrunkPack = packed.map_err(|e| CliError::usage(e.to_string()))?;
     let secs = t0.elapsed().as_secs_f64();

@@ -20,7 +20,10 @@ pub struct PlanArgs {
 
 /// Prints the plan table; exits 2 (after printing it) when it does not fit this machine.
 pub fn plan(args: PlanArgs) -> Result<(), CliError> {
-    let budget = args.budget.budget()?.unwrap_or(Budget::Preset(Preset::Laptop));
+    let budget = args
+        .budget
+        .budget()?
+        .unwrap_or(Budget::Preset(Preset::Laptop));
     let (plan, available, fits) = forecast(&args.model_dir, budget, args.ctx)?;
     println!("{}", plan.table(Some(&available)).trim_end());
     fits.map_err(CliError::from)

@@ -5,11 +5,14 @@
 
 use crate::budget::BudgetArgs;
 use crate::config_file::{self, FileConfig};
-use crate::sampling_args::SamplingArgs;
 use crate::ids::parse_ids;
+use crate::sampling_args::SamplingArgs;
 use crate::CliError;
 use clap::Args;
-use k3_engine::{DecodeMode, Engine, EngineOptions, Sampler, SamplingParams, StopConditions, StopScanner, StoreStats};
+use k3_engine::{
+    DecodeMode, Engine, EngineOptions, Sampler, SamplingParams, StopConditions, StopScanner,
+    StoreStats,
+};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -36,7 +39,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub allow_special: bool,
     /// Tokens to generate at most.
-    #[arg(short = 'n', long = "gen", visible_alias = "max-tokens", default_value_t = 16, allow_negative_numbers = true)]
+    #[arg(
+        short = 'n',
+        long = "gen",
+        visible_alias = "max-tokens",
+        default_value_t = 16,
+        allow_negative_numbers = true
+    )]
     pub gen: usize,
     #[command(flatten)]
     pub sampling: SamplingArgs,
@@ -89,15 +98,22 @@ fn prompt_ids(args: &RunArgs, engine: &Engine) -> Result<Vec<u32>, CliError> {
     if let Some(text) = &args.prompt {
         return Ok(tok.encode(text, args.allow_special));
     }
-    let path = args.prompt_file.as_ref().ok_or_else(|| CliError::usage("give --ids, --prompt or --prompt-file"))?;
+    let path = args
+        .prompt_file
+        .as_ref()
+        .ok_or_else(|| CliError::usage("give --ids, --prompt or --prompt-file"))?;
     // Bytes are read verbatim; invalid UTF-8 is encoded losslessly from its raw bytes.
-    let bytes = std::fs::read(path).map_err(|e| CliError::usage(format!("{}: cannot read prompt file: {e}", path.display())))?;
+    let bytes = std::fs::read(path).map_err(|e| {
+        CliError::usage(format!("{}: cannot read prompt file: {e}", path.display()))
+    })?;
     Ok(tok.encode_bytes(&bytes, args.allow_special))
 }
 
 /// Peak resident set size of this process in bytes (Linux `VmHWM`), 0 where unknown.
 pub fn peak_rss_bytes() -> u64 {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return 0 };
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -132,14 +148,18 @@ fn resolve_model_dir(args: &mut RunArgs, file: &FileConfig) -> Result<(), CliErr
     }
     match args.model_dir {
         Some(_) => Ok(()),
-        None => Err(CliError::usage("give MODEL_DIR (or set `model` in the config file: see `k3 config path`)")),
+        None => Err(CliError::usage(
+            "give MODEL_DIR (or set `model` in the config file: see `k3 config path`)",
+        )),
     }
 }
 
 impl RunArgs {
     /// The resolved model directory (after [`resolve_model_dir`]).
     fn dir(&self) -> &std::path::Path {
-        self.model_dir.as_deref().unwrap_or(std::path::Path::new("."))
+        self.model_dir
+            .as_deref()
+            .unwrap_or(std::path::Path::new("."))
     }
 }
 
@@ -152,7 +172,9 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     let params = sampling_params(&args, &file)?;
     let budget = args.budget.budget_or_file(&file)?;
     if args.dump_cache_trace.is_some() && budget.is_none() {
-        return Err(CliError::usage("--dump-cache-trace needs a budget flag (--preset, --mem-gb or --trunk-gb/--cache-gb)"));
+        return Err(CliError::usage(
+            "--dump-cache-trace needs a budget flag (--preset, --mem-gb or --trunk-gb/--cache-gb)",
+        ));
     }
     let options = EngineOptions {
         threads: args.threads.or(file.threads),
@@ -166,27 +188,45 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     let engine = Engine::open(args.dir(), options)?;
     let prompt = prompt_ids(&args, &engine)?;
     if prompt.is_empty() {
-        return Err(CliError::usage("the prompt is empty: give at least one token"));
+        return Err(CliError::usage(
+            "the prompt is empty: give at least one token",
+        ));
     }
     let ctx = args.ctx.unwrap_or(prompt.len() + args.gen.max(1));
     if let Some(plan) = engine.plan() {
-        eprintln!("{}", plan.table(Some(&k3_plan::available_memory())).trim_end());
+        eprintln!(
+            "{}",
+            plan.table(Some(&k3_plan::available_memory())).trim_end()
+        );
     }
     engine.record_expert_trace(args.dump_cache_trace.is_some());
     let mut session = engine.new_session(ctx)?;
-    let mode = if args.recompute { DecodeMode::Recompute } else { DecodeMode::Incremental };
+    let mode = if args.recompute {
+        DecodeMode::Recompute
+    } else {
+        DecodeMode::Incremental
+    };
     let streaming = engine.plan().is_some();
 
     let t0 = Instant::now();
     session.feed(&prompt)?;
     let prefill_s = t0.elapsed().as_secs_f64();
     if let Some(path) = &args.dump_logits {
-        let bytes: Vec<u8> = session.logits().iter().flat_map(|v| v.to_le_bytes()).collect();
-        std::fs::write(path, bytes)
-            .map_err(|e| CliError::runtime(format!("{}: cannot write logits: {e}", path.display())))?;
+        let bytes: Vec<u8> = session
+            .logits()
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        std::fs::write(path, bytes).map_err(|e| {
+            CliError::runtime(format!("{}: cannot write logits: {e}", path.display()))
+        })?;
     }
     let mut sampler = Sampler::new(params.clone())?;
-    let mut stop = if args.ignore_eos { StopConditions::none() } else { StopConditions::for_engine(&engine) };
+    let mut stop = if args.ignore_eos {
+        StopConditions::none()
+    } else {
+        StopConditions::for_engine(&engine)
+    };
     stop = stop.with_stop_strings(args.stop.iter().cloned());
     if !stop.stop_strings.is_empty() && engine.tokenizer().is_none() {
         return Err(CliError::usage(format!(
@@ -214,7 +254,10 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
         let _ = stdout.flush();
         if streaming {
             let now = engine.stats();
-            eprintln!("{}", live_line(step, id, last_t.elapsed().as_secs_f64(), &now, &last_stats));
+            eprintln!(
+                "{}",
+                live_line(step, id, last_t.elapsed().as_secs_f64(), &now, &last_stats)
+            );
             (last_t, last_stats) = (Instant::now(), now);
         }
         step += 1;
@@ -237,7 +280,11 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     let ids_text: Vec<String> = generated.iter().map(u32::to_string).collect();
     println!("generated ids: {}", ids_text.join(","));
     eprintln!("stopped: {}", generation.stop_reason);
-    let per_token = if generated.is_empty() { 0.0 } else { decode_s / generated.len() as f64 };
+    let per_token = if generated.is_empty() {
+        0.0
+    } else {
+        decode_s / generated.len() as f64
+    };
     let wall = t0.elapsed().as_secs_f64();
     eprintln!(
         "prefill {} tokens in {:.3} s; {} tokens at {:.4} s/token; peak RSS {:.1} MB",
@@ -278,14 +325,19 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
             "io_seconds": stats.io_seconds,
         });
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-        std::fs::write(path, text + "\n")
-            .map_err(|e| CliError::runtime(format!("{}: cannot write JSON report: {e}", path.display())))?;
+        std::fs::write(path, text + "\n").map_err(|e| {
+            CliError::runtime(format!("{}: cannot write JSON report: {e}", path.display()))
+        })?;
     }
     Ok(())
 }
 
 /// The `sampling` object of the JSON report: the parameters, stop strings and end ids in force.
-fn sampling_json(params: &SamplingParams, stop: &StopConditions, ignore_eos: bool) -> serde_json::Value {
+fn sampling_json(
+    params: &SamplingParams,
+    stop: &StopConditions,
+    ignore_eos: bool,
+) -> serde_json::Value {
     let mut v = serde_json::to_value(params).unwrap_or_default();
     if let Some(obj) = v.as_object_mut() {
         obj.insert("greedy".into(), params.is_greedy().into());
@@ -298,10 +350,19 @@ fn sampling_json(params: &SamplingParams, stop: &StopConditions, ignore_eos: boo
 
 /// Writes `DIR/expert_trace.bin`: per request, u32 LE layer then u32 LE expert.
 fn write_trace(dir: &std::path::Path, trace: &[(u32, u32)]) -> Result<(), CliError> {
-    std::fs::create_dir_all(dir).map_err(|e| CliError::runtime(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| CliError::runtime(format!("{}: {e}", dir.display())))?;
     let path = dir.join("expert_trace.bin");
-    let bytes: Vec<u8> = trace.iter().flat_map(|(l, e)| l.to_le_bytes().into_iter().chain(e.to_le_bytes())).collect();
-    std::fs::write(&path, bytes).map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
-    eprintln!("expert trace: {} requests written to {}", trace.len(), path.display());
+    let bytes: Vec<u8> = trace
+        .iter()
+        .flat_map(|(l, e)| l.to_le_bytes().into_iter().chain(e.to_le_bytes()))
+        .collect();
+    std::fs::write(&path, bytes)
+        .map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
+    eprintln!(
+        "expert trace: {} requests written to {}",
+        trace.len(),
+        path.display()
+    );
     Ok(())
 }

@@ -38,15 +38,29 @@ impl SamplingArgs {
     pub fn params(&self, file: &FileConfig) -> Result<SamplingParams, CliError> {
         let d = SamplingParams::default();
         let params = SamplingParams {
-            temperature: self.temp.or(file.temp.map(|v| v as f32)).unwrap_or(d.temperature),
+            temperature: self
+                .temp
+                .or(file.temp.map(|v| v as f32))
+                .unwrap_or(d.temperature),
             top_k: self.top_k.or(file.top_k).unwrap_or(d.top_k),
-            top_p: self.top_p.or(file.top_p.map(|v| v as f32)).unwrap_or(d.top_p),
-            min_p: self.min_p.or(file.min_p.map(|v| v as f32)).unwrap_or(d.min_p),
-            repeat_penalty: self.repeat_penalty.or(file.repeat_penalty.map(|v| v as f32)).unwrap_or(d.repeat_penalty),
+            top_p: self
+                .top_p
+                .or(file.top_p.map(|v| v as f32))
+                .unwrap_or(d.top_p),
+            min_p: self
+                .min_p
+                .or(file.min_p.map(|v| v as f32))
+                .unwrap_or(d.min_p),
+            repeat_penalty: self
+                .repeat_penalty
+                .or(file.repeat_penalty.map(|v| v as f32))
+                .unwrap_or(d.repeat_penalty),
             repeat_last_n: self.repeat_last_n.unwrap_or(d.repeat_last_n),
             seed: self.seed.or(file.seed).unwrap_or(d.seed),
         };
-        params.validate().map_err(|e| CliError::usage(e.to_string()))?;
+        params
+            .validate()
+            .map_err(|e| CliError::usage(e.to_string()))?;
         Ok(params)
     }
 }

@@ -36,19 +36,28 @@ pub struct TokenizeArgs {
 pub fn tokenize(args: TokenizeArgs) -> Result<(), CliError> {
     let tok = Tokenizer::from_dir(&args.tok_dir).map_err(|e| CliError::usage(e.to_string()))?;
     if let Some(path) = &args.export {
-        let json = tok.export_json(true).map_err(|e| CliError::runtime(e.to_string()))?;
-        std::fs::write(path, json).map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
+        let json = tok
+            .export_json(true)
+            .map_err(|e| CliError::runtime(e.to_string()))?;
+        std::fs::write(path, json)
+            .map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
         eprintln!("wrote {}", path.display());
         return Ok(());
     }
     if let Some(list) = &args.decode {
         let ids = parse_ids(list).map_err(|e| CliError::usage(e.replace("--ids", "--decode")))?;
-        let bytes = tok.decode(&ids).map_err(|e| CliError::usage(e.to_string()))?;
+        let bytes = tok
+            .decode(&ids)
+            .map_err(|e| CliError::usage(e.to_string()))?;
         if args.json {
-            println!("{}", serde_json::json!({ "ids": ids, "text": String::from_utf8_lossy(&bytes) }));
+            println!(
+                "{}",
+                serde_json::json!({ "ids": ids, "text": String::from_utf8_lossy(&bytes) })
+            );
         } else {
             let mut out = std::io::stdout();
-            out.write_all(&bytes).map_err(|e| CliError::runtime(e.to_string()))?;
+            out.write_all(&bytes)
+                .map_err(|e| CliError::runtime(e.to_string()))?;
             println!();
         }
         return Ok(());
@@ -56,7 +65,8 @@ pub fn tokenize(args: TokenizeArgs) -> Result<(), CliError> {
     let ids = match (&args.text, &args.file) {
         (Some(t), _) => tok.encode(t, args.allow_special),
         (None, Some(p)) => {
-            let bytes = std::fs::read(p).map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?;
+            let bytes =
+                std::fs::read(p).map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?;
             tok.encode_bytes(&bytes, args.allow_special)
         }
         (None, None) => return Err(CliError::usage("give --text, --file, --decode or --export")),

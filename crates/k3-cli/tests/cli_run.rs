@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn k3(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_k3")).args(args).output().expect("k3 runs")
+    Command::new(env!("CARGO_BIN_EXE_k3"))
+        .args(args)
+        .output()
+        .expect("k3 runs")
 }
 
 fn tiny() -> PathBuf {
@@ -44,13 +47,24 @@ fn run_reproduces_expected_ids_and_writes_reports() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("391,655,292,730,776,115,719,393,787,679,255,821,638,667,420,461"), "{stdout}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(report["prompt_ids"], serde_json::json!([637, 229, 263, 638, 730, 42, 197]));
+    assert!(
+        stdout.contains("391,655,292,730,776,115,719,393,787,679,255,821,638,667,420,461"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(
+        report["prompt_ids"],
+        serde_json::json!([637, 229, 263, 638, 730, 42, 197])
+    );
     assert_eq!(report["generated_ids"].as_array().unwrap().len(), 16);
     assert!(report["seconds_per_token"].as_f64().unwrap() >= 0.0);
     assert!(report["peak_rss_bytes"].as_u64().unwrap() > 0);
-    assert_eq!(std::fs::metadata(&logits).unwrap().len(), 1024 * 4, "vocab_size f32 values");
+    assert_eq!(
+        std::fs::metadata(&logits).unwrap().len(),
+        1024 * 4,
+        "vocab_size f32 values"
+    );
 }
 
 #[test]
@@ -73,7 +87,11 @@ fn bad_ids_are_usage_errors() {
 fn missing_model_dir_and_missing_prompt_are_usage_errors() {
     let o = k3(&["run", "/nonexistent/k3-model", "--ids", "1"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("/nonexistent/k3-model"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("/nonexistent/k3-model"),
+        "{}",
+        stderr(&o)
+    );
     let o = k3(&["run", tiny().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
@@ -89,7 +107,13 @@ fn doctored_copy(dst: &Path, victim: &str, edit: impl Fn(&mut TensorSpec)) {
     let ck = Checkpoint::open(&src).unwrap();
     let mut index = Vec::new();
     for (si, shard) in ck.shards().iter().enumerate() {
-        let file = shard.path().file_name().unwrap().to_str().unwrap().to_string();
+        let file = shard
+            .path()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
         let mut views: Vec<_> = ck.iter().filter(|v| v.shard == si).collect();
         views.sort_by_key(|v| v.offset);
         let specs: Vec<TensorSpec> = views
@@ -102,11 +126,17 @@ fn doctored_copy(dst: &Path, victim: &str, edit: impl Fn(&mut TensorSpec)) {
                 s
             })
             .collect();
-        write_shard(&dst.join(&file), &specs, |i, _, buf| buf.copy_from_slice(views[i].bytes)).unwrap();
+        write_shard(&dst.join(&file), &specs, |i, _, buf| {
+            buf.copy_from_slice(views[i].bytes)
+        })
+        .unwrap();
         index.extend(specs.iter().map(|s| (s.name.clone(), file.clone())));
     }
-    write_index(&dst.join("model.safetensors.index.json"), index.iter().map(|(t, s)| (t.as_str(), s.as_str())))
-        .unwrap();
+    write_index(
+        &dst.join("model.safetensors.index.json"),
+        index.iter().map(|(t, s)| (t.as_str(), s.as_str())),
+    )
+    .unwrap();
 }
 
 const VICTIM: &str = "language_model.model.layers.2.self_attn.f_a_proj.weight"; // [16, 64]
@@ -128,5 +158,8 @@ fn transposed_tensor_exits_2_naming_it() {
     let o = k3(&["run", dir.to_str().unwrap(), "--ids", "1", "-n", "1"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let err = stderr(&o);
-    assert!(err.contains(VICTIM) && err.contains("16") && err.contains("64"), "{err}");
+    assert!(
+        err.contains(VICTIM) && err.contains("16") && err.contains("64"),
+        "{err}"
+    );
 }

@@ -6,20 +6,45 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn k3(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_k3")).args(args).output().expect("k3 runs")
+    Command::new(env!("CARGO_BIN_EXE_k3"))
+        .args(args)
+        .output()
+        .expect("k3 runs")
 }
 
 fn tiny() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3").to_string_lossy().into_owned()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/tiny-k3")
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The text case of fixtures/tiny-k3/expected.json.
 fn text_case() -> (String, Vec<u64>, Vec<u64>) {
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(format!("{}/expected.json", tiny())).unwrap()).unwrap();
-    let case = doc["cases"].as_array().unwrap().iter().find(|c| c["prompt_text"].is_string()).unwrap().clone();
-    let ids = |k: &str| case[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect::<Vec<_>>();
-    (case["prompt_text"].as_str().unwrap().to_string(), ids("prompt_ids"), ids("greedy_ids"))
+    let doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{}/expected.json", tiny())).unwrap(),
+    )
+    .unwrap();
+    let case = doc["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["prompt_text"].is_string())
+        .unwrap()
+        .clone();
+    let ids = |k: &str| {
+        case[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    (
+        case["prompt_text"].as_str().unwrap().to_string(),
+        ids("prompt_ids"),
+        ids("greedy_ids"),
+    )
 }
 
 fn csv(ids: &[u64]) -> String {
@@ -30,26 +55,54 @@ fn csv(ids: &[u64]) -> String {
 fn prompt_text_gives_the_reference_ids() {
     let (text, prompt, greedy) = text_case();
     let json = std::env::temp_dir().join(format!("k3-text-{}.json", std::process::id()));
-    let o = k3(&["run", &tiny(), "--prompt", &text, "-n", "16", "--json", json.to_str().unwrap()]);
+    let o = k3(&[
+        "run",
+        &tiny(),
+        "--prompt",
+        &text,
+        "-n",
+        "16",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
     assert_eq!(report["prompt_ids"], serde_json::json!(prompt));
     assert_eq!(report["generated_ids"], serde_json::json!(greedy));
-    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("generated ids: {}", csv(&greedy))));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&format!("generated ids: {}", csv(&greedy)))
+    );
 
     let file = std::env::temp_dir().join(format!("k3-prompt-{}.txt", std::process::id()));
     std::fs::write(&file, text.as_bytes()).unwrap();
-    let o = k3(&["run", &tiny(), "--prompt-file", file.to_str().unwrap(), "-n", "16"]);
+    let o = k3(&[
+        "run",
+        &tiny(),
+        "--prompt-file",
+        file.to_str().unwrap(),
+        "-n",
+        "16",
+    ]);
     let _ = std::fs::remove_file(&file);
-    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("generated ids: {}", csv(&greedy))));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&format!("generated ids: {}", csv(&greedy)))
+    );
 }
 
 #[test]
 fn invalid_utf8_prompt_file_runs() {
     let file = std::env::temp_dir().join(format!("k3-bad-utf8-{}.txt", std::process::id()));
     std::fs::write(&file, b"ok \xff\xfe then \xc3 text").unwrap();
-    let o = k3(&["run", &tiny(), "--prompt-file", file.to_str().unwrap(), "-n", "2"]);
+    let o = k3(&[
+        "run",
+        &tiny(),
+        "--prompt-file",
+        file.to_str().unwrap(),
+        "-n",
+        "2",
+    ]);
     let _ = std::fs::remove_file(&file);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
@@ -61,7 +114,10 @@ fn tokenize_encodes_decodes_and_exports() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), csv(&prompt));
     let o = k3(&["tokenize", &tiny(), "--decode", &csv(&prompt)]);
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim_end_matches('\n'), text);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim_end_matches('\n'),
+        text
+    );
     // Control-token text is plain text unless allowed.
     let plain = k3(&["tokenize", &tiny(), "--text", "<|open|>"]);
     let special = k3(&["tokenize", &tiny(), "--text", "<|open|>", "--allow-special"]);

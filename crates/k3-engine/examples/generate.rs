@@ -9,9 +9,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::args()
         .nth(1)
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3"));
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3")
+        });
     let engine = Engine::open(&dir, EngineOptions::default())?;
-    println!("{}", engine.config().summary(&dir.join("config.json").display().to_string()));
+    println!(
+        "{}",
+        engine
+            .config()
+            .summary(&dir.join("config.json").display().to_string())
+    );
 
     let prompt = [637, 229, 263, 638, 730, 42, 197];
     let mut session = engine.new_session(prompt.len() + 16)?;

@@ -39,7 +39,10 @@ pub enum EngineError {
     Store(#[from] k3_plan::StoreError),
     /// An operating-system error on a named file.
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The model directory itself is unusable.
     #[error("{path}: {what}")]
     ModelDir { path: PathBuf, what: String },
@@ -55,7 +58,9 @@ impl EngineError {
         match self {
             EngineError::Format(k3_format::FormatError::Io { .. }) => EXIT_RUNTIME,
             EngineError::Format(_) | EngineError::Config(_) | EngineError::Bind(_) => EXIT_USAGE,
-            EngineError::ModelDir { .. } | EngineError::Invalid(_) | EngineError::Plan(_) => EXIT_USAGE,
+            EngineError::ModelDir { .. } | EngineError::Invalid(_) | EngineError::Plan(_) => {
+                EXIT_USAGE
+            }
             EngineError::Tokenizer(_) | EngineError::Pack(_) => EXIT_USAGE,
             EngineError::Store(_) | EngineError::Io { .. } => EXIT_RUNTIME,
             EngineError::Model(e) => match e {

@@ -19,8 +19,16 @@ use k3_model::weights::{
 pub(crate) enum Mat {
     /// View `bytes_of(tensor)` in place.
     View { f32: bool, rows: usize, cols: usize },
-    OwnedBf16 { data: Vec<bf16>, rows: usize, cols: usize },
-    OwnedF32 { data: Vec<f32>, rows: usize, cols: usize },
+    OwnedBf16 {
+        data: Vec<bf16>,
+        rows: usize,
+        cols: usize,
+    },
+    OwnedF32 {
+        data: Vec<f32>,
+        rows: usize,
+        cols: usize,
+    },
 }
 
 /// The parts of a layer that cannot be viewed in place: widened vectors and copied matrices.
@@ -36,13 +44,35 @@ fn bad(t: &TensorRef, what: impl std::fmt::Display) -> EngineError {
 /// Widens a vector tensor's bytes (BF16, F16, F32, any shape) to f32.
 pub(crate) fn widen(t: &TensorRef, bytes: &[u8]) -> Result<Vec<f32>, EngineError> {
     let out: Vec<f32> = match t.dtype {
-        Dtype::BF16 => bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-        Dtype::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-        Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-        other => return Err(bad(t, format_args!("dtype {other:?} cannot be widened to f32"))),
+        Dtype::BF16 => bytes
+            .chunks_exact(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        Dtype::F16 => bytes
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        Dtype::F32 => bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        other => {
+            return Err(bad(
+                t,
+                format_args!("dtype {other:?} cannot be widened to f32"),
+            ))
+        }
     };
     if out.len() != t.numel() {
-        return Err(bad(t, format_args!("{} bytes hold {} values, shape needs {}", bytes.len(), out.len(), t.numel())));
+        return Err(bad(
+            t,
+            format_args!(
+                "{} bytes hold {} values, shape needs {}",
+                bytes.len(),
+                out.len(),
+                t.numel()
+            ),
+        ));
     }
     Ok(out)
 }
@@ -51,17 +81,37 @@ pub(crate) fn widen(t: &TensorRef, bytes: &[u8]) -> Result<Vec<f32>, EngineError
 pub(crate) fn prepare_mat(t: &TensorRef, bytes: &[u8]) -> Result<Mat, EngineError> {
     let (rows, cols) = match t.shape.as_slice() {
         [r, c] => (*r, *c),
-        _ => return Err(bad(t, format_args!("expected a 2-D matrix, found shape {:?}", t.shape))),
+        _ => {
+            return Err(bad(
+                t,
+                format_args!("expected a 2-D matrix, found shape {:?}", t.shape),
+            ))
+        }
     };
     let aligned = |a: usize| (bytes.as_ptr() as usize).is_multiple_of(a);
     match t.dtype {
-        Dtype::BF16 if aligned(2) => Ok(Mat::View { f32: false, rows, cols }),
+        Dtype::BF16 if aligned(2) => Ok(Mat::View {
+            f32: false,
+            rows,
+            cols,
+        }),
         Dtype::BF16 => {
-            let data = bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]])).collect();
+            let data = bytes
+                .chunks_exact(2)
+                .map(|b| bf16::from_le_bytes([b[0], b[1]]))
+                .collect();
             Ok(Mat::OwnedBf16 { data, rows, cols })
         }
-        Dtype::F32 if aligned(4) => Ok(Mat::View { f32: true, rows, cols }),
-        _ => Ok(Mat::OwnedF32 { data: widen(t, bytes)?, rows, cols }),
+        Dtype::F32 if aligned(4) => Ok(Mat::View {
+            f32: true,
+            rows,
+            cols,
+        }),
+        _ => Ok(Mat::OwnedF32 {
+            data: widen(t, bytes)?,
+            rows,
+            cols,
+        }),
     }
 }
 
@@ -78,11 +128,33 @@ pub(crate) fn layer_tensors(lt: &LayerTensors) -> (Vec<&TensorRef>, Vec<&TensorR
     let mut mats = Vec::new();
     match &lt.attn {
         AttnTensors::Kda(k) => {
-            mats.extend([&k.q_proj, &k.k_proj, &k.v_proj, &k.g_proj, &k.o_proj, &k.f_a_proj, &k.f_b_proj, &k.b_proj]);
-            vecs.extend([&k.q_conv1d, &k.k_conv1d, &k.v_conv1d, &k.a_log, &k.dt_bias, &k.o_norm]);
+            mats.extend([
+                &k.q_proj,
+                &k.k_proj,
+                &k.v_proj,
+                &k.g_proj,
+                &k.o_proj,
+                &k.f_a_proj,
+                &k.f_b_proj,
+                &k.b_proj,
+            ]);
+            vecs.extend([
+                &k.q_conv1d,
+                &k.k_conv1d,
+                &k.v_conv1d,
+                &k.a_log,
+                &k.dt_bias,
+                &k.o_norm,
+            ]);
         }
         AttnTensors::Mla(m) => {
-            mats.extend([&m.q_a_proj, &m.q_b_proj, &m.kv_a_proj_with_mqa, &m.kv_b_proj, &m.o_proj]);
+            mats.extend([
+                &m.q_a_proj,
+                &m.q_b_proj,
+                &m.kv_a_proj_with_mqa,
+                &m.kv_b_proj,
+                &m.o_proj,
+            ]);
             mats.extend(m.g_proj.as_ref());
             vecs.extend([&m.q_a_layernorm, &m.kv_a_layernorm]);
         }
@@ -111,16 +183,30 @@ pub(crate) fn prepare_layer<'b>(
 ) -> Result<PreparedLayer, EngineError> {
     let (vecs, mats) = layer_tensors(lt);
     Ok(PreparedLayer {
-        vecs: vecs.into_iter().map(|t| widen(t, bytes_of(t)?)).collect::<Result<_, _>>()?,
-        mats: mats.into_iter().map(|t| prepare_mat(t, bytes_of(t)?)).collect::<Result<_, _>>()?,
+        vecs: vecs
+            .into_iter()
+            .map(|t| widen(t, bytes_of(t)?))
+            .collect::<Result<_, _>>()?,
+        mats: mats
+            .into_iter()
+            .map(|t| prepare_mat(t, bytes_of(t)?))
+            .collect::<Result<_, _>>()?,
     })
 }
 
 /// The model's view of a matrix prepared by [`prepare_mat`] over `bytes`.
 pub(crate) fn matrix<'a>(m: &'a Mat, bytes: &'a [u8]) -> Matrix<'a> {
     let built = match m {
-        Mat::View { f32: true, rows, cols } => Matrix::f32(*rows, *cols, bytemuck::cast_slice(bytes)),
-        Mat::View { f32: false, rows, cols } => Matrix::bf16(*rows, *cols, bytemuck::cast_slice(bytes)),
+        Mat::View {
+            f32: true,
+            rows,
+            cols,
+        } => Matrix::f32(*rows, *cols, bytemuck::cast_slice(bytes)),
+        Mat::View {
+            f32: false,
+            rows,
+            cols,
+        } => Matrix::bf16(*rows, *cols, bytemuck::cast_slice(bytes)),
         Mat::OwnedBf16 { data, rows, cols } => Matrix::bf16(*rows, *cols, data),
         Mat::OwnedF32 { data, rows, cols } => Matrix::f32(*rows, *cols, data),
     };
@@ -211,8 +297,17 @@ pub(crate) fn expert_view<'a>(
 ) -> Result<ExpertWeights<'a>, SourceError> {
     let mat = |p: usize| -> Result<Matrix<'a>, SourceError> {
         let [rows, half_cols] = shapes[p];
-        Matrix::mxfp4(rows, half_cols * 2, part(p)?, part(p + 1)?)
-            .ok_or_else(|| format!("MXFP4 part {p}: byte lengths disagree with shape [{rows}, {}]", half_cols * 2).into())
+        Matrix::mxfp4(rows, half_cols * 2, part(p)?, part(p + 1)?).ok_or_else(|| {
+            format!(
+                "MXFP4 part {p}: byte lengths disagree with shape [{rows}, {}]",
+                half_cols * 2
+            )
+            .into()
+        })
     };
-    Ok(ExpertWeights { w1: mat(0)?, w2: mat(2)?, w3: mat(4)? })
+    Ok(ExpertWeights {
+        w1: mat(0)?,
+        w2: mat(2)?,
+        w3: mat(4)?,
+    })
 }

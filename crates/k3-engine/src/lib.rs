@@ -18,17 +18,17 @@
 //! follows a [`MemoryPlan`]: pinned trunk layers, a streaming ring, an expert cache — and
 //! produces bit-identical logits.
 
+pub mod chat;
 mod error;
+mod generate;
 mod layer_view;
 pub mod planning;
 mod resident;
-mod generate;
 mod sampler;
-mod stop;
 mod session;
 mod session_file;
-pub mod chat;
 pub mod stats;
+mod stop;
 mod streaming;
 
 pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
@@ -37,8 +37,8 @@ pub use k3_plan::{Budget, MemoryPlan, Preset};
 pub use sampler::{Sampler, SamplingParams};
 pub use session::{argmax, DecodeMode, Session};
 pub use session_file::{write_atomic, SessionInfo, SESSION_MAGIC, SESSION_VERSION};
-pub use stop::{Generation, ScanStep, StopConditions, StopReason, StopScanner};
 pub use stats::StoreStats;
+pub use stop::{Generation, ScanStep, StopConditions, StopReason, StopScanner};
 
 use k3_format::{bind_model, Checkpoint};
 use k3_model::weights::{ExpertProvider, WeightProvider};
@@ -107,10 +107,18 @@ pub struct Engine {
 }
 
 /// Loads the tokenizer from `explicit`, else from `model_dir` when it has one.
-fn load_tokenizer(model_dir: &Path, explicit: Option<&Path>, vocab: usize) -> Result<Option<Tokenizer>, EngineError> {
+fn load_tokenizer(
+    model_dir: &Path,
+    explicit: Option<&Path>,
+    vocab: usize,
+) -> Result<Option<Tokenizer>, EngineError> {
     let dir = match explicit {
         Some(d) => d,
-        None if model_dir.join("tiktoken.model").is_file() || model_dir.join("tokenizer.json").is_file() => model_dir,
+        None if model_dir.join("tiktoken.model").is_file()
+            || model_dir.join("tokenizer.json").is_file() =>
+        {
+            model_dir
+        }
         None => return Ok(None),
     };
     let tok = Tokenizer::from_dir(dir)?;
@@ -132,7 +140,8 @@ impl Engine {
         if !dir.is_dir() {
             return Err(EngineError::ModelDir {
                 path: dir.to_path_buf(),
-                what: "not a directory: pass the model directory (config.json + *.safetensors)".into(),
+                what: "not a directory: pass the model directory (config.json + *.safetensors)"
+                    .into(),
             });
         }
         let config = K3Config::load(dir.join("config.json"))?;
@@ -146,7 +155,9 @@ impl Engine {
             .num_threads(threads)
             .thread_name(|i| format!("k3-compute-{i}"))
             .build()
-            .map_err(|e| EngineError::Invalid(format!("cannot start {threads} compute threads: {e}")))?;
+            .map_err(|e| {
+                EngineError::Invalid(format!("cannot start {threads} compute threads: {e}"))
+            })?;
         let (stores, plan) = match options.budget {
             None if options.trunk_dir.is_some() => {
                 return Err(EngineError::Invalid(
@@ -176,7 +187,15 @@ impl Engine {
                 (Stores::Streaming(store), Some(plan))
             }
         };
-        Ok(Engine { dir: dir.to_path_buf(), config, model, stores, plan, tokenizer, pool })
+        Ok(Engine {
+            dir: dir.to_path_buf(),
+            config,
+            model,
+            stores,
+            plan,
+            tokenizer,
+            pool,
+        })
     }
 
     /// The model directory this engine was opened from.
@@ -256,11 +275,16 @@ impl Engine {
 }
 
 /// Shard readers to use instead of the files (fault injection); one per shard, in order.
-pub fn shard_readers(dir: &Path, direct: bool) -> Result<Vec<Arc<dyn k3_plan::io::ReadAt>>, EngineError> {
+pub fn shard_readers(
+    dir: &Path,
+    direct: bool,
+) -> Result<Vec<Arc<dyn k3_plan::io::ReadAt>>, EngineError> {
     streaming::open_files(&Checkpoint::open(dir)?, direct)
 }
 
 /// Physical parallelism available to this process.
 fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }

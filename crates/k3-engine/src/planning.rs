@@ -13,24 +13,38 @@ pub fn model_sizes(cfg: &K3Config, b: &ModelBinding) -> Result<ModelSizes, Engin
     let mut layer_run_bytes = Vec::with_capacity(b.layers.len());
     let mut widen_bytes = Vec::with_capacity(b.layers.len());
     for lt in &b.layers {
-        let run = lt
-            .trunk_run()
-            .map_err(|why| EngineError::Invalid(format!("layer {}: trunk is not one contiguous run: {why}", lt.layer)))?;
+        let run = lt.trunk_run().map_err(|why| {
+            EngineError::Invalid(format!(
+                "layer {}: trunk is not one contiguous run: {why}",
+                lt.layer
+            ))
+        })?;
         layer_run_bytes.push(run.len());
         // Vectors are widened to f32 per bind; matrices are used in place.
         let (vecs, _) = crate::layer_view::layer_tensors(lt);
         widen_bytes.push(vecs.iter().map(|t| t.numel() as u64 * F32).sum());
     }
     let g = &b.globals;
-    let head_bytes = g.lm_head.nbytes + (g.norm.numel() + g.output_attn_res_norm.numel() + g.output_attn_res_proj.numel()) as u64 * F32;
-    let n_kda = (0..cfg.num_hidden_layers).filter(|&l| cfg.is_kda(l)).count() as u64;
+    let head_bytes = g.lm_head.nbytes
+        + (g.norm.numel() + g.output_attn_res_norm.numel() + g.output_attn_res_proj.numel()) as u64
+            * F32;
+    let n_kda = (0..cfg.num_hidden_layers)
+        .filter(|&l| cfg.is_kda(l))
+        .count() as u64;
     let n_mla = cfg.num_hidden_layers as u64 - n_kda;
     let p = cfg.kda_proj() as u64;
-    let kda_per_layer = (cfg.kda_num_heads * cfg.kda_head_dim * cfg.kda_head_dim) as u64 + 3 * p * (cfg.short_conv_kernel_size as u64 - 1);
-    let widest = [cfg.hidden_size, cfg.kda_proj(), cfg.intermediate_size, cfg.num_attention_heads * cfg.mla_qk_head(), cfg.num_experts]
-        .into_iter()
-        .max()
-        .unwrap_or(0) as u64;
+    let kda_per_layer = (cfg.kda_num_heads * cfg.kda_head_dim * cfg.kda_head_dim) as u64
+        + 3 * p * (cfg.short_conv_kernel_size as u64 - 1);
+    let widest = [
+        cfg.hidden_size,
+        cfg.kda_proj(),
+        cfg.intermediate_size,
+        cfg.num_attention_heads * cfg.mla_qk_head(),
+        cfg.num_experts,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0) as u64;
     Ok(ModelSizes {
         layer_run_bytes,
         widen_bytes,
@@ -42,13 +56,21 @@ pub fn model_sizes(cfg: &K3Config, b: &ModelBinding) -> Result<ModelSizes, Engin
         latent_kv_bytes_per_pos: n_mla * cfg.mla_kv_a_width() as u64 * F32,
         // Logits, per-token activations (a few dozen vectors of the widest width) and the
         // per-expert output buffers of one MoE layer.
-        scratch_bytes: (2 * cfg.vocab_size as u64 + 64 * widest + (cfg.num_experts_per_token * cfg.routed_expert_hidden_size) as u64) * F32,
+        scratch_bytes: (2 * cfg.vocab_size as u64
+            + 64 * widest
+            + (cfg.num_experts_per_token * cfg.routed_expert_hidden_size) as u64)
+            * F32,
     })
 }
 
 /// Plans memory for `budget` and a context of `ctx` positions, and refuses (exit 2, with the
 /// plan table and what to change) when it does not fit this machine's available memory.
-pub fn plan_checked(cfg: &K3Config, b: &ModelBinding, budget: Budget, ctx: usize) -> Result<MemoryPlan, EngineError> {
+pub fn plan_checked(
+    cfg: &K3Config,
+    b: &ModelBinding,
+    budget: Budget,
+    ctx: usize,
+) -> Result<MemoryPlan, EngineError> {
     let sizes = model_sizes(cfg, b)?;
     let plan = k3_plan::plan::plan(&sizes, &PlanRequest::new(budget, ctx as u64))?;
     plan.check(&sizes, &available_memory())?;
@@ -83,6 +105,9 @@ pub fn budget_extremes(dir: &std::path::Path) -> Result<(Budget, Budget), Engine
         trunk: k3_plan::plan::min_trunk_budget(&sizes.layer_costs()),
         cache: sizes.min_expert_slots() * slot,
     };
-    let everything = Budget::Split { trunk: sizes.trunk_full_bytes(), cache: sizes.n_routed_experts * slot };
+    let everything = Budget::Split {
+        trunk: sizes.trunk_full_bytes(),
+        cache: sizes.n_routed_experts * slot,
+    };
     Ok((smallest, everything))
 }

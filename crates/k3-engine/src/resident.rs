@@ -2,11 +2,14 @@
 //! only when unaligned; vectors widened once), routed experts sliced from the maps. The
 //! simplest store, and the reference the streaming stores must match bit for bit.
 
-use crate::layer_view::{expert_view, matrix, prepare_layer, prepare_mat, view_layer, widen, Mat, PreparedLayer};
+use crate::layer_view::{
+    expert_view, matrix, prepare_layer, prepare_mat, view_layer, widen, Mat, PreparedLayer,
+};
 use crate::EngineError;
 use k3_format::{bind_model, Checkpoint, ExpertLocation, K3Config, ModelBinding, TensorRef};
 use k3_model::weights::{
-    ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerWeights, SourceError, WeightProvider,
+    ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerWeights, SourceError,
+    WeightProvider,
 };
 use std::path::Path;
 
@@ -27,12 +30,18 @@ pub(crate) struct HeadParts {
 
 /// The bytes of `t` inside the checkpoint's shard maps.
 pub(crate) fn mapped<'c>(ck: &'c Checkpoint, t: &TensorRef) -> Result<&'c [u8], EngineError> {
-    let shard = ck.shards().get(t.shard).ok_or_else(|| EngineError::Invalid(format!("{}: no shard {}", t.name, t.shard)))?;
+    let shard = ck
+        .shards()
+        .get(t.shard)
+        .ok_or_else(|| EngineError::Invalid(format!("{}: no shard {}", t.name, t.shard)))?;
     let (s, e) = (t.offset as usize, t.end() as usize);
-    shard
-        .bytes()
-        .get(s..e)
-        .ok_or_else(|| EngineError::Invalid(format!("{}: bytes {s}..{e} beyond shard {}", t.name, shard.path().display())))
+    shard.bytes().get(s..e).ok_or_else(|| {
+        EngineError::Invalid(format!(
+            "{}: bytes {s}..{e} beyond shard {}",
+            t.name,
+            shard.path().display()
+        ))
+    })
 }
 
 impl HeadParts {
@@ -60,11 +69,21 @@ impl HeadParts {
 }
 
 /// Writes embedding row `id` of `embed` (over `bytes`) into `out`, widened to f32.
-pub(crate) fn embed_row(embed: &Mat, bytes: &[u8], id: u32, out: &mut [f32]) -> Result<(), SourceError> {
+pub(crate) fn embed_row(
+    embed: &Mat,
+    bytes: &[u8],
+    id: u32,
+    out: &mut [f32],
+) -> Result<(), SourceError> {
     let e = matrix(embed, bytes);
     let (id, c) = (id as usize, e.cols);
     if id >= e.rows || out.len() != c {
-        return Err(format!("embedding row {id} of {} (width {c}, asked {})", e.rows, out.len()).into());
+        return Err(format!(
+            "embedding row {id} of {} (width {c}, asked {})",
+            e.rows,
+            out.len()
+        )
+        .into());
     }
     match e.data {
         k3_kernels::MatrixData::Bf16(d) => {
@@ -73,7 +92,9 @@ pub(crate) fn embed_row(embed: &Mat, bytes: &[u8], id: u32, out: &mut [f32]) -> 
             }
         }
         k3_kernels::MatrixData::F32(d) => out.copy_from_slice(&d[id * c..(id + 1) * c]),
-        k3_kernels::MatrixData::Mxfp4 { .. } => return Err("an MXFP4 embedding is not supported".into()),
+        k3_kernels::MatrixData::Mxfp4 { .. } => {
+            return Err("an MXFP4 embedding is not supported".into())
+        }
     }
     Ok(())
 }
@@ -89,7 +110,12 @@ impl ResidentStore {
             .map(|lt| prepare_layer(lt, |t| mapped(&ckpt, t)))
             .collect::<Result<_, _>>()?;
         let head = HeadParts::prepare(&ckpt, &binding)?;
-        Ok(ResidentStore { ckpt, binding, layers, head })
+        Ok(ResidentStore {
+            ckpt,
+            binding,
+            layers,
+            head,
+        })
     }
 
     /// The tensor binding (for the session-file model fingerprint).
@@ -102,10 +128,12 @@ impl ResidentStore {
         let map = self.ckpt.shards()[loc.shard].bytes();
         expert_view(&loc.shapes, |i| {
             let (buf_off, len) = loc.parts[i];
-            let file_off = buffer_to_file_offset(&loc.reads, buf_off)
-                .ok_or_else(|| format!("expert part {i} at buffer offset {buf_off} is outside its reads"))?;
+            let file_off = buffer_to_file_offset(&loc.reads, buf_off).ok_or_else(|| {
+                format!("expert part {i} at buffer offset {buf_off} is outside its reads")
+            })?;
             let (s, e) = (file_off as usize, (file_off + len) as usize);
-            map.get(s..e).ok_or_else(|| format!("expert bytes {s}..{e} beyond the shard").into())
+            map.get(s..e)
+                .ok_or_else(|| format!("expert bytes {s}..{e} beyond the shard").into())
         })
     }
 }
@@ -128,10 +156,18 @@ impl WeightProvider for ResidentStore {
         embed_row(&self.head.embed, bytes, id, out)
     }
 
-    fn with_layer(&self, l: usize, f: &mut dyn FnMut(&LayerWeights<'_>)) -> Result<(), SourceError> {
+    fn with_layer(
+        &self,
+        l: usize,
+        f: &mut dyn FnMut(&LayerWeights<'_>),
+    ) -> Result<(), SourceError> {
         let (lt, p) = match (self.binding.layers.get(l), self.layers.get(l)) {
             (Some(lt), Some(p)) => (lt, p),
-            _ => return Err(format!("layer {l} does not exist ({} layers)", self.layers.len()).into()),
+            _ => {
+                return Err(
+                    format!("layer {l} does not exist ({} layers)", self.layers.len()).into(),
+                )
+            }
         };
         // Every tensor was sliced successfully when the layer was prepared.
         let bytes_of = |t: &TensorRef| mapped(&self.ckpt, t).unwrap_or(&[]);
@@ -155,7 +191,10 @@ impl ExpertProvider for ResidentStore {
     ) -> Result<(), ExpertFetchError> {
         for (i, &e) in experts.iter().enumerate() {
             let fail = |source: SourceError| ExpertFetchError { expert: e, source };
-            let loc = self.binding.expert(layer, e as usize).map_err(|err| fail(err.into()))?;
+            let loc = self
+                .binding
+                .expert(layer, e as usize)
+                .map_err(|err| fail(err.into()))?;
             on_ready(i, &self.expert_weights(&loc).map_err(fail)?);
         }
         Ok(())

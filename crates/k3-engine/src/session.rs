@@ -14,7 +14,6 @@ pub enum DecodeMode {
     Recompute,
 }
 
-
 /// One conversation with an [`Engine`].
 ///
 /// Invariant: `state` holds exactly the effect of `fed`; a token chosen by [`Session::generate`]
@@ -32,10 +31,19 @@ pub struct Session<'e> {
 impl<'e> Session<'e> {
     pub(crate) fn new(engine: &'e Engine, max_ctx: usize) -> Result<Self, EngineError> {
         if max_ctx == 0 {
-            return Err(EngineError::Invalid("context length must be at least 1".into()));
+            return Err(EngineError::Invalid(
+                "context length must be at least 1".into(),
+            ));
         }
         let state = engine.model.new_state(max_ctx);
-        Ok(Session { engine, state, fed: Vec::new(), pending: None, max_ctx, logits: Vec::new() })
+        Ok(Session {
+            engine,
+            state,
+            fed: Vec::new(),
+            pending: None,
+            max_ctx,
+            logits: Vec::new(),
+        })
     }
 
     /// Every token of the conversation so far (fed and generated).
@@ -99,7 +107,10 @@ impl<'e> Session<'e> {
         batch.extend(self.pending.take());
         batch.extend_from_slice(ids);
         let e = self.engine;
-        let out = e.pool.install(|| e.model.forward(e.weights(), e.experts(), &batch, &mut self.state, mode))?;
+        let out = e.pool.install(|| {
+            e.model
+                .forward(e.weights(), e.experts(), &batch, &mut self.state, mode)
+        })?;
         self.fed.extend_from_slice(&batch);
         Ok(out.data)
     }
@@ -117,10 +128,11 @@ impl<'e> Session<'e> {
     /// Encodes `text` with the engine's tokenizer (control-token text stays plain text unless
     /// `allow_specials`) and feeds it; returns the ids fed.
     pub fn feed_text(&mut self, text: &str, allow_specials: bool) -> Result<Vec<u32>, EngineError> {
-        let tok = self
-            .engine
-            .tokenizer()
-            .ok_or_else(|| EngineError::Invalid("this model directory has no tokenizer (tiktoken.model or tokenizer.json)".into()))?;
+        let tok = self.engine.tokenizer().ok_or_else(|| {
+            EngineError::Invalid(
+                "this model directory has no tokenizer (tiktoken.model or tokenizer.json)".into(),
+            )
+        })?;
         let ids = tok.encode(text, allow_specials);
         self.feed(&ids)?;
         Ok(ids)
@@ -157,9 +169,22 @@ impl<'e> Session<'e> {
     /// shortcut for [`Session::generate_with`] with [`crate::Sampler::greedy`] and
     /// [`crate::StopConditions::none`]. `on_token` sees each new id and returns `false` to
     /// stop. Returns the generated ids.
-    pub fn generate(&mut self, n: usize, mode: DecodeMode, on_token: impl FnMut(u32) -> bool) -> Result<Vec<u32>, EngineError> {
+    pub fn generate(
+        &mut self,
+        n: usize,
+        mode: DecodeMode,
+        on_token: impl FnMut(u32) -> bool,
+    ) -> Result<Vec<u32>, EngineError> {
         let mut sampler = crate::Sampler::greedy();
-        Ok(self.generate_with(n, mode, &mut sampler, &crate::StopConditions::none(), on_token)?.ids)
+        Ok(self
+            .generate_with(
+                n,
+                mode,
+                &mut sampler,
+                &crate::StopConditions::none(),
+                on_token,
+            )?
+            .ids)
     }
 
     /// The engine this session runs on (for `generate_with`).

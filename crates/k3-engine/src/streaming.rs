@@ -14,7 +14,8 @@ use crate::EngineError;
 use k3_format::{Checkpoint, ModelBinding, TensorRef};
 use k3_kernels::Matrix;
 use k3_model::weights::{
-    ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerWeights, SourceError, WeightProvider,
+    ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerWeights, SourceError,
+    WeightProvider,
 };
 use k3_plan::expert_store::{ExpertLoc, ExpertStore};
 use k3_plan::io::{AlignedBuf, ReadAt, ShardFile};
@@ -38,14 +39,20 @@ pub type Files = Vec<Arc<dyn ReadAt>>;
 
 /// Opens every shard of `ck` for positional reads (O_DIRECT when `direct` and supported).
 pub fn open_files(ck: &Checkpoint, direct: bool) -> Result<Files, EngineError> {
-    ck.shards().iter().map(|s| open_file(s.path(), direct)).collect()
+    ck.shards()
+        .iter()
+        .map(|s| open_file(s.path(), direct))
+        .collect()
 }
 
 /// Opens one file for positional reads.
 pub fn open_file(path: &std::path::Path, direct: bool) -> Result<Arc<dyn ReadAt>, EngineError> {
     ShardFile::open(path, direct)
         .map(|f| Arc::new(f) as Arc<dyn ReadAt>)
-        .map_err(|e| EngineError::Io { path: path.to_path_buf(), source: e })
+        .map_err(|e| EngineError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })
 }
 
 /// The model-level tensors, read once into aligned memory.
@@ -65,7 +72,10 @@ fn read_aligned(files: &Files, t: &TensorRef) -> Result<(AlignedBuf, usize), Eng
     let mut buf = AlignedBuf::new(k3_plan::io::aligned_span(t.offset, t.nbytes) as usize);
     let file = &files[t.shard];
     file.read_into_aligned(&mut buf, t.offset, t.nbytes as usize)
-        .map_err(|e| EngineError::Io { path: file.path().to_path_buf(), source: e })?;
+        .map_err(|e| EngineError::Io {
+            path: file.path().to_path_buf(),
+            source: e,
+        })?;
     Ok((buf, skew))
 }
 
@@ -94,32 +104,54 @@ impl StreamingStore {
         let mut runs = Vec::with_capacity(binding.layers.len());
         let mut run_starts = Vec::with_capacity(binding.layers.len());
         for lt in &binding.layers {
-            let r = lt
-                .trunk_run()
-                .map_err(|why| EngineError::Invalid(format!("layer {}: trunk is not one contiguous run: {why}", lt.layer)))?;
+            let r = lt.trunk_run().map_err(|why| {
+                EngineError::Invalid(format!(
+                    "layer {}: trunk is not one contiguous run: {why}",
+                    lt.layer
+                ))
+            })?;
             run_starts.push(r.start);
             runs.push(match pack {
                 Some(p) => {
                     let (file_off, len) = p.layer(lt.layer);
-                    RunLoc { file: files.len() - 1, offset: file_off, len }
+                    RunLoc {
+                        file: files.len() - 1,
+                        offset: file_off,
+                        len,
+                    }
                 }
-                None => RunLoc { file: r.shard, offset: r.start, len: r.len() },
+                None => RunLoc {
+                    file: r.shard,
+                    offset: r.start,
+                    len: r.len(),
+                },
             });
         }
         let mut pinned = vec![false; runs.len()];
         for &l in &plan.trunk.pinned {
             pinned[l] = true;
         }
-        let ring = if plan.trunk.pinned.len() == runs.len() { 0 } else { plan.trunk.ring_slots.max(1) };
+        let ring = if plan.trunk.pinned.len() == runs.len() {
+            0
+        } else {
+            plan.trunk.ring_slots.max(1)
+        };
         let trunk = TrunkStore::new(files.clone(), runs, &pinned, ring)?;
         let locator = binding.experts.clone();
         let locate = Box::new(move |layer: usize, e: u32| {
             locator
                 .locate(layer, e as usize)
-                .map(|l| ExpertLoc { file: l.shard, reads: l.reads.clone(), total: l.total_bytes })
+                .map(|l| ExpertLoc {
+                    file: l.shard,
+                    reads: l.reads.clone(),
+                    total: l.total_bytes,
+                })
                 .map_err(|err| err.to_string())
         });
-        let space = KeySpace { n_layers: binding.layers.len() as u32, n_experts: cfg_experts(&binding) };
+        let space = KeySpace {
+            n_layers: binding.layers.len() as u32,
+            n_experts: cfg_experts(&binding),
+        };
         let experts = ExpertStore::new_in(
             space,
             files.clone(),
@@ -136,13 +168,30 @@ impl StreamingStore {
             vecs.push(widen(t, &buf[skew..skew + t.nbytes as usize])?);
         }
         let (lm_head_bytes, lm_head_skew) = read_aligned(&files, &g.lm_head)?;
-        let lm_head = prepare_mat(&g.lm_head, &lm_head_bytes[lm_head_skew..lm_head_skew + g.lm_head.nbytes as usize])?;
+        let lm_head = prepare_mat(
+            &g.lm_head,
+            &lm_head_bytes[lm_head_skew..lm_head_skew + g.lm_head.nbytes as usize],
+        )?;
         // The embedding is never read whole: rows come on demand. Its access mode is decided
         // from the file offset's alignment, exactly as for a mapped view.
         let embed = embed_mode(&g.embed_tokens)?;
         let lm_head_len = g.lm_head.nbytes as usize;
-        let head = Head { vecs, lm_head, lm_head_bytes, lm_head_skew, lm_head_len, embed };
-        Ok(StreamingStore { binding, files, run_starts, trunk, experts, head })
+        let head = Head {
+            vecs,
+            lm_head,
+            lm_head_bytes,
+            lm_head_skew,
+            lm_head_len,
+            embed,
+        };
+        Ok(StreamingStore {
+            binding,
+            files,
+            run_starts,
+            trunk,
+            experts,
+            head,
+        })
     }
 
     /// The tensor binding (for the session-file model fingerprint).
@@ -172,11 +221,20 @@ fn embed_mode(t: &TensorRef) -> Result<Mat, EngineError> {
     let mode = prepare_mat(&fake, &probe[skew..skew + 8])?;
     let (rows, cols) = match t.shape.as_slice() {
         [r, c] => (*r, *c),
-        _ => return Err(EngineError::Invalid(format!("{}: embedding must be 2-D, found {:?}", t.name, t.shape))),
+        _ => {
+            return Err(EngineError::Invalid(format!(
+                "{}: embedding must be 2-D, found {:?}",
+                t.name, t.shape
+            )))
+        }
     };
     Ok(match mode {
         Mat::View { f32, .. } => Mat::View { f32, rows, cols },
-        _ => Mat::OwnedF32 { data: Vec::new(), rows, cols },
+        _ => Mat::OwnedF32 {
+            data: Vec::new(),
+            rows,
+            cols,
+        },
     })
 }
 
@@ -185,7 +243,11 @@ impl WeightProvider for StreamingStore {
         let t = &self.binding.globals.embed_tokens;
         let (rows, cols) = (t.shape[0], t.shape[1]);
         if id as usize >= rows || out.len() != cols {
-            return Err(format!("embedding row {id} of {rows} (width {cols}, asked {})", out.len()).into());
+            return Err(format!(
+                "embedding row {id} of {rows} (width {cols}, asked {})",
+                out.len()
+            )
+            .into());
         }
         let esz = t.dtype.size() as u64;
         let row = TensorRef {
@@ -196,7 +258,8 @@ impl WeightProvider for StreamingStore {
             dtype: t.dtype,
             shape: vec![1, cols],
         };
-        let (buf, skew) = read_aligned(&self.files, &row).map_err(|e| -> SourceError { e.to_string().into() })?;
+        let (buf, skew) =
+            read_aligned(&self.files, &row).map_err(|e| -> SourceError { e.to_string().into() })?;
         let bytes = &buf[skew..skew + row.nbytes as usize];
         match &self.head.embed {
             Mat::View { .. } => embed_row(&prepare_mat(&row, bytes)?, bytes, 0, out),
@@ -207,8 +270,16 @@ impl WeightProvider for StreamingStore {
         }
     }
 
-    fn with_layer(&self, l: usize, f: &mut dyn FnMut(&LayerWeights<'_>)) -> Result<(), SourceError> {
-        let lt = self.binding.layers.get(l).ok_or_else(|| format!("layer {l} does not exist"))?;
+    fn with_layer(
+        &self,
+        l: usize,
+        f: &mut dyn FnMut(&LayerWeights<'_>),
+    ) -> Result<(), SourceError> {
+        let lt = self
+            .binding
+            .layers
+            .get(l)
+            .ok_or_else(|| format!("layer {l} does not exist"))?;
         let guard = self.trunk.layer(l)?;
         let base = self.run_starts[l];
         let bytes: &[u8] = &guard;
@@ -225,7 +296,12 @@ impl WeightProvider for StreamingStore {
         let h = &self.head;
         let bytes = &h.lm_head_bytes[h.lm_head_skew..h.lm_head_skew + h.lm_head_len];
         let lm_head: Matrix<'_> = crate::layer_view::matrix(&h.lm_head, bytes);
-        f(&HeadWeights { norm: &h.vecs[0], out_res_norm: &h.vecs[1], out_res_proj: &h.vecs[2], lm_head });
+        f(&HeadWeights {
+            norm: &h.vecs[0],
+            out_res_norm: &h.vecs[1],
+            out_res_proj: &h.vecs[2],
+            lm_head,
+        });
         Ok(())
     }
 }
@@ -244,20 +320,28 @@ impl ExpertProvider for StreamingStore {
                 return;
             }
             let e = experts[i];
-            let view = locator.locate(layer, e as usize).map_err(|err| -> SourceError { err.into() }).and_then(|loc| {
-                expert_view(&loc.shapes, |p| {
-                    let (off, len) = loc.parts[p];
-                    bytes.get(off as usize..(off + len) as usize).ok_or_else(|| "expert part beyond its buffer".into())
-                })
-                .map(|w| (w, loc))
-            });
+            let view = locator
+                .locate(layer, e as usize)
+                .map_err(|err| -> SourceError { err.into() })
+                .and_then(|loc| {
+                    expert_view(&loc.shapes, |p| {
+                        let (off, len) = loc.parts[p];
+                        bytes
+                            .get(off as usize..(off + len) as usize)
+                            .ok_or_else(|| "expert part beyond its buffer".into())
+                    })
+                    .map(|w| (w, loc))
+                });
             match view {
                 Ok((w, _)) => on_ready(i, &w),
                 Err(source) => bad = Some(ExpertFetchError { expert: e, source }),
             }
         });
         if let Err(failure) = result {
-            return Err(ExpertFetchError { expert: failure.expert, source: Box::new(failure) });
+            return Err(ExpertFetchError {
+                expert: failure.expert,
+                source: Box::new(failure),
+            });
         }
         bad.map_or(Ok(()), Err)
     }

@@ -3,7 +3,9 @@
 //! are reported with the documented exit codes, never as a panic or a silent wrong token.
 
 use k3_engine::planning::budget_extremes;
-use k3_engine::{argmax, shard_readers, Budget, DecodeMode, Engine, EngineOptions, EXIT_EXPERT, EXIT_RUNTIME};
+use k3_engine::{
+    argmax, shard_readers, Budget, DecodeMode, Engine, EngineOptions, EXIT_EXPERT, EXIT_RUNTIME,
+};
 use k3_format::{bind_model, Checkpoint, K3Config};
 use k3_plan::io::{Fault, FaultyReader, ReadAt};
 use std::path::PathBuf;
@@ -11,13 +13,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name)
 }
 
 const PROMPT: [u32; 7] = [637, 229, 263, 638, 730, 42, 197];
 
 fn opts(budget: Option<Budget>, threads: usize, direct: bool) -> EngineOptions {
-    EngineOptions { threads: Some(threads), budget, ctx: 64, direct_io: direct, ..EngineOptions::default() }
+    EngineOptions {
+        threads: Some(threads),
+        budget,
+        ctx: 64,
+        direct_io: direct,
+        ..EngineOptions::default()
+    }
 }
 
 /// Logits after the prompt and after each of 6 greedy steps, plus the ids chosen.
@@ -36,9 +46,19 @@ fn trace(engine: &Engine) -> (Vec<Vec<f32>>, Vec<u32>) {
 
 fn mid_budget(smallest: Budget, everything: Budget) -> Budget {
     match (smallest, everything) {
-        (Budget::Split { trunk: t0, cache: c0 }, Budget::Split { trunk: t1, cache: c1 }) => {
-            Budget::Split { trunk: (t0 + t1) / 2, cache: (c0 + c1) / 3 }
-        }
+        (
+            Budget::Split {
+                trunk: t0,
+                cache: c0,
+            },
+            Budget::Split {
+                trunk: t1,
+                cache: c1,
+            },
+        ) => Budget::Split {
+            trunk: (t0 + t1) / 2,
+            cache: (c0 + c1) / 3,
+        },
         _ => unreachable!("budget_extremes returns splits"),
     }
 }
@@ -52,24 +72,42 @@ fn same_logits_at_every_budget(name: &str) {
         for (threads, direct) in [(1, true), (2, false)] {
             let engine = Engine::open(&d, opts(Some(budget), threads, direct)).unwrap();
             let got = trace(&engine);
-            assert_eq!(got.1, reference.1, "{name}: ids at {budget:?}, {threads} threads, direct {direct}");
-            assert!(got.0 == reference.0, "{name}: logits differ at {budget:?}, {threads} threads, direct {direct}");
+            assert_eq!(
+                got.1, reference.1,
+                "{name}: ids at {budget:?}, {threads} threads, direct {direct}"
+            );
+            assert!(
+                got.0 == reference.0,
+                "{name}: logits differ at {budget:?}, {threads} threads, direct {direct}"
+            );
             let st = engine.stats();
-            assert!(st.expert_requests > 0 && st.trunk_binds > 0, "{name}: counters move: {st:?}");
+            assert!(
+                st.expert_requests > 0 && st.trunk_binds > 0,
+                "{name}: counters move: {st:?}"
+            );
         }
     }
     // At the smallest budget nothing is pinned, so every bind streams.
     let small = Engine::open(&d, opts(Some(smallest), 1, true)).unwrap();
     trace(&small);
     let st = small.stats();
-    assert_eq!(st.trunk_pinned_hits, 0, "{name}: smallest budget pins nothing: {st:?}");
-    assert!(st.trunk_bytes_read > 0 && st.expert_bytes_read > 0, "{st:?}");
+    assert_eq!(
+        st.trunk_pinned_hits, 0,
+        "{name}: smallest budget pins nothing: {st:?}"
+    );
+    assert!(
+        st.trunk_bytes_read > 0 && st.expert_bytes_read > 0,
+        "{st:?}"
+    );
     // With everything resident, decoding reads no trunk bytes beyond the pins at open.
     let big = Engine::open(&d, opts(Some(everything), 1, true)).unwrap();
     let before = big.stats();
     trace(&big);
     let after = big.stats();
-    assert_eq!(after.trunk_bytes_read, before.trunk_bytes_read, "{name}: all pinned");
+    assert_eq!(
+        after.trunk_bytes_read, before.trunk_bytes_read,
+        "{name}: all pinned"
+    );
 }
 
 #[test]
@@ -84,9 +122,18 @@ fn tiny_k3_wide_same_logits_at_every_budget() {
 
 /// Shard readers wrapped for fault injection, and the wrappers to inject through.
 fn faulty(d: &std::path::Path) -> (Vec<Arc<dyn ReadAt>>, Vec<Arc<FaultyReader>>) {
-    let wrapped: Vec<Arc<FaultyReader>> =
-        shard_readers(d, false).unwrap().into_iter().map(|r| Arc::new(FaultyReader::new(r))).collect();
-    (wrapped.iter().map(|w| w.clone() as Arc<dyn ReadAt>).collect(), wrapped)
+    let wrapped: Vec<Arc<FaultyReader>> = shard_readers(d, false)
+        .unwrap()
+        .into_iter()
+        .map(|r| Arc::new(FaultyReader::new(r)))
+        .collect();
+    (
+        wrapped
+            .iter()
+            .map(|w| w.clone() as Arc<dyn ReadAt>)
+            .collect(),
+        wrapped,
+    )
 }
 
 #[test]
@@ -103,7 +150,14 @@ fn failed_expert_read_is_exit_4_naming_the_expert() {
         }
     }
     let (smallest, _) = budget_extremes(&d).unwrap();
-    let engine = Engine::open(&d, EngineOptions { readers: Some(readers), ..opts(Some(smallest), 1, false) }).unwrap();
+    let engine = Engine::open(
+        &d,
+        EngineOptions {
+            readers: Some(readers),
+            ..opts(Some(smallest), 1, false)
+        },
+    )
+    .unwrap();
     let mut s = engine.new_session(16).unwrap();
     let err = s.feed(&PROMPT).unwrap_err();
     assert_eq!(err.exit_code(), EXIT_EXPERT, "{err}");
@@ -121,7 +175,14 @@ fn failed_trunk_read_is_exit_1_naming_the_layer() {
     let (readers, handles) = faulty(&d);
     handles[run.shard].inject(run.start..run.end, Fault::Short);
     let (smallest, _) = budget_extremes(&d).unwrap();
-    let engine = Engine::open(&d, EngineOptions { readers: Some(readers), ..opts(Some(smallest), 1, false) }).unwrap();
+    let engine = Engine::open(
+        &d,
+        EngineOptions {
+            readers: Some(readers),
+            ..opts(Some(smallest), 1, false)
+        },
+    )
+    .unwrap();
     let mut s = engine.new_session(16).unwrap();
     let err = s.feed(&PROMPT).unwrap_err();
     assert_eq!(err.exit_code(), EXIT_RUNTIME, "{err}");
@@ -137,7 +198,14 @@ fn slow_disk_gives_the_same_tokens() {
         h.inject(0..u64::MAX, Fault::Delay(Duration::from_micros(300)));
     }
     let (smallest, _) = budget_extremes(&d).unwrap();
-    let engine = Engine::open(&d, EngineOptions { readers: Some(readers), ..opts(Some(smallest), 2, false) }).unwrap();
+    let engine = Engine::open(
+        &d,
+        EngineOptions {
+            readers: Some(readers),
+            ..opts(Some(smallest), 2, false)
+        },
+    )
+    .unwrap();
     assert_eq!(trace(&engine), reference);
 }
 
@@ -150,13 +218,27 @@ fn same_logits_from_a_packed_trunk(name: &str) {
     let out = std::env::temp_dir().join(format!("k3-pack-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
-    k3_format::write_trunk_pack(&ck, &binding, &cfg, &out, &PackOptions::default(), &mut |_, _| {}).unwrap();
+    k3_format::write_trunk_pack(
+        &ck,
+        &binding,
+        &cfg,
+        &out,
+        &PackOptions::default(),
+        &mut |_, _| {},
+    )
+    .unwrap();
     let reference = trace(&Engine::open(&d, opts(None, 2, true)).unwrap());
     let (smallest, everything) = budget_extremes(&d).unwrap();
     for budget in [smallest, everything] {
-        let o = EngineOptions { trunk_dir: Some(out.clone()), ..opts(Some(budget), 2, true) };
+        let o = EngineOptions {
+            trunk_dir: Some(out.clone()),
+            ..opts(Some(budget), 2, true)
+        };
         let engine = Engine::open(&d, o).unwrap();
-        assert!(trace(&engine) == reference, "{name}: packed trunk at {budget:?}");
+        assert!(
+            trace(&engine) == reference,
+            "{name}: packed trunk at {budget:?}"
+        );
     }
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -175,7 +257,10 @@ fn tiny_k3_wide_same_logits_from_a_packed_trunk() {
 fn missing_or_foreign_pack_is_refused() {
     let d = dir("tiny-k3");
     let (smallest, _) = budget_extremes(&d).unwrap();
-    let o = EngineOptions { trunk_dir: Some("/nonexistent/k3-pack".into()), ..opts(Some(smallest), 1, true) };
+    let o = EngineOptions {
+        trunk_dir: Some("/nonexistent/k3-pack".into()),
+        ..opts(Some(smallest), 1, true)
+    };
     let err = Engine::open(&d, o).err().expect("refused");
     assert_eq!(err.exit_code(), 2, "{err}");
     assert!(err.to_string().contains("/nonexistent/k3-pack"), "{err}");
@@ -187,9 +272,19 @@ fn missing_or_foreign_pack_is_refused() {
     let out = std::env::temp_dir().join(format!("k3-foreign-pack-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
-    k3_format::write_trunk_pack(&ck, &bind_model(&ck, &cfg).unwrap(), &cfg, &out, &PackOptions::default(), &mut |_, _| {})
-        .unwrap();
-    let o = EngineOptions { trunk_dir: Some(out.clone()), ..opts(Some(smallest), 1, true) };
+    k3_format::write_trunk_pack(
+        &ck,
+        &bind_model(&ck, &cfg).unwrap(),
+        &cfg,
+        &out,
+        &PackOptions::default(),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let o = EngineOptions {
+        trunk_dir: Some(out.clone()),
+        ..opts(Some(smallest), 1, true)
+    };
     let err = Engine::open(&d, o).err().expect("foreign pack refused");
     let _ = std::fs::remove_dir_all(&out);
     assert_eq!(err.exit_code(), 2, "{err}");

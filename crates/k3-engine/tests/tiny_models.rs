@@ -9,7 +9,9 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 fn model_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name)
 }
 
 struct Case {
@@ -21,14 +23,23 @@ struct Case {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("id array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+    v.as_array()
+        .expect("id array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
 }
 
 fn load_cases(name: &str) -> (Vec<Case>, f64, f64) {
-    let text = std::fs::read_to_string(model_dir(name).join("expected.json")).expect("expected.json");
+    let text =
+        std::fs::read_to_string(model_dir(name).join("expected.json")).expect("expected.json");
     let doc: Value = serde_json::from_str(&text).expect("expected.json parses");
-    let rel = doc["tolerance"]["logits_rel_to_max"].as_f64().expect("rel tolerance");
-    let abs = doc["tolerance"]["logits_abs"].as_f64().expect("abs tolerance");
+    let rel = doc["tolerance"]["logits_rel_to_max"]
+        .as_f64()
+        .expect("rel tolerance");
+    let abs = doc["tolerance"]["logits_abs"]
+        .as_f64()
+        .expect("abs tolerance");
     let cases = doc["cases"]
         .as_array()
         .expect("cases")
@@ -38,37 +49,66 @@ fn load_cases(name: &str) -> (Vec<Case>, f64, f64) {
             prompt: ids(&c["prompt_ids"]),
             greedy: ids(&c["greedy_ids"]),
             tf_argmax: ids(&c["tf_argmax"]),
-            last_logits: c["last_logits"].as_array().expect("logits").iter().map(|x| x.as_f64().expect("f")).collect(),
+            last_logits: c["last_logits"]
+                .as_array()
+                .expect("logits")
+                .iter()
+                .map(|x| x.as_f64().expect("f"))
+                .collect(),
         })
         .collect();
     (cases, rel, abs)
 }
 
 fn open(name: &str, threads: usize) -> Engine {
-    Engine::open(&model_dir(name), EngineOptions { threads: Some(threads), ..EngineOptions::default() }).expect("tiny model opens")
+    Engine::open(
+        &model_dir(name),
+        EngineOptions {
+            threads: Some(threads),
+            ..EngineOptions::default()
+        },
+    )
+    .expect("tiny model opens")
 }
 
 fn teacher_forcing_and_logits(name: &str) {
     let engine = open(name, 2);
     let (cases, rel, abs) = load_cases(name);
-    assert!(cases.len() >= 3, "{name}: expected.json has {} cases", cases.len());
+    assert!(
+        cases.len() >= 3,
+        "{name}: expected.json has {} cases",
+        cases.len()
+    );
     let vocab = engine.config().vocab_size;
     for case in &cases {
         let mut s = engine.new_session(case.prompt.len()).unwrap();
         let all = s.feed_all_logits(&case.prompt).unwrap();
         let got: Vec<u32> = all.chunks(vocab).map(argmax).collect();
-        assert_eq!(got, case.tf_argmax, "{name}/{}: teacher-forced argmax", case.name);
+        assert_eq!(
+            got, case.tf_argmax,
+            "{name}/{}: teacher-forced argmax",
+            case.name
+        );
         let last = s.logits();
         let max_ref = case.last_logits.iter().fold(0f64, |m, v| m.max(v.abs()));
         let tol = rel * max_ref + abs;
         for (i, (&g, &w)) in last.iter().zip(&case.last_logits).enumerate() {
             let err = (g as f64 - w).abs();
-            assert!(err <= tol, "{name}/{}: logit {i}: got {g}, want {w}, err {err:e} > tol {tol:e}", case.name);
+            assert!(
+                err <= tol,
+                "{name}/{}: logit {i}: got {g}, want {w}, err {err:e} > tol {tol:e}",
+                case.name
+            );
         }
         // Prefill in one pass gives the same last logits, bit for bit, as the teacher-forced run.
         let mut p = engine.new_session(case.prompt.len()).unwrap();
         p.feed(&case.prompt).unwrap();
-        assert_eq!(p.logits(), last, "{name}/{}: prefill vs teacher forcing", case.name);
+        assert_eq!(
+            p.logits(),
+            last,
+            "{name}/{}: prefill vs teacher forcing",
+            case.name
+        );
     }
 }
 
@@ -76,10 +116,16 @@ fn greedy(name: &str, mode: DecodeMode) {
     let engine = open(name, 2);
     let (cases, _, _) = load_cases(name);
     for case in &cases {
-        let mut s = engine.new_session(case.prompt.len() + case.greedy.len()).unwrap();
+        let mut s = engine
+            .new_session(case.prompt.len() + case.greedy.len())
+            .unwrap();
         s.feed(&case.prompt).unwrap();
         let got = s.generate(case.greedy.len(), mode, |_| true).unwrap();
-        assert_eq!(got, case.greedy, "{name}/{}: greedy ids ({mode:?})", case.name);
+        assert_eq!(
+            got, case.greedy,
+            "{name}/{}: greedy ids ({mode:?})",
+            case.name
+        );
     }
 }
 
@@ -107,7 +153,12 @@ fn bit_identical_across_threads_and_paths(name: &str) {
     k3_kernels::simd::set_force_scalar(true);
     let scalar = trace(&open(name, 2), prompt);
     k3_kernels::simd::set_force_scalar(false);
-    assert_eq!(one, scalar, "{name}: scalar vs {} kernels", k3_kernels::simd::simd_level());
+    assert_eq!(
+        one,
+        scalar,
+        "{name}: scalar vs {} kernels",
+        k3_kernels::simd::simd_level()
+    );
 }
 
 #[test]

@@ -19,7 +19,11 @@ pub fn element(w: &Matrix, r: usize, c: usize) -> f32 {
         MatrixData::Bf16(d) => bf16_to_f32(d[r * cols + c]),
         MatrixData::Mxfp4 { packed, scales } => {
             let byte = packed[(r * cols + c) / 2];
-            let code = if c.is_multiple_of(2) { byte & 0x0F } else { byte >> 4 };
+            let code = if c.is_multiple_of(2) {
+                byte & 0x0F
+            } else {
+                byte >> 4
+            };
             E2M1[code as usize] * e8m0_scale(scales[(r * cols + c) / GROUP])
         }
     }

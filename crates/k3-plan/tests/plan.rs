@@ -256,6 +256,19 @@ proptest! {
 #[test]
 fn expert_cache_is_capped_at_the_expert_pool() {
     let s = k3();
-    let p = plan(&s, &PlanRequest::new(Budget::Split { trunk: 200 * GB, cache: 100_000 * GB }, 0)).unwrap();
-    assert_eq!(p.expert_slots, s.n_routed_experts, "no slot beyond the pool");
+    let p = plan(
+        &s,
+        &PlanRequest::new(
+            Budget::Split {
+                trunk: 200 * GB,
+                cache: 100_000 * GB,
+            },
+            0,
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        p.expert_slots, s.n_routed_experts,
+        "no slot beyond the pool"
+    );
 }

@@ -28,9 +28,17 @@ pub(super) fn gb_floor(b: u64) -> String {
 /// at the last printed digit (so a tiny model's 0.00298 GB is not shown as 0.01).
 fn gb_rounded(b: u64, up: bool) -> String {
     let gb = b as f64 / 1e9;
-    let decimals = if gb > 0.0 { (1 - gb.log10().floor() as i32).max(2) as usize } else { 2 };
+    let decimals = if gb > 0.0 {
+        (1 - gb.log10().floor() as i32).max(2) as usize
+    } else {
+        2
+    };
     let scale = 10f64.powi(decimals as i32);
-    let v = if up { (gb * scale).ceil() } else { (gb * scale).floor() } / scale;
+    let v = if up {
+        (gb * scale).ceil()
+    } else {
+        (gb * scale).floor()
+    } / scale;
     format!("{v:.decimals$}")
 }
 
