@@ -11,6 +11,7 @@ mod pack;
 mod plan_cmd;
 mod run;
 mod sampling_args;
+mod serve;
 mod tokenize;
 mod verify;
 
@@ -49,6 +50,8 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Show the config file (~/.config/k3/config.toml) or where it is looked for.
     Config(config_file::ConfigArgs),
+    /// Serve an OpenAI-compatible HTTP API (chat, completions, SSE) on 127.0.0.1.
+    Serve(serve::ServeArgs),
 }
 
 /// An error already formatted for the user, with its exit code.
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify::verify(args),
         Command::Doctor(args) => doctor::doctor(args),
         Command::Config(args) => config_file::config(args),
+        Command::Serve(args) => serve::serve(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,175 @@
+//! `k3 serve`: an OpenAI-compatible HTTP server with the model resident in-process.
+//!
+//! The engine runs on ONE dedicated OS thread (the worker, [`worker::run`]); handlers on a
+//! small tokio runtime parse and validate requests, render the prompt with the shared
+//! engine's tokenizer, and queue jobs on a bounded channel (`--queue`; full ⇒ 429). One
+//! generation runs at a time. See docs/SERVER.md.
+
+mod routes;
+mod types;
+mod worker;
+
+use crate::budget::BudgetArgs;
+use crate::CliError;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use clap::Args;
+use k3_engine::{Engine, EngineOptions};
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Request bodies larger than this are refused with 413.
+const BODY_LIMIT: usize = 1 << 20;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Model directory (config.json + *.safetensors + tiktoken.model).
+    pub model_dir: PathBuf,
+    /// Address to bind (loopback by default; anything else exposes the model to the network).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to bind (0 = any free port; the bound address is printed on stderr).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on /v1/* and /metrics.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Requests that may wait for the engine while one generates; more ⇒ 429.
+    #[arg(long, default_value_t = 8)]
+    pub queue: usize,
+    /// Context positions per request (prompt + reply).
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: usize,
+    /// Compute threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Tokenizer directory (default: the model directory's).
+    #[arg(long)]
+    pub tok: Option<PathBuf>,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+    /// Read trunk layers from a packed trunk (`k3 pack`); needs a budget.
+    #[arg(long)]
+    pub trunk: Option<PathBuf>,
+    /// Read with the page cache instead of O_DIRECT (streaming only).
+    #[arg(long)]
+    pub no_direct_io: bool,
+    /// Do not keep saved sessions for conversation state reuse (every prompt is fed whole).
+    #[arg(long)]
+    pub no_reuse: bool,
+}
+
+/// State shared by every handler.
+pub struct Shared {
+    /// The engine, shared for its tokenizer and stats; only the worker thread generates.
+    pub engine: Arc<Engine>,
+    pub model_id: String,
+    pub ctx: usize,
+    pub started: u64,
+    /// SHA-256 of the API key, when one is required.
+    pub api_key_digest: Option<[u8; 32]>,
+    pub jobs: mpsc::Sender<worker::Job>,
+    pub metrics: Arc<worker::Metrics>,
+}
+
+/// SHA-256 of an API key: both sides of the comparison get the same length.
+pub fn key_digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// Constant-time equality of two digests: every byte is compared, no early exit, so the
+/// time does not depend on where they differ (and hashing first hides the key's length).
+pub fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let diff = a
+        .iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// The engine is shared between the worker thread and the handlers.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Engine>();
+};
+
+pub fn serve(args: ServeArgs) -> Result<(), CliError> {
+    if args.queue == 0 {
+        return Err(CliError::usage("--queue must be at least 1"));
+    }
+    if args.ctx < 2 {
+        return Err(CliError::usage("--ctx must be at least 2"));
+    }
+    let file = crate::config_file::load()?;
+    let options = EngineOptions {
+        threads: args.threads.or(file.threads),
+        budget: args.budget.budget_or_file(&file)?,
+        ctx: args.ctx,
+        direct_io: !args.no_direct_io,
+        tokenizer_dir: args.tok.clone(),
+        trunk_dir: args.trunk.clone(),
+        ..EngineOptions::default()
+    };
+    let engine = Arc::new(Engine::open(&args.model_dir, options)?);
+    if engine.tokenizer().is_none() {
+        return Err(CliError::usage(format!(
+            "{}: no tokenizer (tiktoken.model or tokenizer.json): pass --tok DIR",
+            args.model_dir.display()
+        )));
+    }
+    let model_id = std::fs::canonicalize(&args.model_dir)
+        .unwrap_or_else(|_| args.model_dir.clone())
+        .file_name()
+        .map_or_else(|| "k3".to_string(), |n| n.to_string_lossy().into_owned());
+    let metrics = Arc::new(worker::Metrics::default());
+    let (tx, rx) = mpsc::channel(args.queue);
+    let (w_engine, w_metrics, ctx, reuse) =
+        (engine.clone(), metrics.clone(), args.ctx, !args.no_reuse);
+    std::thread::Builder::new()
+        .name("k3-engine".into())
+        .spawn(move || worker::run(w_engine, rx, w_metrics, ctx, reuse))
+        .map_err(|e| CliError::runtime(format!("cannot start the engine thread: {e}")))?;
+    let shared = Arc::new(Shared {
+        engine,
+        model_id,
+        ctx: args.ctx,
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        api_key_digest: args.api_key.as_deref().map(key_digest),
+        jobs: tx,
+        metrics,
+    });
+    let app = Router::new()
+        .route("/v1/chat/completions", post(routes::chat_completions))
+        .route("/v1/completions", post(routes::completions))
+        .route("/v1/models", get(routes::models))
+        .route("/health", get(routes::health))
+        .route("/metrics", get(routes::metrics))
+        .fallback(routes::not_found)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(shared);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("k3-http")
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| CliError::runtime(format!("cannot start the HTTP runtime: {e}")))?;
+    runtime.block_on(async move {
+        let addr = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|e| CliError::usage(format!("cannot listen on {addr}: {e}")))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| CliError::runtime(format!("cannot read the bound address: {e}")))?;
+        eprintln!("k3: listening on http://{local}");
+        axum::serve(listener, app)
+            .await
+            .map_err(|e| CliError::runtime(format!("server error: {e}")))
+    })
+}

@@ -1,0 +1,351 @@
+//! Request bodies of the OpenAI-compatible API, their validation, and the error responses.
+//!
+//! Bodies are parsed by hand from the raw bytes (not with axum's `Json` extractor) so that
+//! every rejection — malformed JSON, a wrong type, an out-of-range sampling value — comes back
+//! as OpenAI's error object naming the field.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use k3_engine::chat::{ChatMessage, Thinking};
+use k3_engine::SamplingParams;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// An API error: HTTP status plus OpenAI's `{"error": {...}}` body.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    /// 400 `invalid_request_error` about `param`.
+    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param.to_string()),
+            code: None,
+        }
+    }
+
+    /// Any status, no parameter.
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: Option<&'static str>,
+        message: impl Into<String>,
+    ) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code,
+        }
+    }
+
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        });
+        let mut resp = (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response();
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}
+
+/// `stop`: one string or an array of strings.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(untagged)]
+pub enum StopField {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// Sampling and length fields shared by both endpoints (numbers kept wide so out-of-range
+/// values are reported by name rather than as a type error).
+#[derive(Deserialize, Debug, Default)]
+pub struct SamplingFields {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub repeat_penalty: Option<f64>,
+    pub repeat_last_n: Option<i64>,
+    pub seed: Option<i64>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub stop: Option<StopField>,
+    #[serde(default)]
+    pub stream: bool,
+    /// Keep generating past end ids (`/v1/completions` only; as in llama.cpp and vLLM).
+    #[serde(default)]
+    pub ignore_eos: bool,
+    pub model: Option<String>,
+}
+
+#[derive(Deserialize, Debug)]
+pub struct InMessage {
+    pub role: String,
+    pub content: Option<Value>,
+    pub reasoning_content: Option<String>,
+}
+
+#[derive(Deserialize, Debug)]
+pub struct ChatRequest {
+    pub messages: Vec<InMessage>,
+    pub reasoning_effort: Option<String>,
+    pub thinking: Option<Value>,
+    #[serde(flatten)]
+    pub common: SamplingFields,
+}
+
+#[derive(Deserialize, Debug)]
+pub struct CompletionRequest {
+    pub prompt: Value,
+    #[serde(flatten)]
+    pub common: SamplingFields,
+}
+
+/// Validated generation settings.
+#[derive(Debug, Clone)]
+pub struct GenSettings {
+    pub params: SamplingParams,
+    /// Requested most new tokens (`None`: the default).
+    pub max_tokens: Option<usize>,
+    pub stop: Vec<String>,
+    pub stream: bool,
+}
+
+/// Parses a JSON body into `T`, mapping syntax and type errors to 400s.
+pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        let what = if e.is_syntax() || e.is_eof() {
+            "malformed JSON"
+        } else {
+            "invalid request body"
+        };
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            None,
+            format!("{what}: {e}"),
+        )
+    })
+}
+
+fn finite(param: &str, v: f64) -> Result<f32, ApiError> {
+    if !v.is_finite() {
+        return Err(ApiError::invalid(
+            param,
+            format!("{param} must be a finite number"),
+        ));
+    }
+    Ok(v as f32)
+}
+
+/// Checks the sampling fields (each error names its field) and builds the engine's params.
+pub fn validate_sampling(f: &SamplingFields) -> Result<GenSettings, ApiError> {
+    let d = SamplingParams::default();
+    let mut p = d;
+    if let Some(t) = f.temperature {
+        let t = finite("temperature", t)?;
+        if !(0.0..=100.0).contains(&t) {
+            return Err(ApiError::invalid(
+                "temperature",
+                "temperature must be in [0, 100]",
+            ));
+        }
+        p.temperature = t;
+    }
+    if let Some(v) = f.top_p {
+        let v = finite("top_p", v)?;
+        if !(v > 0.0 && v <= 1.0) {
+            return Err(ApiError::invalid("top_p", "top_p must be in (0, 1]"));
+        }
+        p.top_p = v;
+    }
+    if let Some(v) = f.top_k {
+        p.top_k = usize::try_from(v)
+            .map_err(|_| ApiError::invalid("top_k", "top_k must be >= 0 (0 = off)"))?;
+    }
+    if let Some(v) = f.min_p {
+        let v = finite("min_p", v)?;
+        if !(0.0..=1.0).contains(&v) {
+            return Err(ApiError::invalid("min_p", "min_p must be in [0, 1]"));
+        }
+        p.min_p = v;
+    }
+    if let Some(v) = f.repeat_penalty {
+        let v = finite("repeat_penalty", v)?;
+        if v <= 0.0 {
+            return Err(ApiError::invalid(
+                "repeat_penalty",
+                "repeat_penalty must be > 0",
+            ));
+        }
+        p.repeat_penalty = v;
+    }
+    if let Some(v) = f.repeat_last_n {
+        p.repeat_last_n = usize::try_from(v)
+            .map_err(|_| ApiError::invalid("repeat_last_n", "repeat_last_n must be >= 0"))?;
+    }
+    if let Some(v) = f.seed {
+        // Negative seeds are accepted as their two's-complement bit pattern.
+        p.seed = v as u64;
+    }
+    // The engine's own check is the backstop for combinations the field checks miss.
+    p.validate()
+        .map_err(|e| ApiError::invalid("temperature", e.to_string()))?;
+    let max_tokens = match f.max_completion_tokens.or(f.max_tokens) {
+        None => None,
+        Some(v) if v >= 1 => Some(v as usize),
+        Some(_) => return Err(ApiError::invalid("max_tokens", "max_tokens must be >= 1")),
+    };
+    let stop = match &f.stop {
+        None => Vec::new(),
+        Some(StopField::One(s)) => vec![s.clone()],
+        Some(StopField::Many(v)) => v.clone(),
+    };
+    if stop.len() > 16 {
+        return Err(ApiError::invalid("stop", "at most 16 stop strings"));
+    }
+    let stop = stop.into_iter().filter(|s| !s.is_empty()).collect();
+    Ok(GenSettings {
+        params: p,
+        max_tokens,
+        stop,
+        stream: f.stream,
+    })
+}
+
+/// The thinking effort from `reasoning_effort` or `thinking` (a string, a bool, or
+/// `{"type": "enabled"|"disabled"}`); off when neither is given.
+pub fn thinking_of(req: &ChatRequest) -> Result<Thinking, ApiError> {
+    let parse = |param: &str, s: &str| -> Result<Thinking, ApiError> {
+        match s {
+            "none" | "off" => Ok(Thinking::Off),
+            "minimal" | "low" => Ok(Thinking::Low),
+            "medium" | "high" => Ok(Thinking::High),
+            "max" => Ok(Thinking::Max),
+            _ => Err(ApiError::invalid(
+                param,
+                format!("{param} `{s}`: use off, low, high or max"),
+            )),
+        }
+    };
+    if let Some(s) = &req.reasoning_effort {
+        return parse("reasoning_effort", s);
+    }
+    match &req.thinking {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(Thinking::Off),
+        Some(Value::Bool(true)) => Ok(Thinking::Max),
+        Some(Value::String(s)) => parse("thinking", s),
+        Some(Value::Object(o)) => match o.get("type").and_then(Value::as_str) {
+            Some("enabled") => Ok(Thinking::Max),
+            Some("disabled") => Ok(Thinking::Off),
+            _ => Err(ApiError::invalid(
+                "thinking",
+                "thinking.type must be enabled or disabled",
+            )),
+        },
+        Some(_) => Err(ApiError::invalid(
+            "thinking",
+            "thinking must be off, low, high, max, a boolean or {\"type\": ...}",
+        )),
+    }
+}
+
+/// The messages as the chat template takes them. Content may be a string or an array of
+/// `{"type":"text","text":...}` parts (joined); `developer` is treated as `system`.
+pub fn messages_of(req: &ChatRequest) -> Result<Vec<ChatMessage>, ApiError> {
+    if req.messages.is_empty() {
+        return Err(ApiError::invalid("messages", "messages must not be empty"));
+    }
+    let mut out = Vec::with_capacity(req.messages.len());
+    for (i, m) in req.messages.iter().enumerate() {
+        let param = format!("messages[{i}]");
+        let role = match m.role.as_str() {
+            "system" | "developer" => "system",
+            "user" => "user",
+            "assistant" => "assistant",
+            r => {
+                return Err(ApiError::invalid(
+                    &format!("{param}.role"),
+                    format!("unsupported role `{r}`: use system, user or assistant"),
+                ))
+            }
+        };
+        let content = match &m.content {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => {
+                let mut text = String::new();
+                for part in parts {
+                    match part.get("text").and_then(Value::as_str) {
+                        Some(t) => text.push_str(t),
+                        None => {
+                            return Err(ApiError::invalid(
+                                &format!("{param}.content"),
+                                "only text content parts are supported",
+                            ))
+                        }
+                    }
+                }
+                text
+            }
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    &format!("{param}.content"),
+                    "content must be a string or an array of text parts",
+                ))
+            }
+        };
+        let mut msg = ChatMessage::new(role, content);
+        if role == "assistant" {
+            msg.reasoning_content = m.reasoning_content.clone();
+        }
+        out.push(msg);
+    }
+    Ok(out)
+}
+
+/// The raw prompt of `/v1/completions`: a string, or an array holding one string.
+pub fn prompt_of(req: &CompletionRequest) -> Result<String, ApiError> {
+    match &req.prompt {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(a) if a.len() == 1 => match &a[0] {
+            Value::String(s) => Ok(s.clone()),
+            _ => Err(ApiError::invalid("prompt", "prompt must be a string")),
+        },
+        _ => Err(ApiError::invalid(
+            "prompt",
+            "prompt must be a string (or an array of exactly one string)",
+        )),
+    }
+}

@@ -1,0 +1,378 @@
+//! The engine worker: one dedicated OS thread that runs every generation, one at a time, and
+//! keeps the saved-session LRU for conversation state reuse.
+//!
+//! Handlers send [`Job`]s over a bounded channel; the worker answers each on the job's own
+//! unbounded event channel. A job whose event receiver is gone (the client disconnected, its
+//! response future or SSE body was dropped) is cancelled at the next token.
+
+use super::types::GenSettings;
+use k3_engine::chat::{Channel, ReplyParser, Template, Thinking};
+use k3_engine::{
+    DecodeMode, Engine, EngineError, Sampler, Session, StopConditions, StopReason, StopScanner,
+    Tokenizer,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// Saved sessions kept for reuse.
+pub const LRU_CAPACITY: usize = 4;
+
+/// What the prompt is: a chat (its reply is split into reasoning and content) or raw text.
+#[derive(Clone, Copy, Debug)]
+pub enum JobKind {
+    Chat(Thinking),
+    Completion { ignore_eos: bool },
+}
+
+/// One generation request, already rendered to token ids and checked against the context.
+pub struct Job {
+    pub kind: JobKind,
+    pub prompt: Vec<u32>,
+    pub settings: GenSettings,
+    /// New tokens to generate at most (already clamped to the context).
+    pub max_new: usize,
+    pub events: mpsc::UnboundedSender<Event>,
+}
+
+/// What the worker reports for a job.
+pub enum Event {
+    /// Newly decoded text: the response channel (`content`) and the think channel.
+    Delta {
+        content: String,
+        reasoning: String,
+    },
+    Done(Summary),
+    Failed(String),
+}
+
+/// Counts and timings of a finished generation.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    pub finish_reason: &'static str,
+    pub prompt_tokens: usize,
+    pub prompt_tokens_reused: usize,
+    pub completion_tokens: usize,
+    pub prompt_seconds: f64,
+    pub predicted_seconds: f64,
+    pub bytes_read: u64,
+    pub expert_hit_rate: f64,
+}
+
+/// Counters for `/metrics`, shared with the handlers.
+#[derive(Default)]
+pub struct Metrics {
+    pub tokens_generated: AtomicU64,
+    pub prompt_tokens: AtomicU64,
+    pub prompt_tokens_reused: AtomicU64,
+    /// `f64` bits of the last generation's seconds per token.
+    pub seconds_per_token_bits: AtomicU64,
+    pub queue_depth: AtomicU64,
+    pub requests: AtomicU64,
+}
+
+/// Saved sessions keyed by their exact token sequence, least recently used evicted first.
+struct Lru {
+    capacity: usize,
+    tick: u64,
+    entries: Vec<(Vec<u32>, Vec<u8>, u64)>,
+}
+
+impl Lru {
+    fn new(capacity: usize) -> Self {
+        Lru {
+            capacity,
+            tick: 0,
+            entries: Vec::new(),
+        }
+    }
+
+    /// The longest saved sequence that is a strict prefix of `prompt` (at least one prompt
+    /// token is left to feed, so the restored session gets fresh logits).
+    fn lookup(&mut self, prompt: &[u32]) -> Option<(usize, &[u8])> {
+        self.tick += 1;
+        let tick = self.tick;
+        let best = self
+            .entries
+            .iter_mut()
+            .filter(|(k, _, _)| !k.is_empty() && k.len() < prompt.len() && prompt.starts_with(k))
+            .max_by_key(|(k, _, _)| k.len())?;
+        best.2 = tick;
+        Some((best.0.len(), best.1.as_slice()))
+    }
+
+    fn insert(&mut self, key: Vec<u32>, bytes: Vec<u8>) {
+        if self.capacity == 0 || key.is_empty() {
+            return;
+        }
+        self.tick += 1;
+        self.entries.retain(|(k, _, _)| *k != key);
+        if self.entries.len() >= self.capacity {
+            if let Some(oldest) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].2) {
+                self.entries.swap_remove(oldest);
+            }
+        }
+        self.entries.push((key, bytes, self.tick));
+    }
+}
+
+/// Runs jobs until every sender is gone.
+pub fn run(
+    engine: Arc<Engine>,
+    mut jobs: mpsc::Receiver<Job>,
+    metrics: Arc<Metrics>,
+    ctx: usize,
+    reuse: bool,
+) {
+    let mut lru = Lru::new(if reuse { LRU_CAPACITY } else { 0 });
+    while let Some(job) = jobs.blocking_recv() {
+        metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+        if job.events.is_closed() {
+            continue; // the client left while the job was queued
+        }
+        let event = match run_job(&engine, &mut lru, ctx, &job, &metrics) {
+            Ok(summary) => Event::Done(summary),
+            Err(e) => Event::Failed(e.to_string()),
+        };
+        let _ = job.events.send(event);
+    }
+}
+
+/// Restores the longest saved prefix of the prompt (or starts fresh) and feeds the rest.
+fn prefill<'e>(
+    engine: &'e Engine,
+    lru: &mut Lru,
+    ctx: usize,
+    prompt: &[u32],
+) -> Result<(Session<'e>, usize), EngineError> {
+    let restored = match lru.lookup(prompt) {
+        Some((len, bytes)) => engine.session_from_bytes(bytes, ctx).ok().map(|s| (s, len)),
+        None => None,
+    };
+    let (mut session, reused) = match restored {
+        // A saved state must be exactly the effect of its key (never rewound into).
+        Some((s, len)) if s.tokens() == prompt[..len] => (s, len),
+        _ => (engine.new_session(ctx)?, 0),
+    };
+    session.feed(&prompt[reused..])?;
+    Ok((session, reused))
+}
+
+fn run_job(
+    engine: &Engine,
+    lru: &mut Lru,
+    ctx: usize,
+    job: &Job,
+    metrics: &Metrics,
+) -> Result<Summary, EngineError> {
+    let tok = engine
+        .tokenizer()
+        .ok_or_else(|| EngineError::Invalid("the model has no tokenizer".into()))?;
+    let before = engine.stats();
+    let t0 = Instant::now();
+    let (mut session, reused) = prefill(engine, lru, ctx, &job.prompt)?;
+    let prompt_seconds = t0.elapsed().as_secs_f64();
+    if lru.capacity > 0 {
+        // The state after the last prompt token: a prefix of the next turn of this conversation.
+        lru.insert(job.prompt.clone(), session.to_bytes()?);
+    }
+    let mut sampler = Sampler::new(job.settings.params.clone())?;
+    let mut out = Output::new(tok, job)?;
+    let stop = StopConditions {
+        end_ids: out.end_ids.clone(),
+        stop_strings: Vec::new(),
+    };
+    let t1 = Instant::now();
+    let generation = session.generate_with(
+        job.max_new,
+        DecodeMode::Incremental,
+        &mut sampler,
+        &stop,
+        |id| out.on_token(id),
+    )?;
+    let predicted_seconds = t1.elapsed().as_secs_f64();
+    let finish_reason = out.finish(&generation.stop_reason);
+    if lru.capacity > 0 && !out.cancelled {
+        // The state at the end of the reply (its last id pending, as `Session` keeps it).
+        lru.insert(session.tokens(), session.to_bytes()?);
+    }
+    let n = generation.ids.len();
+    let stats = engine.stats().since(&before);
+    metrics
+        .tokens_generated
+        .fetch_add(n as u64, Ordering::Relaxed);
+    metrics
+        .prompt_tokens
+        .fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
+    metrics
+        .prompt_tokens_reused
+        .fetch_add(reused as u64, Ordering::Relaxed);
+    if n > 0 {
+        let spt = predicted_seconds / n as f64;
+        metrics
+            .seconds_per_token_bits
+            .store(spt.to_bits(), Ordering::Relaxed);
+    }
+    Ok(Summary {
+        finish_reason,
+        prompt_tokens: job.prompt.len(),
+        prompt_tokens_reused: reused,
+        completion_tokens: n,
+        prompt_seconds,
+        predicted_seconds,
+        bytes_read: stats.bytes_read(),
+        expert_hit_rate: stats.expert_hit_rate(),
+    })
+}
+
+/// Turns generated ids into text deltas: the chat template's channels split, stop strings
+/// matched on the content, and a send error marking the job cancelled.
+struct Output<'t> {
+    tok: &'t Tokenizer,
+    end_ids: Vec<u32>,
+    parser: Option<ReplyParser>,
+    think: k3_tokenizer::StreamDecoder<'t>,
+    content: k3_tokenizer::StreamDecoder<'t>,
+    scanner: StopScanner,
+    events: mpsc::UnboundedSender<Event>,
+    stop_hit: bool,
+    cancelled: bool,
+}
+
+impl<'t> Output<'t> {
+    fn new(tok: &'t Tokenizer, job: &Job) -> Result<Self, EngineError> {
+        let (parser, end_ids) = match job.kind {
+            JobKind::Chat(thinking) => {
+                let t = Template::new(tok)?;
+                let start = if thinking == Thinking::Off {
+                    Channel::Response
+                } else {
+                    Channel::Think
+                };
+                (Some(ReplyParser::new(&t, start)), t.end_ids())
+            }
+            JobKind::Completion { ignore_eos: true } => (None, Vec::new()),
+            JobKind::Completion { ignore_eos: false } => (None, tok.end_ids()),
+        };
+        Ok(Output {
+            tok,
+            end_ids,
+            parser,
+            think: tok.stream_decoder(),
+            content: tok.stream_decoder(),
+            scanner: StopScanner::new(&job.settings.stop),
+            events: job.events.clone(),
+            stop_hit: false,
+            cancelled: false,
+        })
+    }
+
+    fn send(&mut self, content: String, reasoning: String) {
+        if content.is_empty() && reasoning.is_empty() {
+            if self.events.is_closed() {
+                self.cancelled = true;
+            }
+            return;
+        }
+        if self
+            .events
+            .send(Event::Delta { content, reasoning })
+            .is_err()
+        {
+            self.cancelled = true;
+        }
+    }
+
+    /// Content text through the stop-string scanner; returns what may be sent now.
+    fn scan(&mut self, piece: &str) -> String {
+        let step = self.scanner.push(piece);
+        if step.hit.is_some() {
+            self.stop_hit = true;
+        }
+        step.emit
+    }
+
+    /// Handles one generated id; `false` stops the generation.
+    fn on_token(&mut self, id: u32) -> bool {
+        if self.end_ids.contains(&id) {
+            if let Some(p) = self.parser.as_mut() {
+                p.push(id);
+            }
+            return true; // the engine stops at its end ids
+        }
+        let (mut content, mut reasoning) = (String::new(), String::new());
+        let payload = match self.parser.as_mut() {
+            Some(p) => p.push(id),
+            None => vec![(Channel::Response, id)],
+        };
+        for (channel, pid) in payload {
+            if self.stop_hit {
+                break;
+            }
+            if channel == Channel::Think {
+                reasoning.push_str(&self.think.push(pid).unwrap_or_default());
+            } else {
+                let piece = self.content.push(pid).unwrap_or_default();
+                content.push_str(&self.scan(&piece));
+            }
+        }
+        self.send(content, reasoning);
+        !self.stop_hit && !self.cancelled
+    }
+
+    /// Flushes held text and names the finish reason.
+    fn finish(&mut self, reason: &StopReason) -> &'static str {
+        let finish = match reason {
+            StopReason::Length => "length",
+            StopReason::Callback if self.cancelled => "cancelled",
+            _ => "stop",
+        };
+        if !self.stop_hit && !self.cancelled {
+            let think = std::mem::replace(&mut self.think, self.tok.stream_decoder()).finish();
+            let rest = std::mem::replace(&mut self.content, self.tok.stream_decoder()).finish();
+            let mut content = self.scan(&rest);
+            if !self.stop_hit {
+                let scanner = std::mem::replace(&mut self.scanner, StopScanner::new(&[]));
+                content.push_str(&scanner.finish());
+            }
+            self.send(content, think);
+        }
+        if self.stop_hit {
+            "stop"
+        } else {
+            finish
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Lru;
+
+    #[test]
+    fn lru_reuses_only_whole_strict_prefixes_and_evicts_the_oldest() {
+        let mut lru = Lru::new(2);
+        lru.insert(vec![1, 2], vec![12]);
+        lru.insert(vec![1, 2, 3], vec![123]);
+        assert_eq!(lru.lookup(&[1, 2, 3, 4]), Some((3, &[123u8][..])));
+        assert_eq!(
+            lru.lookup(&[1, 2, 3]),
+            Some((2, &[12u8][..])),
+            "never the whole prompt"
+        );
+        assert_eq!(lru.lookup(&[1, 3, 3]), None, "no partial prefix");
+        lru.insert(vec![9], vec![9]); // evicts [1, 2, 3], the least recently used
+        assert_eq!(lru.lookup(&[1, 2, 3, 4]), Some((2, &[12u8][..])));
+        let mut off = Lru::new(0);
+        off.insert(vec![1], vec![1]);
+        assert_eq!(off.lookup(&[1, 2]), None);
+    }
+
+    #[test]
+    fn digests_compare_in_constant_time_and_correctly() {
+        use super::super::{digest_eq, key_digest};
+        assert!(digest_eq(&key_digest("k"), &key_digest("k")));
+        assert!(!digest_eq(&key_digest("k"), &key_digest("k ")));
+    }
+}
