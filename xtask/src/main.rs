@@ -3,6 +3,7 @@
 mod bench_index;
 mod conformance;
 mod gen_bench;
+mod load_test;
 mod pack_trunk;
 mod sim_cache;
 
@@ -50,6 +51,8 @@ enum Cmd {
     },
     /// Write a synthetic benchmark checkpoint (real per-layer dims, or --mid) into OUT_DIR.
     GenBench(gen_bench::GenBenchArgs),
+    /// Drive `k3 serve` on 127.0.0.1 with concurrent clients: latency, throughput, 429s.
+    LoadTest(load_test::LoadTestArgs),
     /// Copy every layer's trunk run into OUT_DIR/trunk.bin + trunk.json (docs/FORMATS.md).
     PackTrunk {
         /// Checkpoint directory (config.json + safetensors shards).
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
             top_k,
         }),
         Cmd::GenBench(args) => gen_bench::run(&args),
+        Cmd::LoadTest(args) => load_test::run(&args),
         Cmd::PackTrunk {
             model_dir,
             out_dir,

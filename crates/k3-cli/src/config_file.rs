@@ -193,6 +193,7 @@ pub fn parse_file(path: &Path) -> Result<FileConfig, CliError> {
 }
 
 #[derive(Args)]
+#[command(after_help = "Examples:\n  k3 config path\n  k3 config show")]
 pub struct ConfigArgs {
     #[command(subcommand)]
     pub action: ConfigAction,

@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(Args)]
+#[command(after_help = "Examples:\n  k3 doctor\n  k3 doctor /models/kimi-k3")]
 pub struct DoctorArgs {
     /// Model directory (optional: without it only machine facts are printed).
     pub model_dir: Option<PathBuf>,

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Args)]
+#[command(after_help = "Examples:\n  k3 pack /models/kimi-k3 /nvme/k3-trunk --verify\n  k3 run /models/kimi-k3 --prompt 'Hi' --preset laptop --trunk /nvme/k3-trunk")]
 pub struct PackArgs {
     /// Model directory (config.json + *.safetensors).
     pub model_dir: PathBuf,

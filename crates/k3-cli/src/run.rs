@@ -19,6 +19,7 @@ use std::time::Instant;
 
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("prompt_source").required(true).args(["ids", "prompt", "prompt_file"])))]
+#[command(after_help = "Examples:\n  k3 run fixtures/tiny-k3 --prompt 'The train left at' -n 16\n  k3 run fixtures/tiny-k3 --ids 637,229,263 -n 16 --mem-gb 0.005 --json out.json\n  k3 run fixtures/tiny-k3 --prompt 'Hello' --temp 0.8 --top-p 0.95 --seed 7 --stop '.'\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 4 --save-session s.k3ss && k3 run fixtures/tiny-k3 --load-session s.k3ss --ids 4 -n 4")]
 pub struct RunArgs {
     /// Model directory (config.json + *.safetensors [+ tiktoken.model]); default: `model`
     /// from the config file (`k3 config path`).
@@ -78,6 +79,17 @@ pub struct RunArgs {
     /// Read with the page cache instead of O_DIRECT (streaming only).
     #[arg(long)]
     pub no_direct_io: bool,
+    /// Print only the generated text and ids (no plan, per-token lines or statistics).
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Resume a conversation saved with --save-session: its tokens are not prefilled again;
+    /// the prompt continues it.
+    #[arg(long)]
+    pub load_session: Option<PathBuf>,
+    /// Save the conversation (tokens, KDA state, latent KV) after generating, for
+    /// --load-session (versioned, fingerprinted, checksummed, atomic).
+    #[arg(long)]
+    pub save_session: Option<PathBuf>,
     /// Record routed-expert requests to DIR/expert_trace.bin (u32 LE layer, u32 LE expert per
     /// request; the layout of upstream's trace). Needs a budget flag.
     #[arg(long)]
@@ -107,6 +119,33 @@ fn prompt_ids(args: &RunArgs, engine: &Engine) -> Result<Vec<u32>, CliError> {
         CliError::usage(format!("{}: cannot read prompt file: {e}", path.display()))
     })?;
     Ok(tok.encode_bytes(&bytes, args.allow_special))
+}
+
+/// Prompts longer than this get a prefill progress bar (on a terminal, unless --quiet).
+const PROGRESS_PREFILL_TOKENS: usize = 256;
+/// Tokens per prefill chunk while showing progress (chunked prefill gives the same logits,
+/// bit for bit, as one pass: tested in k3-model).
+const PREFILL_CHUNK: usize = 64;
+
+/// Feeds the prompt in one pass, or in chunks under a progress bar when it is long and
+/// stderr is a terminal.
+fn prefill(session: &mut k3_engine::Session<'_>, prompt: &[u32], quiet: bool) -> Result<(), CliError> {
+    use std::io::IsTerminal;
+    if quiet || prompt.len() <= PROGRESS_PREFILL_TOKENS || !std::io::stderr().is_terminal() {
+        return session.feed(prompt).map_err(CliError::from);
+    }
+    let bar = indicatif::ProgressBar::new(prompt.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("prefill [{bar:40}] {pos}/{len} tokens, eta {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    for chunk in prompt.chunks(PREFILL_CHUNK) {
+        session.feed(chunk)?;
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    Ok(())
 }
 
 /// Peak resident set size of this process in bytes (Linux `VmHWM`), 0 where unknown.
@@ -192,15 +231,33 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
             "the prompt is empty: give at least one token",
         ));
     }
-    let ctx = args.ctx.unwrap_or(prompt.len() + args.gen.max(1));
-    if let Some(plan) = engine.plan() {
+    let ctx = match &args.load_session {
+        Some(_) => args.ctx.unwrap_or(4096),
+        None => args.ctx.unwrap_or(prompt.len() + args.gen.max(1)),
+    };
+    let quiet = args.quiet;
+    if let (Some(plan), false) = (engine.plan(), quiet) {
         eprintln!(
             "{}",
             plan.table(Some(&k3_plan::available_memory())).trim_end()
         );
     }
     engine.record_expert_trace(args.dump_cache_trace.is_some());
-    let mut session = engine.new_session(ctx)?;
+    let (mut session, reused) = match &args.load_session {
+        Some(path) => {
+            let (session, info) = engine.load_session_with_info(path, ctx)?;
+            if !quiet {
+                eprintln!(
+                    "resumed {} tokens from {} ({} prefill tokens saved)",
+                    info.tokens,
+                    path.display(),
+                    info.prefill_tokens_saved
+                );
+            }
+            (session, info.prefill_tokens_saved)
+        }
+        None => (engine.new_session(ctx)?, 0),
+    };
     let mode = if args.recompute {
         DecodeMode::Recompute
     } else {
@@ -209,7 +266,7 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     let streaming = engine.plan().is_some();
 
     let t0 = Instant::now();
-    session.feed(&prompt)?;
+    prefill(&mut session, &prompt, quiet)?;
     let prefill_s = t0.elapsed().as_secs_f64();
     if let Some(path) = &args.dump_logits {
         let bytes: Vec<u8> = session
@@ -252,7 +309,7 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
         printed += piece.len();
         let _ = write!(stdout, "{piece}");
         let _ = stdout.flush();
-        if streaming {
+        if streaming && !quiet {
             let now = engine.stats();
             eprintln!(
                 "{}",
@@ -279,23 +336,31 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     println!();
     let ids_text: Vec<String> = generated.iter().map(u32::to_string).collect();
     println!("generated ids: {}", ids_text.join(","));
-    eprintln!("stopped: {}", generation.stop_reason);
     let per_token = if generated.is_empty() {
         0.0
     } else {
         decode_s / generated.len() as f64
     };
     let wall = t0.elapsed().as_secs_f64();
-    eprintln!(
-        "prefill {} tokens in {:.3} s; {} tokens at {:.4} s/token; peak RSS {:.1} MB",
-        prompt.len(),
-        prefill_s,
-        generated.len(),
-        per_token,
-        peak_rss_bytes() as f64 / 1e6
-    );
-    if streaming {
-        eprintln!("{}", stats.report(wall));
+    if !quiet {
+        eprintln!("stopped: {}", generation.stop_reason);
+        eprintln!(
+            "prefill {} tokens in {:.3} s; {} tokens at {:.4} s/token; peak RSS {:.1} MB",
+            prompt.len(),
+            prefill_s,
+            generated.len(),
+            per_token,
+            peak_rss_bytes() as f64 / 1e6
+        );
+        if streaming {
+            eprintln!("{}", stats.report(wall));
+        }
+    }
+    if let Some(path) = &args.save_session {
+        let info = session.save(path)?;
+        if !quiet {
+            eprintln!("saved {} tokens ({} bytes) to {}", info.tokens, info.bytes, path.display());
+        }
     }
     if let Some(dir) = &args.dump_cache_trace {
         write_trace(dir, &engine.take_expert_trace())?;
@@ -310,6 +375,7 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
             "stop_value": serde_json::to_value(&generation.stop_reason).ok().and_then(|v| v.get("value").cloned()),
             "sampling": sampling_json(&params, &stop, args.ignore_eos),
             "prefill_seconds": prefill_s,
+            "prompt_tokens_reused": reused,
             "seconds_per_token": per_token,
             "threads": engine.threads(),
             "mode": if args.recompute { "recompute" } else { "incremental" },
