@@ -23,7 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 #[derive(Args)]
-#[command(after_help = "Examples:\n  k3 chat fixtures/tiny-k3 --thinking off\n  k3 chat /models/kimi-k3 --preset desktop --system 'Be brief.' --temp 0.7")]
+#[command(
+    after_help = "Examples:\n  k3 chat fixtures/tiny-k3 --thinking off\n  k3 chat /models/kimi-k3 --preset desktop --system 'Be brief.' --temp 0.7"
+)]
 pub struct ChatArgs {
     /// Model directory (config.json + *.safetensors + tiktoken.model).
     pub model_dir: PathBuf,

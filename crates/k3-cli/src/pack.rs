@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Args)]
-#[command(after_help = "Examples:\n  k3 pack /models/kimi-k3 /nvme/k3-trunk --verify\n  k3 run /models/kimi-k3 --prompt 'Hi' --preset laptop --trunk /nvme/k3-trunk")]
+#[command(
+    after_help = "Examples:\n  k3 pack /models/kimi-k3 /nvme/k3-trunk --verify\n  k3 run /models/kimi-k3 --prompt 'Hi' --preset laptop --trunk /nvme/k3-trunk"
+)]
 pub struct PackArgs {
     /// Model directory (config.json + *.safetensors).
     pub model_dir: PathBuf,

@@ -8,7 +8,9 @@ use k3_engine::{Budget, Preset};
 use std::path::PathBuf;
 
 #[derive(Args)]
-#[command(after_help = "Examples:\n  k3 plan fixtures/tiny-k3 --mem-gb 0.005\n  k3 plan /models/kimi-k3 --preset desktop --ctx 8192")]
+#[command(
+    after_help = "Examples:\n  k3 plan fixtures/tiny-k3 --mem-gb 0.005\n  k3 plan /models/kimi-k3 --preset desktop --ctx 8192"
+)]
 pub struct PlanArgs {
     /// Model directory.
     pub model_dir: PathBuf,

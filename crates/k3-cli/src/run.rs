@@ -19,7 +19,9 @@ use std::time::Instant;
 
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("prompt_source").required(true).args(["ids", "prompt", "prompt_file"])))]
-#[command(after_help = "Examples:\n  k3 run fixtures/tiny-k3 --prompt 'The train left at' -n 16\n  k3 run fixtures/tiny-k3 --ids 637,229,263 -n 16 --mem-gb 0.005 --json out.json\n  k3 run fixtures/tiny-k3 --prompt 'Hello' --temp 0.8 --top-p 0.95 --seed 7 --stop '.'\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 4 --save-session s.k3ss && k3 run fixtures/tiny-k3 --load-session s.k3ss --ids 4 -n 4")]
+#[command(
+    after_help = "Examples:\n  k3 run fixtures/tiny-k3 --prompt 'The train left at' -n 16\n  k3 run fixtures/tiny-k3 --ids 637,229,263 -n 16 --mem-gb 0.005 --json out.json\n  k3 run fixtures/tiny-k3 --prompt 'Hello' --temp 0.8 --top-p 0.95 --seed 7 --stop '.'\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 4 --save-session s.k3ss && k3 run fixtures/tiny-k3 --load-session s.k3ss --ids 4 -n 4"
+)]
 pub struct RunArgs {
     /// Model directory (config.json + *.safetensors [+ tiktoken.model]); default: `model`
     /// from the config file (`k3 config path`).
@@ -129,7 +131,11 @@ const PREFILL_CHUNK: usize = 64;
 
 /// Feeds the prompt in one pass, or in chunks under a progress bar when it is long and
 /// stderr is a terminal.
-fn prefill(session: &mut k3_engine::Session<'_>, prompt: &[u32], quiet: bool) -> Result<(), CliError> {
+fn prefill(
+    session: &mut k3_engine::Session<'_>,
+    prompt: &[u32],
+    quiet: bool,
+) -> Result<(), CliError> {
     use std::io::IsTerminal;
     if quiet || prompt.len() <= PROGRESS_PREFILL_TOKENS || !std::io::stderr().is_terminal() {
         return session.feed(prompt).map_err(CliError::from);
@@ -359,7 +365,12 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     if let Some(path) = &args.save_session {
         let info = session.save(path)?;
         if !quiet {
-            eprintln!("saved {} tokens ({} bytes) to {}", info.tokens, info.bytes, path.display());
+            eprintln!(
+                "saved {} tokens ({} bytes) to {}",
+                info.tokens,
+                info.bytes,
+                path.display()
+            );
         }
     }
     if let Some(dir) = &args.dump_cache_trace {

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["text", "file", "decode", "export"])))]
-#[command(after_help = "Examples:\n  k3 tokenize fixtures/tiny-k3 --text 'Hello, world'\n  k3 tokenize fixtures/tiny-k3 --decode 341,464\n  k3 tokenize fixtures/tiny-k3 --export tokenizer.json")]
+#[command(
+    after_help = "Examples:\n  k3 tokenize fixtures/tiny-k3 --text 'Hello, world'\n  k3 tokenize fixtures/tiny-k3 --decode 341,464\n  k3 tokenize fixtures/tiny-k3 --export tokenizer.json"
+)]
 pub struct TokenizeArgs {
     /// Tokenizer directory (tiktoken.model + tokenizer_config.json, or tokenizer.json); a
     /// model directory works.

@@ -30,7 +30,9 @@ use xxhash_rust::xxh3::Xxh3;
 const SHOWN: usize = 20;
 
 #[derive(Args)]
-#[command(after_help = "Examples:\n  k3 verify fixtures/tiny-k3\n  k3 verify /models/kimi-k3 --deep --manifest SHA256SUMS")]
+#[command(
+    after_help = "Examples:\n  k3 verify fixtures/tiny-k3\n  k3 verify /models/kimi-k3 --deep --manifest SHA256SUMS"
+)]
 pub struct VerifyArgs {
     /// Model directory.
     pub model_dir: PathBuf,

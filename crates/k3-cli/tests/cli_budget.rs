@@ -154,7 +154,7 @@ fn cache_trace_is_recorded_in_upstream_layout() {
     let bytes = std::fs::read(dir.join("expert_trace.bin")).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
-        !bytes.is_empty() && bytes.len() % 8 == 0,
+        !bytes.is_empty() && bytes.len().is_multiple_of(8),
         "{} bytes",
         bytes.len()
     );

@@ -6,32 +6,72 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn k3(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_k3")).args(args).output().expect("k3 runs")
+    Command::new(env!("CARGO_BIN_EXE_k3"))
+        .args(args)
+        .output()
+        .expect("k3 runs")
 }
 
 fn tiny() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3").to_string_lossy().into_owned()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/tiny-k3")
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn ids(o: &Output) -> Vec<String> {
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    let line = out.lines().find_map(|l| l.strip_prefix("generated ids: ")).unwrap_or("").to_string();
-    line.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect()
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("generated ids: "))
+        .unwrap_or("")
+        .to_string();
+    line.split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
 fn resumed_run_equals_uninterrupted_run() {
     let file = std::env::temp_dir().join(format!("k3-cli-session-{}.k3ss", std::process::id()));
     let f = file.to_str().unwrap();
-    let first = k3(&["run", &tiny(), "--ids", "637,229,263", "-n", "4", "--save-session", f, "--ignore-eos"]);
-    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let first = k3(&[
+        "run",
+        &tiny(),
+        "--ids",
+        "637,229,263",
+        "-n",
+        "4",
+        "--save-session",
+        f,
+        "--ignore-eos",
+    ]);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     let g1 = ids(&first);
     assert_eq!(g1.len(), 4);
-    let second = k3(&["run", &tiny(), "--load-session", f, "--ids", "42,197", "-n", "5", "--ignore-eos", "--json", &format!("{f}.json")]);
+    let second = k3(&[
+        "run",
+        &tiny(),
+        "--load-session",
+        f,
+        "--ids",
+        "42,197",
+        "-n",
+        "5",
+        "--ignore-eos",
+        "--json",
+        &format!("{f}.json"),
+    ]);
     let err = String::from_utf8_lossy(&second.stderr).into_owned();
     assert!(second.status.success(), "{err}");
     assert!(err.contains("prefill tokens saved"), "{err}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(format!("{f}.json")).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{f}.json")).unwrap()).unwrap();
     // 3 prompt tokens + 3 generated were run through the model; the 4th generated was pending.
     assert_eq!(report["prompt_tokens_reused"], 6);
     let whole = format!("637,229,263,{},42,197", g1.join(","));
@@ -42,17 +82,52 @@ fn resumed_run_equals_uninterrupted_run() {
     // A session of another model is refused by name.
     let wide = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3-wide");
     let s2 = std::env::temp_dir().join(format!("k3-cli-session-w-{}.k3ss", std::process::id()));
-    let o = k3(&["run", wide.to_str().unwrap(), "--ids", "1,2", "-n", "1", "--save-session", s2.to_str().unwrap()]);
+    let o = k3(&[
+        "run",
+        wide.to_str().unwrap(),
+        "--ids",
+        "1,2",
+        "-n",
+        "1",
+        "--save-session",
+        s2.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = k3(&["run", &tiny(), "--load-session", s2.to_str().unwrap(), "--ids", "1"]);
+    let o = k3(&[
+        "run",
+        &tiny(),
+        "--load-session",
+        s2.to_str().unwrap(),
+        "--ids",
+        "1",
+    ]);
     let _ = std::fs::remove_file(&s2);
-    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
 fn quiet_prints_only_the_generation() {
-    let o = k3(&["run", &tiny(), "--ids", "637,229,263", "-n", "4", "--mem-gb", "0.003", "--quiet"]);
+    let o = k3(&[
+        "run",
+        &tiny(),
+        "--ids",
+        "637,229,263",
+        "-n",
+        "4",
+        "--mem-gb",
+        "0.003",
+        "--quiet",
+    ]);
     assert!(o.status.success());
-    assert!(o.stderr.is_empty(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.stderr.is_empty(),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(ids(&o).len(), 4);
 }

@@ -25,7 +25,9 @@ use tokio::sync::mpsc;
 const BODY_LIMIT: usize = 1 << 20;
 
 #[derive(Args)]
-#[command(after_help = "Examples:\n  k3 serve fixtures/tiny-k3 --port 8080\n  k3 serve /models/kimi-k3 --preset server --api-key $KEY\n  curl -s localhost:8080/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}'")]
+#[command(
+    after_help = "Examples:\n  k3 serve fixtures/tiny-k3 --port 8080\n  k3 serve /models/kimi-k3 --preset server --api-key $KEY\n  curl -s localhost:8080/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}'"
+)]
 pub struct ServeArgs {
     /// Model directory (config.json + *.safetensors + tiktoken.model).
     pub model_dir: PathBuf,
