@@ -60,8 +60,12 @@ impl Server {
             }
         };
         assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+        // No connection reuse: the server may close a connection after an error response
+        // (e.g. 413 before reading the body), and a pooled reuse would race that close.
         let client = Client::builder()
             .timeout(Duration::from_secs(120))
+            .pool_max_idle_per_host(0)
+            .no_proxy()
             .build()
             .expect("client");
         Server {
