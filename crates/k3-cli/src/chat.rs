@@ -11,12 +11,12 @@
 //! the session and re-feeding the conversation's own token prefix with the next message
 //! (bit-identical: prefill equals incremental decode).
 
-use crate::budget::BudgetArgs;
+use crate::engine_args::EngineArgs;
 use crate::sampling_args::SamplingArgs;
 use crate::CliError;
 use clap::Args;
 use k3_engine::chat::{self, Channel, ChatMessage, ReplyParser, Template, Thinking};
-use k3_engine::{DecodeMode, Engine, EngineOptions, Sampler, Session, StopConditions, Tokenizer};
+use k3_engine::{DecodeMode, Engine, Sampler, Session, StopConditions, Tokenizer};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -27,6 +27,8 @@ use std::time::Instant;
     after_help = "Examples:\n  k3 chat fixtures/tiny-k3 --thinking off\n  k3 chat /models/kimi-k3 --preset desktop --system 'Be brief.' --temp 0.7"
 )]
 pub struct ChatArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// Model directory (config.json + *.safetensors + tiktoken.model).
     pub model_dir: PathBuf,
     /// System message (kept by /reset).
@@ -44,22 +46,8 @@ pub struct ChatArgs {
     /// Context positions for the whole conversation.
     #[arg(long, default_value_t = 4096)]
     pub ctx: usize,
-    /// Compute threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Tokenizer directory (default: the model directory's).
-    #[arg(long)]
-    pub tok: Option<PathBuf>,
-    #[command(flatten)]
-    pub budget: BudgetArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// Read trunk layers from a packed trunk (`k3 pack`); needs a budget.
-    #[arg(long)]
-    pub trunk: Option<PathBuf>,
-    /// Read with the page cache instead of O_DIRECT (streaming only).
-    #[arg(long)]
-    pub no_direct_io: bool,
 }
 
 /// Set by Ctrl-C while a reply is generated; checked between tokens.
@@ -124,15 +112,7 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         .thinking
         .parse()
         .map_err(|e: k3_engine::EngineError| CliError::usage(e.to_string()))?;
-    let options = EngineOptions {
-        threads: args.threads.or(file.threads),
-        budget: args.budget.budget_or_file(&file)?,
-        ctx: args.ctx,
-        direct_io: !args.no_direct_io,
-        tokenizer_dir: args.tok.clone(),
-        trunk_dir: args.trunk.clone(),
-        ..EngineOptions::default()
-    };
+    let options = args.engine.options(&file, args.ctx)?;
     let engine = Engine::open(&args.model_dir, options)?;
     let tok = engine.tokenizer().ok_or_else(|| {
         CliError::usage(format!(

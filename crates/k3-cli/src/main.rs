@@ -6,6 +6,7 @@ mod budget;
 mod chat;
 mod config_file;
 mod doctor;
+mod engine_args;
 mod ids;
 mod pack;
 mod plan_cmd;

@@ -3,15 +3,14 @@
 //! dump. Generation stops at the model's end ids (unless `--ignore-eos`), at a `--stop` text,
 //! or after `-n` tokens.
 
-use crate::budget::BudgetArgs;
 use crate::config_file::{self, FileConfig};
+use crate::engine_args::EngineArgs;
 use crate::ids::parse_ids;
 use crate::sampling_args::SamplingArgs;
 use crate::CliError;
 use clap::Args;
 use k3_engine::{
-    DecodeMode, Engine, EngineOptions, Sampler, SamplingParams, StopConditions, StopScanner,
-    StoreStats,
+    DecodeMode, Engine, Sampler, SamplingParams, StopConditions, StopScanner, StoreStats,
 };
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,6 +22,8 @@ use std::time::Instant;
     after_help = "Examples:\n  k3 run fixtures/tiny-k3 --prompt 'The train left at' -n 16\n  k3 run fixtures/tiny-k3 --ids 637,229,263 -n 16 --mem-gb 0.005 --json out.json\n  k3 run fixtures/tiny-k3 --prompt 'Hello' --temp 0.8 --top-p 0.95 --seed 7 --stop '.'\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 4 --save-session s.k3ss && k3 run fixtures/tiny-k3 --load-session s.k3ss --ids 4 -n 4"
 )]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// Model directory (config.json + *.safetensors [+ tiktoken.model]); default: `model`
     /// from the config file (`k3 config path`).
     pub model_dir: Option<PathBuf>,
@@ -35,9 +36,6 @@ pub struct RunArgs {
     /// Prompt read verbatim from a file (needs a tokenizer).
     #[arg(long)]
     pub prompt_file: Option<PathBuf>,
-    /// Tokenizer directory (default: the model directory's tiktoken.model / tokenizer.json).
-    #[arg(long)]
-    pub tok: Option<PathBuf>,
     /// Let control-token text in the prompt (e.g. `<|im_end|>`) become control tokens.
     #[arg(long)]
     pub allow_special: bool,
@@ -61,9 +59,6 @@ pub struct RunArgs {
     /// Re-run the whole sequence every step instead of carrying state (for testing).
     #[arg(long)]
     pub recompute: bool,
-    /// Compute threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
     /// Context positions to allocate (default: prompt + generated tokens).
     #[arg(long)]
     pub ctx: Option<usize>,
@@ -73,14 +68,6 @@ pub struct RunArgs {
     /// Write the logits at the last prompt position as raw little-endian f32.
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,
-    #[command(flatten)]
-    pub budget: BudgetArgs,
-    /// Read trunk layers from a packed trunk (`k3 pack`) instead of the shards; needs a budget.
-    #[arg(long)]
-    pub trunk: Option<PathBuf>,
-    /// Read with the page cache instead of O_DIRECT (streaming only).
-    #[arg(long)]
-    pub no_direct_io: bool,
     /// Print only the generated text and ids (no plan, per-token lines or statistics).
     #[arg(short, long)]
     pub quiet: bool,
@@ -215,21 +202,13 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     let file = config_file::load()?;
     resolve_model_dir(&mut args, &file)?;
     let params = sampling_params(&args, &file)?;
-    let budget = args.budget.budget_or_file(&file)?;
+    let options = args.engine.options(&file, args.ctx.unwrap_or(4096))?;
+    let budget = options.budget;
     if args.dump_cache_trace.is_some() && budget.is_none() {
         return Err(CliError::usage(
             "--dump-cache-trace needs a budget flag (--preset, --mem-gb or --trunk-gb/--cache-gb)",
         ));
     }
-    let options = EngineOptions {
-        threads: args.threads.or(file.threads),
-        budget,
-        ctx: args.ctx.unwrap_or(4096),
-        direct_io: !args.no_direct_io,
-        tokenizer_dir: args.tok.clone(),
-        trunk_dir: args.trunk.clone(),
-        ..EngineOptions::default()
-    };
     let engine = Engine::open(args.dir(), options)?;
     let prompt = prompt_ids(&args, &engine)?;
     if prompt.is_empty() {

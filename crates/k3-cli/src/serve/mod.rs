@@ -9,13 +9,13 @@ mod routes;
 mod types;
 mod worker;
 
-use crate::budget::BudgetArgs;
+use crate::engine_args::EngineArgs;
 use crate::CliError;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 use clap::Args;
-use k3_engine::{Engine, EngineOptions};
+use k3_engine::Engine;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +29,8 @@ const BODY_LIMIT: usize = 1 << 20;
     after_help = "Examples:\n  k3 serve fixtures/tiny-k3 --port 8080\n  k3 serve /models/kimi-k3 --preset server --api-key $KEY\n  curl -s localhost:8080/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}'"
 )]
 pub struct ServeArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// Model directory (config.json + *.safetensors + tiktoken.model).
     pub model_dir: PathBuf,
     /// Address to bind (loopback by default; anything else exposes the model to the network).
@@ -46,20 +48,6 @@ pub struct ServeArgs {
     /// Context positions per request (prompt + reply).
     #[arg(long, default_value_t = 4096)]
     pub ctx: usize,
-    /// Compute threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Tokenizer directory (default: the model directory's).
-    #[arg(long)]
-    pub tok: Option<PathBuf>,
-    #[command(flatten)]
-    pub budget: BudgetArgs,
-    /// Read trunk layers from a packed trunk (`k3 pack`); needs a budget.
-    #[arg(long)]
-    pub trunk: Option<PathBuf>,
-    /// Read with the page cache instead of O_DIRECT (streaming only).
-    #[arg(long)]
-    pub no_direct_io: bool,
     /// Do not keep saved sessions for conversation state reuse (every prompt is fed whole).
     #[arg(long)]
     pub no_reuse: bool,
@@ -107,15 +95,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         return Err(CliError::usage("--ctx must be at least 2"));
     }
     let file = crate::config_file::load()?;
-    let options = EngineOptions {
-        threads: args.threads.or(file.threads),
-        budget: args.budget.budget_or_file(&file)?,
-        ctx: args.ctx,
-        direct_io: !args.no_direct_io,
-        tokenizer_dir: args.tok.clone(),
-        trunk_dir: args.trunk.clone(),
-        ..EngineOptions::default()
-    };
+    let options = args.engine.options(&file, args.ctx)?;
     let engine = Arc::new(Engine::open(&args.model_dir, options)?);
     if engine.tokenizer().is_none() {
         return Err(CliError::usage(format!(
