@@ -1,9 +1,9 @@
 //! `k3 run` driven as a user would: exact ids on the tiny model, JSON report, logits dump, and
 //! refusals with the documented exit codes and messages that name the culprit.
 
-use k3_format::writer::{write_index, write_shard, TensorSpec};
-use k3_format::Checkpoint;
-use std::path::{Path, PathBuf};
+mod common;
+use common::{doctored_copy, tiny};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn k3(args: &[&str]) -> Output {
@@ -11,10 +11,6 @@ fn k3(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("k3 runs")
-}
-
-fn tiny() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3")
 }
 
 fn stderr(o: &Output) -> String {
@@ -96,55 +92,16 @@ fn missing_model_dir_and_missing_prompt_are_usage_errors() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
-/// Copies the tiny model into `dst`, rewriting the shard holding `victim` with `edit` applied
-/// to that tensor's spec (rename or reshape), and the index to match.
-fn doctored_copy(dst: &Path, victim: &str, edit: impl Fn(&mut TensorSpec)) {
-    let src = tiny();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let p = entry.unwrap().path();
-        std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
-    }
-    let ck = Checkpoint::open(&src).unwrap();
-    let mut index = Vec::new();
-    for (si, shard) in ck.shards().iter().enumerate() {
-        let file = shard
-            .path()
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_string();
-        let mut views: Vec<_> = ck.iter().filter(|v| v.shard == si).collect();
-        views.sort_by_key(|v| v.offset);
-        let specs: Vec<TensorSpec> = views
-            .iter()
-            .map(|v| {
-                let mut s = TensorSpec::new(v.name, v.dtype, v.shape);
-                if v.name == victim {
-                    edit(&mut s);
-                }
-                s
-            })
-            .collect();
-        write_shard(&dst.join(&file), &specs, |i, _, buf| {
-            buf.copy_from_slice(views[i].bytes)
-        })
-        .unwrap();
-        index.extend(specs.iter().map(|s| (s.name.clone(), file.clone())));
-    }
-    write_index(
-        &dst.join("model.safetensors.index.json"),
-        index.iter().map(|(t, s)| (t.as_str(), s.as_str())),
-    )
-    .unwrap();
-}
-
 const VICTIM: &str = "language_model.model.layers.2.self_attn.f_a_proj.weight"; // [16, 64]
 
 #[test]
 fn missing_tensor_exits_2_naming_it() {
     let dir = scratch("missing");
-    doctored_copy(&dir, VICTIM, |s| s.name = format!("{}.renamed", s.name));
+    doctored_copy(&dir, |s| {
+        if s.name == VICTIM {
+            s.name = format!("{}.renamed", s.name)
+        }
+    });
     let o = k3(&["run", dir.to_str().unwrap(), "--ids", "1", "-n", "1"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains(VICTIM), "{}", stderr(&o));
@@ -154,7 +111,11 @@ fn missing_tensor_exits_2_naming_it() {
 fn transposed_tensor_exits_2_naming_it() {
     let dir = scratch("transposed");
     // Same element count, wrong shape: must be refused, not read as weights.
-    doctored_copy(&dir, VICTIM, |s| s.shape.reverse());
+    doctored_copy(&dir, |s| {
+        if s.name == VICTIM {
+            s.shape.reverse()
+        }
+    });
     let o = k3(&["run", dir.to_str().unwrap(), "--ids", "1", "-n", "1"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let err = stderr(&o);

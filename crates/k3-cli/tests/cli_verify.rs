@@ -2,10 +2,9 @@
 //! NaN scale bytes); damaged copies fail with the culprit named and exit 1; manifests are
 //! checked in both formats.
 
-use k3_format::writer::{write_index, write_shard, TensorSpec};
-use k3_format::{Checkpoint, Dtype};
+use k3_format::Dtype;
 use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn k3(args: &[&str]) -> Output {
@@ -15,9 +14,8 @@ fn k3(args: &[&str]) -> Output {
         .expect("k3 runs")
 }
 
-fn tiny() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3")
-}
+mod common;
+use common::{copy_tiny, doctored_copy, tiny};
 
 fn out(o: &Output) -> String {
     format!(
@@ -32,49 +30,6 @@ fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-fn copy_tiny(dst: &Path) {
-    for entry in std::fs::read_dir(tiny()).unwrap() {
-        let p = entry.unwrap().path();
-        std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
-    }
-}
-
-/// A copy of the tiny model with shards rewritten; `edit` may change any tensor's spec.
-fn doctored_copy(dst: &Path, edit: impl Fn(&mut TensorSpec)) {
-    copy_tiny(dst);
-    let ck = Checkpoint::open(tiny()).unwrap();
-    let mut index = Vec::new();
-    for (si, shard) in ck.shards().iter().enumerate() {
-        let file = shard
-            .path()
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_string();
-        let mut views: Vec<_> = ck.iter().filter(|v| v.shard == si).collect();
-        views.sort_by_key(|v| v.offset);
-        let specs: Vec<TensorSpec> = views
-            .iter()
-            .map(|v| {
-                let mut s = TensorSpec::new(v.name, v.dtype, v.shape);
-                edit(&mut s);
-                s
-            })
-            .collect();
-        write_shard(&dst.join(&file), &specs, |i, _, buf| {
-            buf.copy_from_slice(views[i].bytes)
-        })
-        .unwrap();
-        index.extend(specs.iter().map(|s| (s.name.clone(), file.clone())));
-    }
-    write_index(
-        &dst.join("model.safetensors.index.json"),
-        index.iter().map(|(t, s)| (t.as_str(), s.as_str())),
-    )
-    .unwrap();
 }
 
 const SHARD2: &str = "model-00002-of-00002.safetensors";
