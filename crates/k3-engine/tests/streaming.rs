@@ -136,6 +136,22 @@ fn faulty(d: &std::path::Path) -> (Vec<Arc<dyn ReadAt>>, Vec<Arc<FaultyReader>>)
     )
 }
 
+/// Opens `d` at its smallest budget over `readers` (1 thread) and feeds the prompt, which
+/// must fail.
+fn feed_at_smallest_budget(
+    d: &std::path::Path,
+    readers: Vec<Arc<dyn ReadAt>>,
+) -> (Engine, k3_engine::EngineError) {
+    let (smallest, _) = budget_extremes(d).unwrap();
+    let o = EngineOptions {
+        readers: Some(readers),
+        ..opts(Some(smallest), 1, false)
+    };
+    let engine = Engine::open(d, o).unwrap();
+    let err = engine.new_session(16).unwrap().feed(&PROMPT).unwrap_err();
+    (engine, err)
+}
+
 #[test]
 fn failed_expert_read_is_exit_4_naming_the_expert() {
     let d = dir("tiny-k3");
@@ -149,17 +165,7 @@ fn failed_expert_read_is_exit_4_naming_the_expert() {
             handles[loc.shard].inject(off..off + len, Fault::Eio);
         }
     }
-    let (smallest, _) = budget_extremes(&d).unwrap();
-    let engine = Engine::open(
-        &d,
-        EngineOptions {
-            readers: Some(readers),
-            ..opts(Some(smallest), 1, false)
-        },
-    )
-    .unwrap();
-    let mut s = engine.new_session(16).unwrap();
-    let err = s.feed(&PROMPT).unwrap_err();
+    let (engine, err) = feed_at_smallest_budget(&d, readers);
     assert_eq!(err.exit_code(), EXIT_EXPERT, "{err}");
     let msg = err.to_string();
     assert!(msg.contains("expert") && msg.contains("layer 1"), "{msg}");
@@ -174,17 +180,7 @@ fn failed_trunk_read_is_exit_1_naming_the_layer() {
     let run = binding.layers[5].trunk_run().unwrap();
     let (readers, handles) = faulty(&d);
     handles[run.shard].inject(run.start..run.end, Fault::Short);
-    let (smallest, _) = budget_extremes(&d).unwrap();
-    let engine = Engine::open(
-        &d,
-        EngineOptions {
-            readers: Some(readers),
-            ..opts(Some(smallest), 1, false)
-        },
-    )
-    .unwrap();
-    let mut s = engine.new_session(16).unwrap();
-    let err = s.feed(&PROMPT).unwrap_err();
+    let (_engine, err) = feed_at_smallest_budget(&d, readers);
     assert_eq!(err.exit_code(), EXIT_RUNTIME, "{err}");
     assert!(err.to_string().contains("layer 5"), "{err}");
 }
