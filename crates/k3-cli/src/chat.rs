@@ -113,7 +113,7 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         .parse()
         .map_err(|e: k3_engine::EngineError| CliError::usage(e.to_string()))?;
     let options = args.engine.options(&file, args.ctx)?;
-    let engine = Engine::open(&args.model_dir, options)?;
+    let engine = crate::engine_args::open_engine(&args.model_dir, options, true)?;
     let tok = engine.tokenizer().ok_or_else(|| {
         CliError::usage(format!(
             "{}: no tokenizer (tiktoken.model or tokenizer.json): pass --tok DIR",

@@ -4,7 +4,7 @@ use crate::budget::BudgetArgs;
 use crate::config_file::FileConfig;
 use crate::CliError;
 use clap::Args;
-use k3_engine::EngineOptions;
+use k3_engine::{Engine, EngineOptions};
 use std::path::PathBuf;
 
 #[derive(Args, Clone, Debug, Default)]
@@ -38,4 +38,38 @@ impl EngineArgs {
             ..EngineOptions::default()
         })
     }
+}
+
+/// Opens the engine; with `progress` and stderr on a terminal, a progress bar follows the
+/// pinned trunk layers being read (minutes at real scale).
+pub fn open_engine(
+    dir: &std::path::Path,
+    mut options: EngineOptions,
+    progress: bool,
+) -> Result<Engine, CliError> {
+    use std::io::IsTerminal;
+    let bar =
+        (progress && options.budget.is_some() && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "pinning trunk [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            std::sync::Arc::new(bar)
+        });
+    if let Some(b) = &bar {
+        let b = b.clone();
+        options.open_progress = Some(std::sync::Arc::new(move |done, total| {
+            b.set_length(total);
+            b.set_position(done);
+        }));
+    }
+    let engine = Engine::open(dir, options);
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(engine?)
 }

@@ -209,7 +209,7 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
             "--dump-cache-trace needs a budget flag (--preset, --mem-gb or --trunk-gb/--cache-gb)",
         ));
     }
-    let engine = Engine::open(args.dir(), options)?;
+    let engine = crate::engine_args::open_engine(args.dir(), options, !args.quiet)?;
     let prompt = prompt_ids(&args, &engine)?;
     if prompt.is_empty() {
         return Err(CliError::usage(

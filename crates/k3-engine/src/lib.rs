@@ -67,6 +67,9 @@ pub struct EngineOptions {
     /// Packed trunk directory (`trunk.bin` + `trunk.json` from `k3 pack`): trunk layers are
     /// read from it instead of the shards (streaming only).
     pub trunk_dir: Option<PathBuf>,
+    /// Called with (pinned trunk bytes read, total to pin) while a budgeted open reads the
+    /// pinned layers — for a progress bar.
+    pub open_progress: Option<Arc<dyn Fn(u64, u64) + Send + Sync>>,
     /// Tokenizer directory (`tiktoken.model` + `tokenizer_config.json`, or `tokenizer.json`);
     /// `None` uses the model directory's when present.
     pub tokenizer_dir: Option<PathBuf>,
@@ -83,6 +86,7 @@ impl Default for EngineOptions {
             readers: None,
             tokenizer_dir: None,
             trunk_dir: None,
+            open_progress: None,
         }
     }
 }
@@ -183,7 +187,20 @@ impl Engine {
                     }
                     None => None,
                 };
-                let store = StreamingStore::new(binding, files, &plan, options.io_threads.max(1), pack.as_ref())?;
+                let progress = options.open_progress.clone();
+                let mut report = |done: u64, total: u64| {
+                    if let Some(p) = &progress {
+                        p(done, total)
+                    }
+                };
+                let store = StreamingStore::new(
+                    binding,
+                    files,
+                    &plan,
+                    options.io_threads.max(1),
+                    pack.as_ref(),
+                    &mut report,
+                )?;
                 (Stores::Streaming(store), Some(plan))
             }
         };

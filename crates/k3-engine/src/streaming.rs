@@ -100,6 +100,7 @@ impl StreamingStore {
         plan: &MemoryPlan,
         io_threads: usize,
         pack: Option<&k3_format::TrunkPack>,
+        progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self, EngineError> {
         let mut runs = Vec::with_capacity(binding.layers.len());
         let mut run_starts = Vec::with_capacity(binding.layers.len());
@@ -136,7 +137,7 @@ impl StreamingStore {
         } else {
             plan.trunk.ring_slots.max(1)
         };
-        let trunk = TrunkStore::new(files.clone(), runs, &pinned, ring)?;
+        let trunk = TrunkStore::new_with_progress(files.clone(), runs, &pinned, ring, progress)?;
         let locator = binding.experts.clone();
         let locate = Box::new(move |layer: usize, e: u32| {
             locator

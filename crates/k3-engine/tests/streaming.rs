@@ -285,3 +285,27 @@ fn missing_or_foreign_pack_is_refused() {
     let _ = std::fs::remove_dir_all(&out);
     assert_eq!(err.exit_code(), 2, "{err}");
 }
+
+#[test]
+fn open_reports_pinning_progress() {
+    let d = dir("tiny-k3");
+    let (_, everything) = budget_extremes(&d).unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let o = EngineOptions {
+        open_progress: Some(Arc::new(move |done, total| {
+            log.lock().unwrap().push((done, total))
+        })),
+        ..opts(Some(everything), 1, true)
+    };
+    let engine = Engine::open(&d, o).unwrap();
+    let calls = seen.lock().unwrap().clone();
+    assert_eq!(calls.len(), 13, "one call per pinned layer: {calls:?}");
+    let (done, total) = *calls.last().unwrap();
+    assert!(total > 0 && done == total, "{calls:?}");
+    assert!(
+        calls.windows(2).all(|w| w[0].0 < w[1].0),
+        "monotonic: {calls:?}"
+    );
+    assert_eq!(total, engine.stats().trunk_bytes_read);
+}

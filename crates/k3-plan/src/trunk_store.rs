@@ -161,7 +161,25 @@ impl TrunkStore {
         pinned: &[bool],
         ring_slots: usize,
     ) -> Result<TrunkStore, StoreError> {
+        Self::new_with_progress(files, runs, pinned, ring_slots, &mut |_, _| {})
+    }
+
+    /// [`TrunkStore::new`], calling `progress(done, total)` with pinned bytes read so far (at
+    /// real scale pinning reads up to ~110 GB, minutes of I/O, before the first token).
+    pub fn new_with_progress(
+        files: Vec<Arc<dyn ReadAt>>,
+        runs: Vec<RunLoc>,
+        pinned: &[bool],
+        ring_slots: usize,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<TrunkStore, StoreError> {
         check_runs(&files, &runs, pinned, ring_slots)?;
+        let pin_total: u64 = runs
+            .iter()
+            .zip(pinned)
+            .filter(|(_, &p)| p)
+            .map(|(r, _)| r.len)
+            .sum();
         let mut stats = TrunkStats {
             layers: runs.len(),
             ..TrunkStats::default()
@@ -177,6 +195,7 @@ impl TrunkStore {
                 stats.bytes_read += run.len;
                 stats.pinned_layers += 1;
                 stats.pinned_bytes += buf.len() as u64;
+                progress(stats.bytes_read, pin_total);
                 Some(buf)
             } else {
                 None

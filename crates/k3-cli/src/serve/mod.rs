@@ -96,7 +96,11 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     }
     let file = crate::config_file::load()?;
     let options = args.engine.options(&file, args.ctx)?;
-    let engine = Arc::new(Engine::open(&args.model_dir, options)?);
+    let engine = Arc::new(crate::engine_args::open_engine(
+        &args.model_dir,
+        options,
+        true,
+    )?);
     if engine.tokenizer().is_none() {
         return Err(CliError::usage(format!(
             "{}: no tokenizer (tiktoken.model or tokenizer.json): pass --tok DIR",
