@@ -20,6 +20,7 @@
 
 pub mod chat;
 mod error;
+mod gather;
 mod generate;
 mod layer_view;
 pub mod planning;

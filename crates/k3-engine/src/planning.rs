@@ -13,13 +13,12 @@ pub fn model_sizes(cfg: &K3Config, b: &ModelBinding) -> Result<ModelSizes, Engin
     let mut layer_run_bytes = Vec::with_capacity(b.layers.len());
     let mut widen_bytes = Vec::with_capacity(b.layers.len());
     for lt in &b.layers {
-        let run = lt.trunk_run().map_err(|why| {
-            EngineError::Invalid(format!(
-                "layer {}: trunk is not one contiguous run: {why}",
-                lt.layer
-            ))
-        })?;
-        layer_run_bytes.push(run.len());
+        // A non-contiguous layer is gathered tensor by tensor: it costs its tensors' bytes.
+        layer_run_bytes.push(
+            lt.trunk_run()
+                .map(|r| r.len())
+                .unwrap_or_else(|_| lt.trunk_bytes()),
+        );
         // Vectors are widened to f32 per bind; matrices are used in place.
         let (vecs, _) = crate::layer_view::layer_tensors(lt);
         widen_bytes.push(vecs.iter().map(|t| t.numel() as u64 * F32).sum());

@@ -8,6 +8,7 @@
 //! Bytes become weights through the same `layer_view` code as the resident store, with the
 //! same alignment (slots keep each run's offset mod 4096), so logits are bit-identical.
 
+use crate::gather::{Gather, RunMap};
 use crate::layer_view::{expert_view, prepare_layer, prepare_mat, view_layer, widen, Mat};
 use crate::resident::embed_row;
 use crate::EngineError;
@@ -83,8 +84,8 @@ fn read_aligned(files: &Files, t: &TensorRef) -> Result<(AlignedBuf, usize), Eng
 pub struct StreamingStore {
     binding: ModelBinding,
     files: Files,
-    /// Absolute shard offset of each layer's run: tensors sit at `offset − run_start` in it.
-    run_starts: Vec<u64>,
+    /// Where each layer's tensors sit inside its run buffer.
+    run_maps: Vec<RunMap>,
     trunk: TrunkStore,
     experts: ExpertStore,
     head: Head,
@@ -103,30 +104,43 @@ impl StreamingStore {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self, EngineError> {
         let mut runs = Vec::with_capacity(binding.layers.len());
-        let mut run_starts = Vec::with_capacity(binding.layers.len());
+        let mut run_maps = Vec::with_capacity(binding.layers.len());
+        let mut files = files;
+        let mut gather = Gather::new(files.clone());
+        let gather_file = files.len();
         for lt in &binding.layers {
-            let r = lt.trunk_run().map_err(|why| {
-                EngineError::Invalid(format!(
-                    "layer {}: trunk is not one contiguous run: {why}",
-                    lt.layer
-                ))
-            })?;
-            run_starts.push(r.start);
-            runs.push(match pack {
-                Some(p) => {
+            match (lt.trunk_run(), pack) {
+                (Ok(r), Some(p)) => {
                     let (file_off, len) = p.layer(lt.layer);
-                    RunLoc {
+                    runs.push(RunLoc {
                         file: files.len() - 1,
                         offset: file_off,
                         len,
-                    }
+                    });
+                    run_maps.push(RunMap::Contiguous { start: r.start });
                 }
-                None => RunLoc {
-                    file: r.shard,
-                    offset: r.start,
-                    len: r.len(),
-                },
-            });
+                (Ok(r), None) => {
+                    runs.push(RunLoc {
+                        file: r.shard,
+                        offset: r.start,
+                        len: r.len(),
+                    });
+                    run_maps.push(RunMap::Contiguous { start: r.start });
+                }
+                // Not one run (gaps, or split across shards): read tensor by tensor.
+                (Err(_), _) => {
+                    let ((offset, len), map) = gather.add_layer(lt);
+                    runs.push(RunLoc {
+                        file: gather_file,
+                        offset,
+                        len,
+                    });
+                    run_maps.push(map);
+                }
+            }
+        }
+        if gather.len() > 0 {
+            files.push(Arc::new(gather));
         }
         let mut pinned = vec![false; runs.len()];
         for &l in &plan.trunk.pinned {
@@ -188,7 +202,7 @@ impl StreamingStore {
         Ok(StreamingStore {
             binding,
             files,
-            run_starts,
+            run_maps,
             trunk,
             experts,
             head,
@@ -282,11 +296,13 @@ impl WeightProvider for StreamingStore {
             .get(l)
             .ok_or_else(|| format!("layer {l} does not exist"))?;
         let guard = self.trunk.layer(l)?;
-        let base = self.run_starts[l];
+        let map = &self.run_maps[l];
         let bytes: &[u8] = &guard;
+        // Every tensor of the layer was placed in its run when the store was built.
         let slice = |t: &TensorRef| -> &[u8] {
-            let s = (t.offset - base) as usize;
-            &bytes[s..s + t.nbytes as usize]
+            map.offset_of(t)
+                .and_then(|s| bytes.get(s..s + t.nbytes as usize))
+                .unwrap_or(&[])
         };
         let prepared = prepare_layer(lt, |t| Ok(slice(t)))?;
         f(&view_layer(lt, &prepared, slice));
