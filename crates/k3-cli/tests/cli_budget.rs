@@ -2,22 +2,10 @@
 //! the same ids and the report shows streamed bytes; too-small budgets and contexts are refused
 //! with exit 2 and a message saying what to change.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn k3(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_k3"))
-        .args(args)
-        .output()
-        .expect("k3 runs")
-}
-
-fn tiny() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/tiny-k3")
-        .to_string_lossy()
-        .into_owned()
-}
+mod common;
+use common::{k3, tiny_arg as tiny};
 
 fn ids_line(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout)

@@ -2,16 +2,9 @@
 //! refusals with the documented exit codes and messages that name the culprit.
 
 mod common;
-use common::{doctored_copy, tiny};
+use common::{doctored_copy, k3, tiny};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn k3(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_k3"))
-        .args(args)
-        .output()
-        .expect("k3 runs")
-}
+use std::process::Output;
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

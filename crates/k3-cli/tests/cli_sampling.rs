@@ -2,21 +2,9 @@
 //! and budget, refused with exit 2 naming the flag, and `--stop` text never printed.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
-fn k3(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_k3"))
-        .args(args)
-        .output()
-        .expect("k3 runs")
-}
-
-fn tiny() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/tiny-k3")
-        .to_string_lossy()
-        .into_owned()
-}
+mod common;
+use common::{k3, tiny_arg as tiny};
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("k3-cli-sampling-{}-{name}", std::process::id()));

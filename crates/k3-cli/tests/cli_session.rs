@@ -3,21 +3,10 @@
 //! generated text and ids.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn k3(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_k3"))
-        .args(args)
-        .output()
-        .expect("k3 runs")
-}
-
-fn tiny() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/tiny-k3")
-        .to_string_lossy()
-        .into_owned()
-}
+mod common;
+use common::{k3, tiny_arg as tiny};
 
 fn ids(o: &Output) -> Vec<String> {
     let out = String::from_utf8_lossy(&o.stdout).into_owned();

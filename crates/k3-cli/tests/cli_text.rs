@@ -2,22 +2,8 @@
 //! reproduce the reference's ids for the same text, and `k3 tokenize` encodes, decodes and
 //! exports.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn k3(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_k3"))
-        .args(args)
-        .output()
-        .expect("k3 runs")
-}
-
-fn tiny() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/tiny-k3")
-        .to_string_lossy()
-        .into_owned()
-}
+mod common;
+use common::{k3, tiny_arg as tiny};
 
 /// The text case of fixtures/tiny-k3/expected.json.
 fn text_case() -> (String, Vec<u64>, Vec<u64>) {

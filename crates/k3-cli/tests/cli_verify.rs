@@ -5,17 +5,10 @@
 use k3_format::Dtype;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn k3(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_k3"))
-        .args(args)
-        .output()
-        .expect("k3 runs")
-}
+use std::process::Output;
 
 mod common;
-use common::{copy_tiny, doctored_copy, tiny};
+use common::{copy_tiny, doctored_copy, k3, tiny};
 
 fn out(o: &Output) -> String {
     format!(

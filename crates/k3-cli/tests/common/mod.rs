@@ -4,10 +4,24 @@
 use k3_format::writer::{write_index, write_shard, TensorSpec};
 use k3_format::Checkpoint;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs the `k3` binary under test with `args`.
+pub fn k3(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_k3"))
+        .args(args)
+        .output()
+        .expect("k3 runs")
+}
 
 /// The committed tiny model.
 pub fn tiny() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3")
+}
+
+/// The tiny model's directory as a command-line argument.
+pub fn tiny_arg() -> String {
+    tiny().to_string_lossy().into_owned()
 }
 
 /// Copies every file of the tiny model into `dst`.
