@@ -2,6 +2,7 @@
 //!
 //! Every reduction has one fixed order (see `docs/NUMERICS.md`), so the scalar path, the SIMD
 //! paths and any thread count produce bit-identical results.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod act;
 pub mod attn;

@@ -4,7 +4,7 @@
 
 use crate::dot::{dot_bf16, dot_f32, dot_mxfp4};
 use crate::mxfp4::GROUP;
-use crate::simd::{active_level, row_dots, token_block, Level, Row};
+use crate::simd::{active_level, row_block, row_dots, rows_dots, token_block, Level, Row, WideX};
 use half::bf16;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -82,6 +82,11 @@ impl<'a> Matrix<'a> {
         acc as f32
     }
 
+    /// Whether the storage is MXFP4.
+    fn is_mxfp4(&self) -> bool {
+        matches!(self.data, MatrixData::Mxfp4 { .. })
+    }
+
     /// Row `r` in kernel form.
     #[inline]
     fn row(&self, r: usize) -> Row<'a> {
@@ -101,21 +106,44 @@ impl<'a> Matrix<'a> {
 const WIDEN_MIN_ROWS: usize = 8;
 
 /// `x` widened to f64 (exact) when the SIMD path will reuse it across enough rows.
-fn widened(level: Level, rows: usize, x: &[f32]) -> Option<Vec<f64>> {
-    (level != Level::Scalar && rows >= WIDEN_MIN_ROWS)
-        .then(|| x.iter().map(|&v| v as f64).collect())
+fn widened(level: Level, w: &Matrix, x: &[f32]) -> Option<WideX> {
+    (level != Level::Scalar && w.rows >= WIDEN_MIN_ROWS).then(|| WideX::new(level, w.is_mxfp4(), x))
 }
 
-/// Row `r` of `W·x` on `level`, from the pre-widened `x64` when present (same bits either way).
-#[inline]
-fn row_out(level: Level, w: &Matrix, r: usize, x: &[f32], x64: Option<&[f64]>) -> f32 {
-    match x64 {
-        Some(x64) => row_dots(level, w.row(r), [x64])[0] as f32,
-        None => w.row_dot(r, x),
+/// Rows `r0 .. r0 + ys.len()` of `W·x` on `level`, from the widened `wx` when present (same
+/// bits either way).
+fn rows_out(level: Level, w: &Matrix, r0: usize, ys: &mut [f32], x: &[f32], wx: Option<&WideX>) {
+    let Some(wx) = wx else {
+        for (i, y) in ys.iter_mut().enumerate() {
+            *y = w.row_dot(r0 + i, x);
+        }
+        return;
+    };
+    match row_block(level, w.is_mxfp4()) {
+        4 => row_blocks::<4>(level, w, r0, ys, wx),
+        2 => row_blocks::<2>(level, w, r0, ys, wx),
+        _ => row_blocks::<1>(level, w, r0, ys, wx),
     }
 }
 
-/// Rows per parallel task: big enough to amortise scheduling, small enough to balance.
+/// [`rows_out`] `R` rows per kernel call; a short last block repeats its last row.
+fn row_blocks<const R: usize>(level: Level, w: &Matrix, r0: usize, ys: &mut [f32], wx: &WideX) {
+    for (b, yb) in ys.chunks_mut(R).enumerate() {
+        let base = r0 + b * R;
+        let last = yb.len() - 1;
+        let v = rows_dots::<R>(
+            level,
+            std::array::from_fn(|k| w.row(base + k.min(last))),
+            wx,
+        );
+        for (y, v) in yb.iter_mut().zip(v) {
+            *y = v as f32;
+        }
+    }
+}
+
+/// Rows per parallel task: big enough to amortise scheduling, small enough to balance (a
+/// multiple of every `row_block`).
 const ROWS_PER_TASK: usize = 32;
 
 /// `y = W·x` on the calling thread. `y.len() == rows`, `x.len() == cols`.
@@ -123,10 +151,8 @@ pub fn matvec(y: &mut [f32], w: &Matrix, x: &[f32]) {
     assert_eq!(y.len(), w.rows, "matvec output length");
     assert_eq!(x.len(), w.cols, "matvec input length");
     let level = active_level();
-    let x64 = widened(level, w.rows, x);
-    for (r, out) in y.iter_mut().enumerate() {
-        *out = row_out(level, w, r, x, x64.as_deref());
-    }
+    let wx = widened(level, w, x);
+    rows_out(level, w, 0, y, x, wx.as_ref());
 }
 
 /// `y = W·x` with rows split across the current rayon pool (bit-identical to `matvec`).
@@ -134,15 +160,10 @@ pub fn par_matvec(y: &mut [f32], w: &Matrix, x: &[f32]) {
     assert_eq!(y.len(), w.rows, "matvec output length");
     assert_eq!(x.len(), w.cols, "matvec input length");
     let level = active_level();
-    let x64 = widened(level, w.rows, x);
+    let wx = widened(level, w, x);
     y.par_chunks_mut(ROWS_PER_TASK)
         .enumerate()
-        .for_each(|(chunk, ys)| {
-            let r0 = chunk * ROWS_PER_TASK;
-            for (i, out) in ys.iter_mut().enumerate() {
-                *out = row_out(level, w, r0 + i, x, x64.as_deref());
-            }
-        });
+        .for_each(|(chunk, ys)| rows_out(level, w, chunk * ROWS_PER_TASK, ys, x, wx.as_ref()));
 }
 
 /// `Y[t] = W·X[t]` for `t` tokens: `x` is `[t][cols]`, `y` is `[t][rows]`. Every output equals
@@ -151,8 +172,11 @@ pub fn par_matvec(y: &mut [f32], w: &Matrix, x: &[f32]) {
 /// Tiled as (block of `ROWS_PER_TASK` rows) × (all tokens), one rayon task per row block:
 /// the block's weights come from memory once and stay cache-resident while the tokens pass
 /// over them a few at a time (each weight row is widened once per token block and dotted
-/// with every token of it). Outputs are written in place; the only allocation is one slot
-/// table per call.
+/// with every token of it). MXFP4 on a level with multi-row mat-vec kernels (AVX2) instead
+/// widens every token once per call and runs the block through the mat-vec row kernels token
+/// by token (decoding MXFP4 there is cheaper than sharing one decode across two tokens).
+/// Outputs are written in place; besides those widened tokens the only allocation is one
+/// slot table per call.
 pub fn matmul(y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
     assert_eq!(y.len(), t * w.rows, "matmul output length");
     assert_eq!(x.len(), t * w.cols, "matmul input length");
@@ -160,6 +184,16 @@ pub fn matmul(y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
         return;
     }
     let level = active_level();
+    // MXFP4 on a level with a multi-row kernel: every token through the mat-vec path
+    // (activations widened once per call; the tile's weights stay cache-resident).
+    let wxs: Vec<WideX> = if w.is_mxfp4() && row_block(level, true) > 1 {
+        x.chunks(w.cols.max(1))
+            .take(t)
+            .map(|xt| WideX::new(level, true, xt))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let nchunks = w.rows.div_ceil(ROWS_PER_TASK);
     // slots[c * t + tok] = the part of token `tok`'s output owned by row block `c`.
     let mut slots: Vec<Option<&mut [f32]>> = (0..nchunks * t).map(|_| None).collect();
@@ -169,7 +203,22 @@ pub fn matmul(y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
         }
     }
     slots.par_chunks_mut(t).enumerate().for_each(|(c, outs)| {
-        matmul_tile(level, w, x, c * ROWS_PER_TASK, outs);
+        let r0 = c * ROWS_PER_TASK;
+        if wxs.is_empty() {
+            matmul_tile(level, w, x, r0, outs);
+            return;
+        }
+        for ((tok, out), wx) in outs.iter_mut().enumerate().zip(&wxs) {
+            let xt = &x[tok * w.cols..(tok + 1) * w.cols];
+            rows_out(
+                level,
+                w,
+                r0,
+                out.as_deref_mut().unwrap_or_default(),
+                xt,
+                Some(wx),
+            );
+        }
     });
 }
 

@@ -132,6 +132,43 @@ pub(super) fn dot16<W: Ld16, X: Ld4, const N: usize>(w: &[W], xs: [&[X]; N]) -> 
     out
 }
 
+/// Software prefetch distance of [`dot16_rows`], in weight elements of each row.
+const PREFETCH: usize = 512;
+
+/// 16-lane dots of `R` weight rows with one pre-widened activation row (mat-vec): the
+/// activation vectors are loaded once per 16 elements and shared by the rows, whose
+/// independent accumulator chains overlap. Every `ws[r]` must have `x.len()` elements
+/// (checked by the dispatcher).
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn dot16_rows<W: Ld16, const R: usize>(ws: [&[W]; R], x: &[f64]) -> [f64; R] {
+    let n = ws.iter().fold(x.len(), |m, w| m.min(w.len()));
+    let full = n / 16 * 16;
+    let mut acc = [[_mm256_setzero_pd(); 4]; R];
+    let mut i = 0;
+    while i < full {
+        let mut xv: V16 = [_mm256_setzero_pd(); 4];
+        for (k, xk) in xv.iter_mut().enumerate() {
+            // SAFETY: `i + 4k + 4 <= full <= n <= x.len()`.
+            *xk = unsafe { f64::ld4(x.as_ptr().add(i + 4 * k)) };
+        }
+        for (a, w) in acc.iter_mut().zip(&ws) {
+            // A hint only: the address may lie past the row (never dereferenced).
+            _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(i + PREFETCH).cast());
+            // SAFETY: `i + 16 <= full <= n <= w.len()`.
+            let wv = unsafe { W::ld16(w.as_ptr().add(i)) };
+            for k in 0..4 {
+                a[k] = _mm256_fmadd_pd(wv[k], xv[k], a[k]);
+            }
+        }
+        i += 16;
+    }
+    let mut out = [0f64; R];
+    for ((o, a), w) in out.iter_mut().zip(acc).zip(&ws) {
+        *o = fused_tail(reduce16(a), w[full..n].iter().map(|v| v.f32()), &x[full..n]);
+    }
+    out
+}
+
 /// Expands 8 E2M1 codes (one per byte, low 8 bytes of `c`) to 8 f32: magnitude by table
 /// (code bits 0..3), sign from code bit 3 — exactly the entries of [`E2M1`] (incl. `-0`).
 #[inline]

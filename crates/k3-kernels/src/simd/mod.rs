@@ -26,6 +26,8 @@ use std::sync::OnceLock;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_mx;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
@@ -238,6 +240,101 @@ where
         #[cfg(target_arch = "aarch64")]
         (Level::Neon, Row::Mxfp4(p, s)) => unsafe { neon::dot_mxfp4(p, s, xs) },
         _ => unreachable!("no SIMD kernel for level {}", level.name()),
+    }
+}
+
+/// An activation vector widened to f64 (exact) once per mat-vec, in the layout the mat-vec
+/// kernels of one level read for one storage kind: plain, or — AVX2 MXFP4 — every 8-element
+/// block pair-swapped (`avx2_mx::PERM8`).
+pub(crate) struct WideX {
+    x: Vec<f64>,
+    perm: bool,
+}
+
+impl WideX {
+    /// `x` widened for `level`'s kernels on MXFP4 (`mxfp4`) or f32/bf16 rows.
+    pub(crate) fn new(level: Level, mxfp4: bool, x: &[f32]) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if level == Level::Avx2 && mxfp4 && x.len().is_multiple_of(32) {
+            let x = x
+                .chunks_exact(8)
+                .flat_map(|b| avx2_mx::PERM8.map(|k| b[k] as f64))
+                .collect();
+            return WideX { x, perm: true };
+        }
+        let _ = (level, mxfp4);
+        let x = x.iter().map(|&v| v as f64).collect();
+        WideX { x, perm: false }
+    }
+}
+
+/// Weight rows per [`rows_dots`] call on `level` for MXFP4 (`mxfp4`) or f32/bf16 rows.
+pub(crate) fn row_block(level: Level, mxfp4: bool) -> usize {
+    match level {
+        Level::Avx2 if mxfp4 => 4,
+        Level::Avx2 => 2,
+        _ => 1,
+    }
+}
+
+/// The dots of `R` rows of one matrix (same storage and length) with one activation vector
+/// widened by [`WideX::new`] for the same level and storage; bit-identical to the scalar dot
+/// of each row. Panics on length or layout mismatch, an unsupported level and
+/// `Level::Scalar`.
+pub(crate) fn rows_dots<const R: usize>(level: Level, rows: [Row; R], x: &WideX) -> [f64; R] {
+    check(level);
+    #[cfg(target_arch = "x86_64")]
+    if level == Level::Avx2 {
+        let n = x.x.len();
+        if let [Row::Mxfp4(..), ..] = rows[..] {
+            assert!(x.perm && n.is_multiple_of(32), "mxfp4 activation layout");
+            let mut p = [&[][..]; avx2_mx::ROWS];
+            let mut s = [&[][..]; avx2_mx::ROWS];
+            for k in 0..avx2_mx::ROWS {
+                // Fewer than four rows: repeat the last one (its result is dropped).
+                let Row::Mxfp4(pk, sk) = rows[k.min(R - 1)] else {
+                    panic!("mixed row storages")
+                };
+                assert!(pk.len() * 2 == n && sk.len() * 32 == n, "mxfp4 row lengths");
+                (p[k], s[k]) = (pk, sk);
+            }
+            // SAFETY: `check` confirmed AVX2 and FMA.
+            let v = unsafe { avx2_mx::dot_rows(p, s, &x.x) };
+            return std::array::from_fn(|k| v[k]);
+        }
+        assert!(!x.perm, "activation layout");
+        let row_len = |r: &Row| match r {
+            Row::F32(w) => w.len(),
+            Row::Bf16(w) => w.len(),
+            Row::Mxfp4(..) => usize::MAX,
+        };
+        assert!(rows.iter().all(|r| row_len(r) == n), "dot length");
+        // SAFETY (both arms): `check` confirmed AVX2 and FMA.
+        return match rows[0] {
+            Row::F32(_) => unsafe { avx2::dot16_rows(rows.map(|r| r.f32s()), &x.x) },
+            _ => unsafe { avx2::dot16_rows(rows.map(|r| r.bf16s()), &x.x) },
+        };
+    }
+    assert!(!x.perm, "activation layout");
+    rows.map(|r| row_dots(level, r, [&x.x[..]])[0])
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a> Row<'a> {
+    /// The f32 row (panics for other storages).
+    fn f32s(self) -> &'a [f32] {
+        match self {
+            Row::F32(w) => w,
+            _ => panic!("mixed row storages"),
+        }
+    }
+
+    /// The bf16 row bits (panics for other storages).
+    fn bf16s(self) -> &'a [u16] {
+        match self {
+            Row::Bf16(w) => w,
+            _ => panic!("mixed row storages"),
+        }
     }
 }
 
