@@ -2,6 +2,9 @@
 //! and maps them to the documented exit codes (0 ok, 1 runtime failure, 2 usage/config/refusal,
 //! 4 expert load failure ⇒ token ids unsound).
 
+// Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod budget;
 mod chat;
 mod config_file;

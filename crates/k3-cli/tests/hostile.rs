@@ -13,6 +13,8 @@ mod common;
 mod config;
 #[path = "hostile/index.rs"]
 mod index;
+#[path = "hostile/packs.rs"]
+mod packs;
 #[path = "hostile/safetensors.rs"]
 mod safetensors;
 #[path = "hostile/session.rs"]

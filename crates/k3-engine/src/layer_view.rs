@@ -195,6 +195,9 @@ pub(crate) fn prepare_layer<'b>(
 }
 
 /// The model's view of a matrix prepared by [`prepare_mat`] over `bytes`.
+// Infallible: binding checked every tensor's byte length against its shape and `prepare_mat`
+// copied any misaligned tensor, so this never sees unvalidated lengths.
+#[allow(clippy::expect_used)]
 pub(crate) fn matrix<'a>(m: &'a Mat, bytes: &'a [u8]) -> Matrix<'a> {
     let built = match m {
         Mat::View {

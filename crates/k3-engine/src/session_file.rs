@@ -255,7 +255,11 @@ impl Engine {
                 HEADER_LEN + 8
             )));
         }
-        let mut r = Reader { buf: bytes, at: 4 };
+        let mut r = Reader {
+            buf: bytes,
+            at: 4,
+            name,
+        };
         let version = r.u32()?;
         if version != SESSION_VERSION {
             return Err(bad(format!(
@@ -297,6 +301,7 @@ impl Engine {
         let mut r = Reader {
             buf: &bytes[..end],
             at: HEADER_LEN,
+            name,
         };
         let (_saved_ctx, pos) = (r.u64()?, r.usize()?);
         let n_tokens = r.usize()?;
@@ -355,7 +360,7 @@ impl Engine {
         if r.at != end {
             return Err(bad(format!("{} unread bytes after the state", end - r.at)));
         }
-        state.set_pos(pos)?;
+        state.set_pos(pos).map_err(|e| bad(e.to_string()))?;
         let mut fed = tokens;
         let pending = if n_tokens > pos { fed.pop() } else { None };
         session.restore(fed, pending, logits);
@@ -448,10 +453,12 @@ fn put_f32s(out: &mut Vec<u8>, v: &[f32]) {
         .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
 }
 
-/// A bounds-checked little-endian reader over a checksummed body.
+/// A bounds-checked little-endian reader over a checksummed body; `name` (the file) is in
+/// every error.
 struct Reader<'b> {
     buf: &'b [u8],
     at: usize,
+    name: &'b str,
 }
 
 impl Reader<'_> {
@@ -462,8 +469,10 @@ impl Reader<'_> {
             .filter(|&e| e <= self.buf.len())
             .ok_or_else(|| {
                 EngineError::Invalid(format!(
-                    "session file: malformed: {n} bytes needed at offset {}",
-                    self.at
+                    "session file {}: malformed: {n} bytes needed at offset {} but the body ends at {}",
+                    self.name,
+                    self.at,
+                    self.buf.len()
                 ))
             })?;
         let s = &self.buf[self.at..end];
@@ -482,8 +491,13 @@ impl Reader<'_> {
     }
     fn usize(&mut self) -> Result<usize, EngineError> {
         let v = self.u64()?;
-        usize::try_from(v)
-            .map_err(|_| EngineError::Invalid(format!("session file: malformed: count {v}")))
+        usize::try_from(v).map_err(|_| {
+            EngineError::Invalid(format!(
+                "session file {}: malformed: count {v} at offset {} does not fit this machine",
+                self.name,
+                self.at - 8
+            ))
+        })
     }
     fn f32s(&mut self, n: usize) -> Result<Vec<f32>, EngineError> {
         let bytes = self.take(n.saturating_mul(4))?;
@@ -497,7 +511,8 @@ impl Reader<'_> {
         let n = self.usize()?;
         if n != dst.len() {
             return Err(EngineError::Invalid(format!(
-                "session file: {what} has {n} values; this model's has {}",
+                "session file {}: {what} has {n} values; this model's has {}",
+                self.name,
                 dst.len()
             )));
         }

@@ -190,6 +190,21 @@ pub enum FormatError {
         data_end: u64,
     },
 
+    /// Bytes after the end of the data the header describes: appended, mis-copied or the
+    /// wrong file. Never read as weights, but refused (as the reference safetensors library
+    /// refuses a data buffer the header does not cover exactly).
+    #[error("{shard}: {extra} extra bytes after the data, re-download: the header's data ends at file offset {expected_len} but the file has {file_len} bytes (appended or mis-copied data, or the wrong file)")]
+    TrailingBytes {
+        /// The shard file.
+        shard: PathBuf,
+        /// `8 + header_len + data end` as declared.
+        expected_len: u64,
+        /// Actual file length.
+        file_len: u64,
+        /// `file_len - expected_len`.
+        extra: u64,
+    },
+
     /// The same tensor name appears twice (in two shards, or twice in one header).
     #[error("tensor {tensor:?} appears in both {first} and {second}: duplicate tensor names make lookup ambiguous; remove the stray shard")]
     DuplicateTensor {

@@ -255,14 +255,24 @@ impl Checkpoint {
             .max(1);
         let chunk = index.entries.len().div_ceil(workers).max(1);
         let bad = std::thread::scope(|s| {
+            // A thread that cannot be spawned (thread or address-space limit) does its part
+            // inline instead of panicking.
             let handles: Vec<_> = index
                 .entries
                 .chunks(chunk)
-                .map(|part| s.spawn(move || self.first_misplaced(index, part)))
+                .map(|part| {
+                    let work = move || self.first_misplaced(index, part);
+                    std::thread::Builder::new()
+                        .spawn_scoped(s, work)
+                        .map_err(|_| work)
+                })
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .map(|h| match h {
+                    Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                    Err(work) => work(),
+                })
                 .find_map(|r| r)
         });
         let Some((name, want, found)) = bad else {
@@ -327,14 +337,23 @@ fn parse_all<'m>(
     }
     let chunk = maps.len().div_ceil(workers);
     let parts: Vec<Result<Vec<Parsed<'m>>, FormatError>> = std::thread::scope(|s| {
+        // As above: a part whose thread cannot be spawned is parsed inline.
         let handles: Vec<_> = paths
             .chunks(chunk)
             .zip(maps.chunks(chunk))
-            .map(|(ps, ms)| s.spawn(move || ps.iter().zip(ms).map(|(p, m)| parse(p, m)).collect()))
+            .map(|(ps, ms)| {
+                let work = move || ps.iter().zip(ms).map(|(p, m)| parse(p, m)).collect();
+                std::thread::Builder::new()
+                    .spawn_scoped(s, work)
+                    .map_err(|_| work)
+            })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .map(|h| match h {
+                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                Err(work) => work(),
+            })
             .collect()
     });
     let mut out = Vec::with_capacity(maps.len());

@@ -8,6 +8,8 @@
 //! - [`write_trunk_pack`] and [`TrunkPack`] write, open and check the packed trunk (spec §7).
 
 #![warn(missing_docs)]
+// Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 #[cfg(not(target_endian = "little"))]
 compile_error!(

@@ -5,7 +5,8 @@
 //! 64-bit value, including 2^64−1, is compared without overflow or allocation); the header is
 //! UTF-8 and well-formed JSON; every dtype is known; every `data_offsets` has start ≤ end; the
 //! `dtype × shape` byte size (overflow-checked) equals the span; no two tensors overlap; and the
-//! data section reaches the largest end offset. A header whose tensors tile the data section
+//! data section ends exactly at the largest end offset (bytes after it are refused as
+//! [`FormatError::TrailingBytes`], as the reference library does). A header whose tensors tile the data section
 //! without holes but end after the end of the file is reported as [`FormatError::Truncated`]
 //! (a partial download); a header with holes that points past the end is reported as
 //! [`FormatError::OffsetsOutOfRange`] (the header itself is suspect).
@@ -210,8 +211,18 @@ fn check_layout(
         tile_end = e;
     }
     let last = raw.entries.iter().enumerate().max_by_key(|(_, e)| e.end);
-    let Some((last, e)) = last else { return Ok(()) };
     let data_len = file_len - 8 - header_len;
+    let data_end = last.map_or(0, |(_, e)| e.end);
+    if data_end < data_len {
+        let expected_len = 8 + header_len + data_end;
+        return Err(FormatError::TrailingBytes {
+            shard: shard.into(),
+            expected_len,
+            file_len,
+            extra: file_len - expected_len,
+        });
+    }
+    let Some((last, e)) = last else { return Ok(()) };
     if e.end <= data_len {
         return Ok(());
     }
@@ -267,4 +278,39 @@ fn check_overlaps(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writer::{encode_header, TensorSpec};
+
+    fn shard(extra: usize) -> Vec<u8> {
+        let (mut b, data) = encode_header(&[TensorSpec::new("a", Dtype::F32, &[2])]).unwrap();
+        b.resize(b.len() + data as usize + extra, 7);
+        b
+    }
+
+    /// Regression (issue 9, found by `cargo xtask fuzz safetensors`): bytes after the data
+    /// section used to be accepted; they are refused naming the shard and both lengths.
+    #[test]
+    fn trailing_bytes_are_refused_with_counts() {
+        assert!(ShardHeader::parse(Path::new("s.safetensors"), &shard(0)).is_ok());
+        let b = shard(5);
+        let err = ShardHeader::parse(Path::new("s.safetensors"), &b).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(err, FormatError::TrailingBytes { extra: 5, .. }),
+            "{msg}"
+        );
+        assert!(msg.starts_with("s.safetensors: 5 extra bytes"), "{msg}");
+        assert!(
+            msg.contains(&format!("file has {} bytes", b.len())) && msg.contains("re-download")
+        );
+        // A header with no tensors must be followed by nothing either.
+        let (mut empty, _) = encode_header(&[]).unwrap();
+        assert!(ShardHeader::parse(Path::new("e"), &empty).is_ok());
+        empty.push(0);
+        assert!(ShardHeader::parse(Path::new("e"), &empty).is_err());
+    }
 }

@@ -11,6 +11,8 @@
 //! * [`expert_store`]: the routed-expert cache (slots, policy, batched parallel reads).
 
 #![warn(missing_docs)]
+// Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod expert_store;
 pub mod io;

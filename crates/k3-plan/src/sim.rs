@@ -191,11 +191,11 @@ impl Trace {
         let mut prev_layer = None;
         for run in layer_runs(&self.requests) {
             let layer = self.requests[run.start].layer;
-            if prev_layer.is_none_or(|p| layer < p) {
-                passes.push(Vec::new());
+            match passes.last_mut() {
+                Some(pass) if prev_layer.is_some_and(|p| layer >= p) => pass.push(run),
+                _ => passes.push(vec![run]),
             }
             prev_layer = Some(layer);
-            passes.last_mut().expect("pushed").push(run);
         }
         passes
     }

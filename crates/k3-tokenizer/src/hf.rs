@@ -219,8 +219,15 @@ fn ranks_from_vocab(vocab: std::collections::HashMap<String, u32>, name: &str) -
         let slot = tokens
             .get_mut(id as usize)
             .ok_or_else(|| unsupported(format!("vocab ids are not dense: id {id}")))?;
+        if slot.is_some() {
+            // Two strings with one id: one of them would be silently dropped.
+            return Err(unsupported(format!(
+                "vocab id {id} is given to more than one token (`{text}` and another)"
+            )));
+        }
         *slot = Some(bytes);
     }
+    // ids < vocab.len() and none repeats, so every slot is filled.
     let tokens: Vec<Vec<u8>> = tokens.into_iter().map(Option::unwrap_or_default).collect();
     let ranks = Ranks::from_tokens(&tokens)
         .map_err(|(second, first)| unsupported(format!("ids {first} and {second} share bytes")))?;

@@ -46,6 +46,8 @@
 //! `String::from_utf8_lossy(&decode(ids))`.
 
 #![warn(missing_docs)]
+// Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod bpe;
 mod encode;

@@ -84,3 +84,28 @@ fn tokenizer_json_syntax_error_has_line() {
         .unwrap_err();
     assert!(err.to_string().starts_with("t.json:3:"), "{err}");
 }
+
+/// Regression (issue 9): a vocab giving one id to two strings used to be accepted: one string
+/// was dropped (which one depended on hash order) and its id became an empty token.
+#[test]
+fn tokenizer_json_with_a_repeated_vocab_id_is_refused() {
+    let json = tiny().export_json(false).unwrap();
+    let mut v: Value = serde_json::from_str(&json).unwrap();
+    let vocab = v["model"]["vocab"].as_object_mut().unwrap();
+    let victim = vocab
+        .iter()
+        .find(|(_, id)| id.as_u64() == Some(300))
+        .map(|(k, _)| k.clone())
+        .unwrap();
+    vocab.insert(victim, Value::from(5));
+    let err = Tokenizer::from_tokenizer_json_str(&v.to_string(), "dup.json").unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, TokenizerError::UnsupportedTokenizerJson { .. }),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("dup.json") && msg.contains("vocab id 5"),
+        "{msg}"
+    );
+}

@@ -2,8 +2,8 @@
 //! its events into a JSON body or an SSE stream.
 
 use super::types::{
-    messages_of, parse_body, prompt_of, thinking_of, validate_sampling, ApiError, ChatRequest,
-    CompletionRequest, GenSettings,
+    parse_body, validate_chat, validate_completion, ApiError, ChatRequest, CompletionRequest,
+    GenSettings,
 };
 use super::worker::{Event, Job, JobKind, Metrics, Summary};
 use super::Shared;
@@ -241,9 +241,7 @@ pub async fn chat_completions(
     authorize(&shared, &headers)?;
     let req: ChatRequest = parse_body(&body_bytes(body)?)?;
     check_model(&shared, &req.common.model)?;
-    let settings = validate_sampling(&req.common)?;
-    let thinking = thinking_of(&req)?;
-    let messages = messages_of(&req)?;
+    let (settings, thinking, messages) = validate_chat(&req)?;
     let tok = shared
         .engine
         .tokenizer()
@@ -306,8 +304,7 @@ pub async fn completions(
     authorize(&shared, &headers)?;
     let req: CompletionRequest = parse_body(&body_bytes(body)?)?;
     check_model(&shared, &req.common.model)?;
-    let settings = validate_sampling(&req.common)?;
-    let text = prompt_of(&req)?;
+    let (settings, text) = validate_completion(&req)?;
     let tok = shared
         .engine
         .tokenizer()

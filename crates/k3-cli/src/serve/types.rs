@@ -349,3 +349,22 @@ pub fn prompt_of(req: &CompletionRequest) -> Result<String, ApiError> {
         )),
     }
 }
+
+/// The pure part of `/v1/chat/completions` after the body parsed and the model matched:
+/// sampling settings, thinking effort and messages, in the route's order (fuzzed by
+/// `cargo xtask fuzz serve`).
+pub fn validate_chat(
+    req: &ChatRequest,
+) -> Result<(GenSettings, Thinking, Vec<ChatMessage>), ApiError> {
+    let settings = validate_sampling(&req.common)?;
+    let thinking = thinking_of(req)?;
+    let messages = messages_of(req)?;
+    Ok((settings, thinking, messages))
+}
+
+/// The pure part of `/v1/completions` after the body parsed and the model matched.
+pub fn validate_completion(req: &CompletionRequest) -> Result<(GenSettings, String), ApiError> {
+    let settings = validate_sampling(&req.common)?;
+    let text = prompt_of(req)?;
+    Ok((settings, text))
+}

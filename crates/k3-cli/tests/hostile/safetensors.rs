@@ -337,10 +337,11 @@ fn damaged_shards_are_refused_by_name() {
     check_all("safetensors", cases());
 }
 
-/// Bytes after the last tensor's data are never read as weights: `k3 run` accepts them (same
-/// ids), while `k3 verify` fails the shard-size check naming the shard and the extra bytes.
+/// Bytes after the last tensor's data are refused when the shard is opened (`k3 run`: exit 2
+/// naming the shard, the byte counts and "re-download"), and `k3 verify` fails its shard-size
+/// check with the same message (it used to be accepted by `run`; issue 9).
 #[test]
-fn trailing_bytes_run_but_fail_verify() {
+fn trailing_bytes_are_refused() {
     let append = |d: &Path| {
         let p = d.join(SHARD1);
         let mut b = std::fs::read(&p).unwrap();
@@ -356,8 +357,14 @@ fn trailing_bytes_run_but_fail_verify() {
                 "4096 bytes appended after the data section (k3 run)",
                 append,
                 args(&run),
-                0,
-                &[CLEAN_IDS],
+                2,
+                &[
+                    SHARD1,
+                    "4096 extra bytes",
+                    "re-download",
+                    "file has 951112 bytes",
+                    "ends at file offset 947016",
+                ],
             ),
             case(
                 "trailing-garbage-verify",

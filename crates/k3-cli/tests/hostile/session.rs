@@ -38,6 +38,23 @@ fn sealed_u64(mut b: Vec<u8>, at: usize, v: u64) -> Vec<u8> {
     b
 }
 
+/// Fixes body_len and the checksum after the body was edited.
+fn resealed(mut b: Vec<u8>) -> Vec<u8> {
+    let body = (b.len() - 32) as u64;
+    b[16..24].copy_from_slice(&body.to_le_bytes());
+    let end = b.len() - 8;
+    let sum = xxh3_64(&b[..end]);
+    b[end..].copy_from_slice(&sum.to_le_bytes());
+    b
+}
+
+/// Offset of the first KDA layer's recurrent-state length (after tokens and logits).
+fn kda_len_at(b: &[u8]) -> usize {
+    let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap()) as usize;
+    let n_logits_at = 48 + 4 * u64_at(40);
+    n_logits_at + 8 + 4 * u64_at(n_logits_at) + 4
+}
+
 type Damage = Box<dyn Fn(Vec<u8>) -> Vec<u8>>;
 
 /// Regression: a sealed `pos` of 2^64-1 used to overflow the `pos + 1` token-count check
@@ -156,6 +173,29 @@ fn session_cases(keep: impl Fn(&str) -> bool, catalogue: bool) {
             64,
             2,
             "session file",
+        ),
+        (
+            "body-cut-sealed",
+            "the last 1000 state bytes removed, body_len and checksum fixed",
+            Box::new(|mut b: Vec<u8>| {
+                let end = b.len() - 8;
+                b.drain(end - 1000..end);
+                resealed(b)
+            }),
+            64,
+            2,
+            "malformed: ",
+        ),
+        (
+            "kda-len-sealed",
+            "first KDA state length 7 behind a valid checksum",
+            Box::new(|b: Vec<u8>| {
+                let at = kda_len_at(&b);
+                sealed_u64(b, at, 7)
+            }),
+            64,
+            2,
+            "KDA layer 0 recurrent state has 7 values",
         ),
         (
             "ctx-too-small",

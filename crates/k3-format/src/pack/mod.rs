@@ -183,6 +183,26 @@ impl TrunkPack {
         let e = &self.layers[l];
         (e.file_off, e.nbytes)
     }
+    /// Checks layer `l`'s run, already read by the caller, against its recorded checksum
+    /// (a loader verifies each layer the first time it reads it).
+    pub fn check_layer(&self, l: usize, run: &[u8]) -> Result<(), PackError> {
+        let Some(e) = self.layers.get(l) else {
+            return Ok(());
+        };
+        let found = xxhash_rust::xxh3::xxh3_64(run);
+        if run.len() as u64 == e.nbytes && found == e.checksum {
+            return Ok(());
+        }
+        Err(PackError::Checksum {
+            path: self.path(),
+            layer: l,
+            file_off: e.file_off,
+            nbytes: e.nbytes,
+            expected: checksum_string(e.checksum),
+            found: checksum_string(found),
+        })
+    }
+
     /// Layer `l`'s full entry (tensors, checksum, provenance).
     pub fn layer_entry(&self, l: usize) -> Option<&PackedLayer> {
         self.layers.get(l)

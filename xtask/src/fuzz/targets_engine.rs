@@ -1,0 +1,193 @@
+//! Engine- and server-level fuzz targets: the session-file (K3SS) reader, and the request
+//! decoding of `k3 serve` (JSON body → request struct → validation → prompt tokens).
+
+use super::mutate::{self, Rng};
+use super::serve_types::{
+    parse_body, validate_chat, validate_completion, ApiError, ChatRequest, CompletionRequest,
+};
+use super::{workspace_root, Target};
+use k3_engine::{DecodeMode, Engine, EngineOptions, Tokenizer};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Context of the sessions the fuzzer restores into.
+const CTX: usize = 64;
+
+/// `Engine::session_from_bytes` on the tiny model, then one generated token if it loads.
+pub struct SessionFile {
+    engine: Engine,
+}
+
+impl SessionFile {
+    pub fn new() -> Result<SessionFile, String> {
+        let dir = workspace_root().join("fixtures/tiny-k3");
+        let engine = Engine::open(
+            &dir,
+            EngineOptions {
+                threads: Some(1),
+                ..EngineOptions::default()
+            },
+        )
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(SessionFile { engine })
+    }
+
+    fn saved(&self, feed: &[u32], gen: usize) -> Result<Vec<u8>, String> {
+        let mut s = self.engine.new_session(CTX).map_err(|e| e.to_string())?;
+        s.feed(feed).map_err(|e| e.to_string())?;
+        if gen > 0 {
+            s.generate(gen, DecodeMode::Incremental, |_| true)
+                .map_err(|e| e.to_string())?;
+        }
+        s.to_bytes().map_err(|e| e.to_string())
+    }
+}
+
+/// Fixes body_len and re-seals the checksum, so the mutation reaches the body parser.
+fn seal(b: &mut [u8], fix_len: bool) {
+    if b.len() < 32 {
+        return;
+    }
+    let end = b.len() - 8;
+    if fix_len {
+        let body = (end - 24) as u64;
+        b[16..24].copy_from_slice(&body.to_le_bytes());
+    }
+    let sum = xxh3_64(&b[..end]);
+    b[end..].copy_from_slice(&sum.to_le_bytes());
+}
+
+impl Target for SessionFile {
+    fn seeds(&self) -> Vec<Vec<u8>> {
+        [
+            self.saved(&[637, 229, 263, 638, 730, 42, 197], 2),
+            self.saved(&[1], 0),
+            self.saved(&[], 0),
+            self.saved(&[5, 6, 7], 1),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+    fn mutate(&self, input: &[u8], rng: &mut Rng) -> Option<Vec<u8>> {
+        let mut b = input.to_vec();
+        if rng.chance(2) && b.len() >= 56 {
+            // Header and count fields: version, body_len, max_ctx, pos, n_tokens.
+            let at = *rng.pick(&[4usize, 16, 24, 32, 40]);
+            let v = mutate::interesting_u64(rng, b.len());
+            let w = if at == 4 { 4 } else { 8 };
+            b[at..at + w].copy_from_slice(&v.to_le_bytes()[..w]);
+        } else {
+            b = mutate::mutate(&b, &[], &[], rng);
+        }
+        seal(&mut b, rng.below(3) != 0);
+        Some(b)
+    }
+    fn run(&self, input: &[u8]) -> Result<(), String> {
+        let mut s = self
+            .engine
+            .session_from_bytes(input, CTX)
+            .map_err(|e| e.to_string())?;
+        // A restored session must be usable (or refuse by name), never panic.
+        if s.tokens().len() < CTX {
+            s.generate(1, DecodeMode::Incremental, |_| true)
+                .map_err(|e| format!("after load: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Body decoding of `/v1/chat/completions` and `/v1/completions`, as the routes do it.
+pub struct Serve {
+    tok: Tokenizer,
+}
+
+impl Serve {
+    pub fn new() -> Result<Serve, String> {
+        let dir = workspace_root().join("fixtures/tiny-k3");
+        let tok = Tokenizer::from_dir(&dir).map_err(|e| e.to_string())?;
+        Ok(Serve { tok })
+    }
+}
+
+fn api(e: ApiError) -> String {
+    format!("{} {:?}: {}", e.status, e.param, e.message)
+}
+
+impl Target for Serve {
+    fn seeds(&self) -> Vec<Vec<u8>> {
+        [
+            r#"{"messages":[{"role":"user","content":"Hi"}]}"#,
+            r#"{"model":"tiny-k3","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},{"role":"assistant","content":"x","reasoning_content":"why"}],"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"repeat_penalty":1.1,"repeat_last_n":64,"seed":-3,"max_tokens":8,"stop":["\n","END"],"stream":true}"#,
+            r#"{"messages":[{"role":"developer","content":null}],"reasoning_effort":"high","max_completion_tokens":2}"#,
+            r#"{"messages":[{"role":"user","content":"q"}],"thinking":{"type":"enabled"},"stop":"."}"#,
+            r#"{"prompt":"The train left at","max_tokens":4,"ignore_eos":true,"temperature":0}"#,
+            r#"{"prompt":["one"],"stream":false,"seed":7,"top_k":0}"#,
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect()
+    }
+    fn dict(&self) -> Vec<&'static [u8]> {
+        vec![
+            b"messages",
+            b"role",
+            b"content",
+            b"user",
+            b"assistant",
+            b"system",
+            b"prompt",
+            b"temperature",
+            b"top_p",
+            b"top_k",
+            b"min_p",
+            b"max_tokens",
+            b"stop",
+            b"stream",
+            b"thinking",
+            b"reasoning_effort",
+            b"seed",
+            b"repeat_penalty",
+            b"type",
+            b"text",
+            b"enabled",
+            b"<|im_end|>",
+            b"[EOS]",
+        ]
+    }
+    fn run(&self, input: &[u8]) -> Result<(), String> {
+        let mut refusals = Vec::new();
+        match parse_body::<ChatRequest>(input).and_then(|r| validate_chat(&r)) {
+            Ok((settings, thinking, messages)) => {
+                check_settings(&settings);
+                let ids = k3_engine::chat::render(&self.tok, &messages, thinking, true)
+                    .map_err(|e| format!("render: {e}"))?;
+                assert!(ids.iter().all(|&id| (id as usize) < self.tok.vocab_size()));
+            }
+            Err(e) => refusals.push(api(e)),
+        }
+        match parse_body::<CompletionRequest>(input).and_then(|r| validate_completion(&r)) {
+            Ok((settings, text)) => {
+                check_settings(&settings);
+                let ids = self.tok.encode(&text, false);
+                assert!(ids.iter().all(|&id| (id as usize) < self.tok.vocab_size()));
+            }
+            Err(e) => refusals.push(api(e)),
+        }
+        if refusals.len() == 2 {
+            return Err(refusals.join(" | "));
+        }
+        Ok(())
+    }
+}
+
+/// What an accepted request guarantees the worker.
+fn check_settings(s: &super::serve_types::GenSettings) {
+    let p = &s.params;
+    assert!(
+        p.validate().is_ok(),
+        "validated params pass the engine's check"
+    );
+    assert!(p.temperature.is_finite() && p.top_p.is_finite() && p.min_p.is_finite());
+    assert!(s.max_tokens.is_none_or(|n| n >= 1));
+    assert!(s.stop.len() <= 16 && s.stop.iter().all(|x| !x.is_empty()));
+}
