@@ -102,6 +102,8 @@ struct Chat<'e> {
     turns: Vec<Turn>,
     /// From --temp/--top-k/… over the config file (greedy by default).
     sampler: Sampler,
+    /// From --draft (speculative decoding when the trunk streams, by default).
+    mode: DecodeMode,
     stats: Stats,
 }
 
@@ -141,6 +143,7 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         messages,
         turns: Vec::new(),
         sampler: Sampler::new(params).map_err(CliError::from)?,
+        mode: args.sampling.decode_mode(&engine),
         stats: Stats::default(),
     };
     c.carry = c.header()?;
@@ -409,42 +412,38 @@ impl<'e> Chat<'e> {
             ..StopConditions::none()
         };
         let t1 = Instant::now();
-        let generation = self.session.generate_with(
-            n,
-            DecodeMode::Incremental,
-            &mut self.sampler,
-            &stop,
-            |id| {
-                if end_ids.contains(&id) {
-                    parser.push(id);
-                    return true;
-                }
-                for (ch, pid) in parser.push(id) {
-                    if ch == Channel::Think {
-                        let piece = think_dec.push(pid).unwrap_or_default();
-                        reasoning.push_str(&piece);
-                        if show {
-                            let _ = write!(
-                                out,
-                                "{}{piece}",
-                                if tty && !shown_thinking { DIM } else { "" }
-                            );
-                            shown_thinking = true;
-                        }
-                    } else {
-                        let piece = resp_dec.push(pid).unwrap_or_default();
-                        if shown_thinking {
-                            let _ = writeln!(out, "{}", if tty { PLAIN } else { "" });
-                            shown_thinking = false;
-                        }
-                        content.push_str(&piece);
-                        let _ = write!(out, "{piece}");
+        let generation =
+            self.session
+                .generate_with(n, self.mode, &mut self.sampler, &stop, |id| {
+                    if end_ids.contains(&id) {
+                        parser.push(id);
+                        return true;
                     }
-                }
-                let _ = out.flush();
-                !CANCEL.load(Ordering::SeqCst)
-            },
-        )?;
+                    for (ch, pid) in parser.push(id) {
+                        if ch == Channel::Think {
+                            let piece = think_dec.push(pid).unwrap_or_default();
+                            reasoning.push_str(&piece);
+                            if show {
+                                let _ = write!(
+                                    out,
+                                    "{}{piece}",
+                                    if tty && !shown_thinking { DIM } else { "" }
+                                );
+                                shown_thinking = true;
+                            }
+                        } else {
+                            let piece = resp_dec.push(pid).unwrap_or_default();
+                            if shown_thinking {
+                                let _ = writeln!(out, "{}", if tty { PLAIN } else { "" });
+                                shown_thinking = false;
+                            }
+                            content.push_str(&piece);
+                            let _ = write!(out, "{piece}");
+                        }
+                    }
+                    let _ = out.flush();
+                    !CANCEL.load(Ordering::SeqCst)
+                })?;
         self.stats.decode_s = t1.elapsed().as_secs_f64();
         self.stats.generated = generation.ids.len();
         // A reply that ended at an end id is closed as the model closed it; otherwise the ids

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct EngineArgs {
-    /// Compute threads (default: all cores).
+    /// Compute threads (default: the physical cores this process may use).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Tokenizer directory (default: the model directory's tiktoken.model / tokenizer.json).
@@ -23,6 +23,11 @@ pub struct EngineArgs {
     /// Read with the page cache instead of O_DIRECT (streaming only).
     #[arg(long)]
     pub no_direct_io: bool,
+    /// Prefetch the experts the next layer's router predicts while a layer computes (only
+    /// when the next layer is pinned; off by default, see docs/PERFORMANCE.md; the tokens
+    /// are the same either way).
+    #[arg(long)]
+    pub lookahead: bool,
 }
 
 impl EngineArgs {
@@ -35,6 +40,7 @@ impl EngineArgs {
             direct_io: !self.no_direct_io,
             tokenizer_dir: self.tok.clone(),
             trunk_dir: self.trunk.clone(),
+            lookahead: self.lookahead,
             ..EngineOptions::default()
         })
     }

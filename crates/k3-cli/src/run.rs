@@ -246,7 +246,7 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     let mode = if args.recompute {
         DecodeMode::Recompute
     } else {
-        DecodeMode::Incremental
+        args.sampling.decode_mode(&engine)
     };
     let streaming = engine.plan().is_some();
 
@@ -337,6 +337,18 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
             per_token,
             peak_rss_bytes() as f64 / 1e6
         );
+        let spec = session.spec_stats();
+        if spec.drafted > 0 {
+            eprintln!(
+                "speculative: {} decode passes for {} tokens (plain decoding: {}); {} of {} drafted tokens accepted ({:.1}%)",
+                spec.passes,
+                generated.len(),
+                generated.len().saturating_sub(1),
+                spec.accepted,
+                spec.drafted,
+                100.0 * spec.acceptance()
+            );
+        }
         if streaming {
             eprintln!("{}", stats.report(wall));
         }
@@ -368,7 +380,14 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
             "prompt_tokens_reused": reused,
             "seconds_per_token": per_token,
             "threads": engine.threads(),
-            "mode": if args.recompute { "recompute" } else { "incremental" },
+            "mode": match mode {
+                DecodeMode::Recompute => "recompute",
+                DecodeMode::Speculative(_) => "speculative",
+                _ => "incremental",
+            },
+            "draft_passes": session.spec_stats().passes,
+            "draft_tokens": session.spec_stats().drafted,
+            "draft_accepted": session.spec_stats().accepted,
             "peak_rss_bytes": peak_rss_bytes(),
             "streaming": streaming,
             "bytes_read_trunk": stats.trunk_bytes_read,
@@ -379,6 +398,9 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
             "trunk_binds": stats.trunk_binds,
             "trunk_pinned_hits": stats.trunk_pinned_hits,
             "io_seconds": stats.io_seconds,
+            "lookahead_reads": stats.lookahead_reads,
+            "lookahead_useful_reads": stats.lookahead_useful_reads,
+            "lookahead_recall": stats.lookahead_recall(),
         });
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();
         std::fs::write(path, text + "\n").map_err(|e| {

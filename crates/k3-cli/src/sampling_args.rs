@@ -3,7 +3,7 @@
 use crate::config_file::FileConfig;
 use crate::CliError;
 use clap::Args;
-use k3_engine::SamplingParams;
+use k3_engine::{DecodeMode, Engine, SamplingParams, Speculation};
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct SamplingArgs {
@@ -31,6 +31,46 @@ pub struct SamplingArgs {
     /// same tokens at every budget and thread count. Unused when --temp is 0.
     #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
+    /// Speculative decoding with prompt-lookup drafts: `auto` (the default: on only when the
+    /// trunk streams from disk, where one pass serves every accepted draft), `off`, or the
+    /// most tokens drafted per pass (1–16). The generated tokens are the same either way.
+    #[arg(long, value_name = "auto|off|N", value_parser = parse_draft)]
+    pub draft: Option<Draft>,
+}
+
+/// The `--draft` setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Draft {
+    Auto,
+    Off,
+    Tokens(usize),
+}
+
+fn parse_draft(s: &str) -> Result<Draft, String> {
+    match s {
+        "auto" => Ok(Draft::Auto),
+        "off" | "0" => Ok(Draft::Off),
+        n => match n.parse::<usize>() {
+            Ok(k @ 1..=16) => Ok(Draft::Tokens(k)),
+            _ => Err(format!(
+                "'{n}' is not auto, off or a draft length from 1 to 16"
+            )),
+        },
+    }
+}
+
+impl SamplingArgs {
+    /// The decode mode `--draft` asks for on `engine`.
+    pub fn decode_mode(&self, engine: &Engine) -> DecodeMode {
+        match self.draft.unwrap_or(Draft::Auto) {
+            Draft::Auto => engine.auto_decode_mode(),
+            Draft::Off => DecodeMode::Incremental,
+            Draft::Tokens(k) => DecodeMode::Speculative(Speculation {
+                max_draft: k,
+                ..Speculation::default()
+            }),
+        }
+    }
 }
 
 impl SamplingArgs {

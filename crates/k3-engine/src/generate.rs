@@ -1,65 +1,52 @@
 //! Generation with a [`Sampler`] and [`StopConditions`]: [`Session::generate_with`].
 
+use crate::speculate::{draft, MAX_CUSTOM_DRAFT};
 use crate::stop::{Generation, StopConditions, StopReason, StopScanner};
 use crate::{DecodeMode, EngineError, Sampler, Session};
+use k3_tokenizer::StreamDecoder;
 
-impl Session<'_> {
-    /// Generates up to `n` tokens chosen by `sampler`, stopping early at an end id of `stop`,
-    /// at one of its stop strings (matched on the decoded text so far, across tokens), or when
-    /// `on_token` — which sees every generated id, an end id included — returns `false`.
-    ///
-    /// The repeat penalty's history is the whole conversation (prompt and generated tokens).
-    /// The last generated id stays pending and is fed lazily by the next call (see
-    /// [`Session`]), whatever the stop reason. When several reasons hold for the same token,
-    /// the first of end id, stop string, callback, length wins. Stop strings need a
-    /// tokenizer; [`Generation::text`] is `None` without one.
-    pub fn generate_with(
-        &mut self,
-        n: usize,
-        mode: DecodeMode,
-        sampler: &mut Sampler,
-        stop: &StopConditions,
-        mut on_token: impl FnMut(u32) -> bool,
-    ) -> Result<Generation, EngineError> {
-        let tokenizer = self.owner().tokenizer();
-        if tokenizer.is_none() && stop.stop_strings.iter().any(|s| !s.is_empty()) {
-            return Err(EngineError::Invalid(
-                "stop strings need a tokenizer (tiktoken.model or tokenizer.json in the model directory, or --tok)".into(),
-            ));
+/// What happens to each generated id, whichever decode path produced it: the caller's
+/// callback, end ids, stop strings on the decoded text.
+pub(crate) struct Emitter<'s, F> {
+    stop: &'s StopConditions,
+    decoder: Option<StreamDecoder<'s>>,
+    scanner: StopScanner,
+    text: String,
+    ids: Vec<u32>,
+    on_token: F,
+}
+
+impl<'s, F: FnMut(u32) -> bool> Emitter<'s, F> {
+    /// Records `id`; `Some(reason)` when generation must end at it (end id, stop string,
+    /// callback — in that order of precedence).
+    pub(crate) fn push(&mut self, id: u32) -> Option<StopReason> {
+        self.ids.push(id);
+        let keep_going = (self.on_token)(id);
+        let mut stopped = None;
+        if self.stop.end_ids.contains(&id) {
+            stopped = Some(StopReason::EndToken(id));
+        } else if let Some(d) = self.decoder.as_mut() {
+            // Ids the tokenizer does not know (padding rows of the vocabulary) decode to nothing.
+            let step = self.scanner.push(&d.push(id).unwrap_or_default());
+            self.text.push_str(&step.emit);
+            stopped = step.hit.map(StopReason::StopText);
         }
-        if n > 0 && self.logits().is_empty() {
-            return Err(EngineError::Invalid(
-                "generate needs fresh logits: feed a prompt first".into(),
-            ));
+        if stopped.is_none() && !keep_going {
+            stopped = Some(StopReason::Callback);
         }
-        let mut decoder = tokenizer.map(|t| t.stream_decoder());
-        let mut scanner = StopScanner::new(&stop.stop_strings);
-        let mut text = String::new();
-        let mut ids = Vec::with_capacity(n);
-        let mut reason = StopReason::Length;
-        for i in 0..n {
-            let id = sampler.sample(self.logits(), self.history());
-            ids.push(id);
-            let keep_going = on_token(id);
-            let mut stopped = None;
-            if stop.end_ids.contains(&id) {
-                stopped = Some(StopReason::EndToken(id));
-            } else if let Some(d) = decoder.as_mut() {
-                // Ids the tokenizer does not know (padding rows of the vocabulary) decode to nothing.
-                let step = scanner.push(&d.push(id).unwrap_or_default());
-                text.push_str(&step.emit);
-                stopped = step.hit.map(StopReason::StopText);
-            }
-            if stopped.is_none() && !keep_going {
-                stopped = Some(StopReason::Callback);
-            }
-            if stopped.is_some() || i + 1 == n {
-                reason = stopped.unwrap_or(StopReason::Length);
-                self.keep_pending(id)?;
-                break;
-            }
-            self.step(id, mode)?;
-        }
+        stopped
+    }
+
+    /// The generation so far, ended for `reason` (flushes the decoder, which may still
+    /// complete a stop string).
+    fn finish(self, mut reason: StopReason) -> Generation {
+        let Emitter {
+            decoder,
+            mut scanner,
+            mut text,
+            ids,
+            ..
+        } = self;
         let text = decoder.map(|d| {
             if !matches!(reason, StopReason::StopText(_)) {
                 // An incomplete trailing character flushes as U+FFFD and may still complete a stop.
@@ -75,10 +62,119 @@ impl Session<'_> {
             }
             text
         });
-        Ok(Generation {
+        Generation {
             ids,
             text,
             stop_reason: reason,
+        }
+    }
+}
+
+impl<'e> Session<'e> {
+    /// Generates up to `n` tokens chosen by `sampler`, stopping early at an end id of `stop`,
+    /// at one of its stop strings (matched on the decoded text so far, across tokens), or when
+    /// `on_token` — which sees every generated id, an end id included — returns `false`.
+    ///
+    /// The repeat penalty's history is the whole conversation (prompt and generated tokens).
+    /// The last generated id stays pending and is fed lazily by the next call (see
+    /// [`Session`]), whatever the stop reason. When several reasons hold for the same token,
+    /// the first of end id, stop string, callback, length wins. Stop strings need a
+    /// tokenizer; [`Generation::text`] is `None` without one.
+    ///
+    /// [`DecodeMode::Speculative`] gives the same ids as [`DecodeMode::Incremental`] (and
+    /// consumes the sampler's random stream identically); it only changes how many tokens
+    /// each forward pass carries.
+    pub fn generate_with(
+        &mut self,
+        n: usize,
+        mode: DecodeMode,
+        sampler: &mut Sampler,
+        stop: &StopConditions,
+        on_token: impl FnMut(u32) -> bool,
+    ) -> Result<Generation, EngineError> {
+        let mut emitter = self.emitter(n, stop, on_token)?;
+        let reason = match mode {
+            DecodeMode::Speculative(spec) if n > 0 => {
+                let mut drafter = |ctx: &[u32], limit: usize| draft(ctx, &spec, limit);
+                let max = spec.max_draft;
+                self.generate_speculative(n, max, &mut drafter, sampler, &mut emitter)?
+            }
+            _ => self.generate_plain(n, mode, sampler, &mut emitter)?,
+        };
+        Ok(emitter.finish(reason))
+    }
+
+    /// Checks a generation request and builds its [`Emitter`].
+    fn emitter<'s, F: FnMut(u32) -> bool>(
+        &self,
+        n: usize,
+        stop: &'s StopConditions,
+        on_token: F,
+    ) -> Result<Emitter<'s, F>, EngineError>
+    where
+        'e: 's,
+    {
+        let tokenizer = self.owner().tokenizer();
+        if tokenizer.is_none() && stop.stop_strings.iter().any(|s| !s.is_empty()) {
+            return Err(EngineError::Invalid(
+                "stop strings need a tokenizer (tiktoken.model or tokenizer.json in the model directory, or --tok)".into(),
+            ));
+        }
+        if n > 0 && self.logits().is_empty() {
+            return Err(EngineError::Invalid(
+                "generate needs fresh logits: feed a prompt first".into(),
+            ));
+        }
+        Ok(Emitter {
+            stop,
+            decoder: tokenizer.map(|t| t.stream_decoder()),
+            scanner: StopScanner::new(&stop.stop_strings),
+            text: String::new(),
+            ids: Vec::with_capacity(n),
+            on_token,
         })
+    }
+
+    /// [`Session::generate_with`] in speculative mode with your own drafter (a small model,
+    /// a retrieval index, …): `drafter(context, limit)` proposes up to `limit` tokens to
+    /// follow `context` (the whole conversation so far; `limit` ≤ [`MAX_CUSTOM_DRAFT`],
+    /// adapted to how well drafts are accepted). Whatever it proposes, the ids are those of
+    /// plain incremental decoding; good drafts only save forward passes.
+    pub fn generate_with_drafter(
+        &mut self,
+        n: usize,
+        sampler: &mut Sampler,
+        stop: &StopConditions,
+        mut drafter: impl FnMut(&[u32], usize) -> Vec<u32>,
+        on_token: impl FnMut(u32) -> bool,
+    ) -> Result<Generation, EngineError> {
+        let mut emitter = self.emitter(n, stop, on_token)?;
+        let reason = if n > 0 {
+            let max = MAX_CUSTOM_DRAFT;
+            self.generate_speculative(n, max, &mut drafter, sampler, &mut emitter)?
+        } else {
+            StopReason::Length
+        };
+        Ok(emitter.finish(reason))
+    }
+
+    /// One forward pass per generated token.
+    fn generate_plain<F: FnMut(u32) -> bool>(
+        &mut self,
+        n: usize,
+        mode: DecodeMode,
+        sampler: &mut Sampler,
+        emitter: &mut Emitter<'_, F>,
+    ) -> Result<StopReason, EngineError> {
+        for i in 0..n {
+            let id = sampler.sample(self.logits(), self.history());
+            let stopped = emitter.push(id);
+            if stopped.is_some() || i + 1 == n {
+                self.keep_pending(id)?;
+                return Ok(stopped.unwrap_or(StopReason::Length));
+            }
+            self.step(id, mode)?;
+        }
+        Ok(StopReason::Length)
     }
 }

@@ -18,6 +18,9 @@
 //! follows a [`MemoryPlan`]: pinned trunk layers, a streaming ring, an expert cache — and
 //! produces bit-identical logits.
 
+// Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod chat;
 mod error;
 mod gather;
@@ -28,6 +31,7 @@ mod resident;
 mod sampler;
 mod session;
 mod session_file;
+pub mod speculate;
 pub mod stats;
 mod stop;
 mod streaming;
@@ -38,6 +42,7 @@ pub use k3_plan::{Budget, MemoryPlan, Preset};
 pub use sampler::{Sampler, SamplingParams};
 pub use session::{argmax, DecodeMode, Session};
 pub use session_file::{write_atomic, SessionInfo, SESSION_MAGIC, SESSION_VERSION};
+pub use speculate::{SpecStats, Speculation};
 pub use stats::StoreStats;
 pub use stop::{Generation, ScanStep, StopConditions, StopReason, StopScanner};
 
@@ -53,7 +58,7 @@ use streaming::StreamingStore;
 /// How to open a model.
 #[derive(Clone)]
 pub struct EngineOptions {
-    /// Compute threads (default: the number of available cores).
+    /// Compute threads (default: the physical cores this process may use).
     pub threads: Option<usize>,
     /// Memory budget; `None` uses the weights in place from the memory-mapped shards.
     pub budget: Option<Budget>,
@@ -74,6 +79,11 @@ pub struct EngineOptions {
     /// Tokenizer directory (`tiktoken.model` + `tokenizer_config.json`, or `tokenizer.json`);
     /// `None` uses the model directory's when present.
     pub tokenizer_dir: Option<PathBuf>,
+    /// Next-layer router lookahead: while a layer computes, read the experts the next
+    /// layer's router predicts (streaming, pinned next layer only; same logits either way).
+    /// Off by default: it won on one benchmark model and lost on the real-dims one
+    /// (docs/PERFORMANCE.md "Router lookahead").
+    pub lookahead: bool,
 }
 
 impl Default for EngineOptions {
@@ -88,6 +98,7 @@ impl Default for EngineOptions {
             tokenizer_dir: None,
             trunk_dir: None,
             open_progress: None,
+            lookahead: false,
         }
     }
 }
@@ -150,7 +161,7 @@ impl Engine {
             });
         }
         let config = K3Config::load(dir.join("config.json"))?;
-        let model = Model::new(&config)?;
+        let model = Model::new(&config)?.with_lookahead(options.lookahead);
         let tokenizer = load_tokenizer(dir, options.tokenizer_dir.as_deref(), config.vocab_size)?;
         let threads = options.threads.unwrap_or_else(default_threads);
         if threads == 0 {
@@ -241,6 +252,24 @@ impl Engine {
         self.plan.as_ref()
     }
 
+    /// `true` when a forward pass reads trunk layers from disk (some layer is not pinned).
+    pub fn streams_trunk(&self) -> bool {
+        self.plan
+            .as_ref()
+            .is_some_and(|p| p.trunk.streamed_per_token > 0)
+    }
+
+    /// The decode mode `--draft auto` picks: speculative (default drafting) when the trunk
+    /// streams — one pass then serves every accepted draft — else plain incremental, where
+    /// a rejected draft would only cost compute (measurements: docs/PERFORMANCE.md).
+    pub fn auto_decode_mode(&self) -> DecodeMode {
+        if self.streams_trunk() {
+            DecodeMode::Speculative(Speculation::default())
+        } else {
+            DecodeMode::Incremental
+        }
+    }
+
     /// I/O counters of the streaming stores (zeros for the resident store).
     pub fn stats(&self) -> StoreStats {
         match &self.stores {
@@ -300,9 +329,12 @@ pub fn shard_readers(
     streaming::open_files(&Checkpoint::open(dir)?, direct)
 }
 
-/// Physical parallelism available to this process.
+/// Default compute threads: the physical cores, but no more than this process may use
+/// (affinity, cgroup quota). Hyper-threads share a core's FMA pipes and its cache, which the
+/// mat-vec kernels already saturate per core (docs/PERFORMANCE.md "Kernels").
 fn default_threads() -> usize {
-    std::thread::available_parallelism()
+    let usable = std::thread::available_parallelism()
         .map(|n| n.get())
-        .unwrap_or(1)
+        .unwrap_or(1);
+    num_cpus::get_physical().clamp(1, usable)
 }

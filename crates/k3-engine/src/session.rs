@@ -1,8 +1,9 @@
 //! A conversation: token ids so far, the model's carried state and the latest logits.
 
+use crate::speculate::{SpecStats, Speculation};
 use crate::{Engine, EngineError};
 pub use k3_model::argmax;
-use k3_model::{LogitsMode, State};
+use k3_model::{LogitsMode, Snapshot, State};
 
 /// How generation advances.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -12,6 +13,9 @@ pub enum DecodeMode {
     Incremental,
     /// Re-run the whole sequence from a zeroed state every step (for testing).
     Recompute,
+    /// Incremental, with drafted tokens verified in batches ([`crate::speculate`]): the same
+    /// ids as `Incremental`, fewer forward passes when drafts are accepted.
+    Speculative(Speculation),
 }
 
 /// One conversation with an [`Engine`].
@@ -26,6 +30,9 @@ pub struct Session<'e> {
     pending: Option<u32>,
     max_ctx: usize,
     logits: Vec<f32>,
+    /// Recurrent state before the current speculative pass (allocated on first use).
+    snapshot: Option<Snapshot>,
+    pub(crate) spec_stats: SpecStats,
 }
 
 impl<'e> Session<'e> {
@@ -43,6 +50,8 @@ impl<'e> Session<'e> {
             pending: None,
             max_ctx,
             logits: Vec::new(),
+            snapshot: None,
+            spec_stats: SpecStats::default(),
         })
     }
 
@@ -153,7 +162,9 @@ impl<'e> Session<'e> {
     pub fn step(&mut self, id: u32, mode: DecodeMode) -> Result<(), EngineError> {
         self.check_ids(&[id])?;
         match mode {
-            DecodeMode::Incremental => self.logits = self.run(&[id], LogitsMode::Last)?,
+            DecodeMode::Incremental | DecodeMode::Speculative(_) => {
+                self.logits = self.run(&[id], LogitsMode::Last)?
+            }
             DecodeMode::Recompute => {
                 let mut all = std::mem::take(&mut self.fed);
                 all.extend(self.pending.take());
@@ -185,6 +196,44 @@ impl<'e> Session<'e> {
                 on_token,
             )?
             .ids)
+    }
+
+    /// Speculative-decoding counters since the session was created.
+    pub fn spec_stats(&self) -> SpecStats {
+        self.spec_stats
+    }
+
+    /// Positions left after `extra` more tokens (for clamping drafts).
+    pub(crate) fn room_after(&self, extra: usize) -> usize {
+        self.max_ctx
+            .saturating_sub(self.fed.len() + usize::from(self.pending.is_some()) + extra)
+    }
+
+    /// Feeds `ids` and returns the logits of the last `tail` of them (`[tail][vocab]`; none
+    /// when `tail == 0`). Leaves [`Session::logits`] alone.
+    pub(crate) fn run_tail(&mut self, ids: &[u32], tail: usize) -> Result<Vec<f32>, EngineError> {
+        self.check_ids(ids)?;
+        let mode = match tail {
+            0 => LogitsMode::None,
+            n => LogitsMode::Tail(n),
+        };
+        self.run(ids, mode)
+    }
+
+    /// Remembers the recurrent state (before a speculative pass).
+    pub(crate) fn snapshot(&mut self) -> Result<(), EngineError> {
+        self.state.snapshot_into(&mut self.snapshot)?;
+        Ok(())
+    }
+
+    /// Returns to the last [`Session::snapshot`]: tokens fed since are forgotten.
+    pub(crate) fn rollback(&mut self) -> Result<(), EngineError> {
+        let snap = self.snapshot.as_ref().ok_or_else(|| {
+            EngineError::Invalid("speculative rollback without a snapshot".into())
+        })?;
+        self.state.rollback(snap)?;
+        self.fed.truncate(snap.pos());
+        Ok(())
     }
 
     /// The engine this session runs on (for `generate_with`).

@@ -24,10 +24,23 @@ pub struct StoreStats {
     pub expert_failures: u64,
     /// Seconds spent inside reads (all I/O threads together).
     pub io_seconds: f64,
+    /// Seconds the compute thread blocked waiting for a streamed trunk layer.
+    pub trunk_wait_seconds: f64,
+    /// Seconds the compute thread blocked waiting for routed experts to arrive (inside a
+    /// fetch, outside the per-expert compute).
+    pub expert_wait_seconds: f64,
+    /// Experts read early because the next layer's router predicted them (lookahead).
+    pub lookahead_reads: u64,
+    /// Of those, the ones the layer then asked for.
+    pub lookahead_useful_reads: u64,
+    /// Distinct experts asked for by layers whose experts had been predicted.
+    pub lookahead_requested: u64,
+    /// Of those, the ones predicted (recall = predicted-and-asked ÷ asked).
+    pub lookahead_correct: u64,
 }
 
 impl StoreStats {
-    pub(crate) fn from_parts(t: TrunkStats, e: ExpertStats) -> StoreStats {
+    pub(crate) fn from_parts(t: TrunkStats, e: ExpertStats, expert_wait: f64) -> StoreStats {
         StoreStats {
             trunk_binds: t.binds,
             trunk_pinned_hits: t.pinned_hits,
@@ -38,6 +51,12 @@ impl StoreStats {
             expert_evictions: e.evictions,
             expert_failures: e.failures,
             io_seconds: t.io_seconds + e.io_seconds,
+            trunk_wait_seconds: t.wait_seconds,
+            expert_wait_seconds: expert_wait,
+            lookahead_reads: e.hint_reads,
+            lookahead_useful_reads: e.hint_useful_reads,
+            lookahead_requested: e.hint_requested,
+            lookahead_correct: e.hint_correct,
         }
     }
 
@@ -53,6 +72,12 @@ impl StoreStats {
             expert_evictions: self.expert_evictions - earlier.expert_evictions,
             expert_failures: self.expert_failures - earlier.expert_failures,
             io_seconds: self.io_seconds - earlier.io_seconds,
+            trunk_wait_seconds: self.trunk_wait_seconds - earlier.trunk_wait_seconds,
+            expert_wait_seconds: self.expert_wait_seconds - earlier.expert_wait_seconds,
+            lookahead_reads: self.lookahead_reads - earlier.lookahead_reads,
+            lookahead_useful_reads: self.lookahead_useful_reads - earlier.lookahead_useful_reads,
+            lookahead_requested: self.lookahead_requested - earlier.lookahead_requested,
+            lookahead_correct: self.lookahead_correct - earlier.lookahead_correct,
         }
     }
 
@@ -66,6 +91,12 @@ impl StoreStats {
         ratio(self.expert_resident_hits, self.expert_requests)
     }
 
+    /// Lookahead recall: share of the experts asked for that the next-layer router had
+    /// predicted (recall@top-k; 0 when nothing was predicted).
+    pub fn lookahead_recall(&self) -> f64 {
+        ratio(self.lookahead_correct, self.lookahead_requested)
+    }
+
     /// Share of trunk binds served by pinned layers (0 when none).
     pub fn trunk_hit_rate(&self) -> f64 {
         ratio(self.trunk_pinned_hits, self.trunk_binds)
@@ -73,7 +104,7 @@ impl StoreStats {
 
     /// The end-of-run summary; `wall` is the run's wall-clock seconds.
     pub fn report(&self, wall: f64) -> String {
-        format!(
+        let mut text = format!(
             "I/O report\n  trunk      {} binds, {:.1}% pinned, {:.3} GB read\n  experts    {} requests, {:.1}% resident hits, {} evictions, {} failed reads, {:.3} GB read\n  I/O time   {:.3} s in reads ({:.1}% of {:.3} s wall clock)",
             self.trunk_binds,
             100.0 * self.trunk_hit_rate(),
@@ -86,7 +117,16 @@ impl StoreStats {
             self.io_seconds,
             100.0 * self.io_seconds / wall.max(1e-9),
             wall,
-        )
+        );
+        if self.lookahead_requested > 0 {
+            text.push_str(&format!(
+                "\n  lookahead  recall {:.1}% of the experts asked for; {} early reads, {} of them used",
+                100.0 * self.lookahead_recall(),
+                self.lookahead_reads,
+                self.lookahead_useful_reads
+            ));
+        }
+        text
     }
 }
 

@@ -12,11 +12,12 @@ use crate::gather::{Gather, RunMap};
 use crate::layer_view::{expert_view, prepare_layer, prepare_mat, view_layer, widen, Mat};
 use crate::resident::embed_row;
 use crate::EngineError;
+use k3_format::bind::LayerTensors;
 use k3_format::{Checkpoint, ModelBinding, TensorRef};
 use k3_kernels::Matrix;
 use k3_model::weights::{
-    ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerWeights, SourceError,
-    WeightProvider,
+    ExpertFetchError, ExpertProvider, ExpertWeights, FfnWeights, HeadWeights, LayerWeights,
+    SourceError, WeightProvider,
 };
 use k3_plan::expert_store::{ExpertLoc, ExpertStore};
 use k3_plan::io::{AlignedBuf, ReadAt, ShardFile};
@@ -89,6 +90,11 @@ pub struct StreamingStore {
     trunk: TrunkStore,
     experts: ExpertStore,
     head: Head,
+    /// Nanoseconds fetches spent waiting for experts (fetch time minus per-expert compute).
+    expert_wait_ns: std::sync::atomic::AtomicU64,
+    /// With `--trunk`: the pack, and which layers' checksums were verified (each layer once,
+    /// the first time it is read; pinned layers at open).
+    pack_check: Option<(k3_format::TrunkPack, Vec<std::sync::atomic::AtomicBool>)>,
 }
 
 impl StreamingStore {
@@ -152,6 +158,21 @@ impl StreamingStore {
             plan.trunk.ring_slots.max(1)
         };
         let trunk = TrunkStore::new_with_progress(files.clone(), runs, &pinned, ring, progress)?;
+        let pack_check = match pack {
+            Some(p) => {
+                let verified: Vec<std::sync::atomic::AtomicBool> = (0..binding.layers.len())
+                    .map(|_| std::sync::atomic::AtomicBool::new(false))
+                    .collect();
+                for &l in &plan.trunk.pinned {
+                    if let Some(bytes) = trunk.pinned_layer(l) {
+                        p.check_layer(binding.layers[l].layer, &bytes)?;
+                        verified[l].store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+                Some((p.clone(), verified))
+            }
+            None => None,
+        };
         let locator = binding.experts.clone();
         let locate = Box::new(move |layer: usize, e: u32| {
             locator
@@ -206,6 +227,8 @@ impl StreamingStore {
             trunk,
             experts,
             head,
+            expert_wait_ns: Default::default(),
+            pack_check,
         })
     }
 
@@ -216,7 +239,11 @@ impl StreamingStore {
 
     /// Trunk and expert I/O counters.
     pub fn stats(&self) -> crate::stats::StoreStats {
-        crate::stats::StoreStats::from_parts(self.trunk.stats(), self.experts.stats())
+        let wait = self
+            .expert_wait_ns
+            .load(std::sync::atomic::Ordering::Relaxed) as f64
+            / 1e9;
+        crate::stats::StoreStats::from_parts(self.trunk.stats(), self.experts.stats(), wait)
     }
 
     /// Start or stop recording expert requests; take what was recorded.
@@ -251,6 +278,34 @@ fn embed_mode(t: &TensorRef) -> Result<Mat, EngineError> {
             cols,
         },
     })
+}
+
+impl StreamingStore {
+    /// Views layer `l` (`lt`) over its run's bytes and calls `f` with it.
+    fn view_layer_bytes(
+        &self,
+        l: usize,
+        lt: &LayerTensors,
+        bytes: &[u8],
+        f: &mut dyn FnMut(&LayerWeights<'_>),
+    ) -> Result<(), SourceError> {
+        if let Some((pack, verified)) = &self.pack_check {
+            if !verified[l].load(std::sync::atomic::Ordering::Relaxed) {
+                pack.check_layer(lt.layer, bytes)?;
+                verified[l].store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let map = &self.run_maps[l];
+        // Every tensor of the layer was placed in its run when the store was built.
+        let slice = |t: &TensorRef| -> &[u8] {
+            map.offset_of(t)
+                .and_then(|s| bytes.get(s..s + t.nbytes as usize))
+                .unwrap_or(&[])
+        };
+        let prepared = prepare_layer(lt, |t| Ok(slice(t)))?;
+        f(&view_layer(lt, &prepared, slice));
+        Ok(())
+    }
 }
 
 impl WeightProvider for StreamingStore {
@@ -296,17 +351,22 @@ impl WeightProvider for StreamingStore {
             .get(l)
             .ok_or_else(|| format!("layer {l} does not exist"))?;
         let guard = self.trunk.layer(l)?;
-        let map = &self.run_maps[l];
-        let bytes: &[u8] = &guard;
-        // Every tensor of the layer was placed in its run when the store was built.
-        let slice = |t: &TensorRef| -> &[u8] {
-            map.offset_of(t)
-                .and_then(|s| bytes.get(s..s + t.nbytes as usize))
-                .unwrap_or(&[])
+        self.view_layer_bytes(l, lt, &guard, f)
+    }
+
+    fn with_router(&self, l: usize, f: &mut dyn FnMut(&Matrix<'_>, &[f32])) -> bool {
+        let (Some(lt), Some(guard)) = (self.binding.layers.get(l), self.trunk.pinned_layer(l))
+        else {
+            return false;
         };
-        let prepared = prepare_layer(lt, |t| Ok(slice(t)))?;
-        f(&view_layer(lt, &prepared, slice));
-        Ok(())
+        let mut called = false;
+        let viewed = self.view_layer_bytes(l, lt, &guard, &mut |lw| {
+            if let FfnWeights::Moe(m) = &lw.ffn {
+                f(&m.router, m.router_bias);
+                called = true;
+            }
+        });
+        viewed.is_ok() && called
     }
 
     fn with_head(&self, f: &mut dyn FnMut(&HeadWeights<'_>)) -> Result<(), SourceError> {
@@ -332,7 +392,10 @@ impl ExpertProvider for StreamingStore {
     ) -> Result<(), ExpertFetchError> {
         let mut bad: Option<ExpertFetchError> = None;
         let locator = &self.binding.experts;
+        let start = std::time::Instant::now();
+        let mut computing = std::time::Duration::ZERO;
         let result = self.experts.fetch(layer, experts, &mut |i, bytes| {
+            let t = std::time::Instant::now();
             if bad.is_some() {
                 return;
             }
@@ -353,7 +416,13 @@ impl ExpertProvider for StreamingStore {
                 Ok((w, _)) => on_ready(i, &w),
                 Err(source) => bad = Some(ExpertFetchError { expert: e, source }),
             }
+            computing += t.elapsed();
         });
+        let waited = start.elapsed().saturating_sub(computing);
+        self.expert_wait_ns.fetch_add(
+            waited.as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if let Err(failure) = result {
             return Err(ExpertFetchError {
                 expert: failure.expert,

@@ -12,7 +12,9 @@ use crate::dims::{Dims, LayerKind};
 use crate::error::{check_len, check_shape, ModelError};
 use crate::layer::{decoder_layer, AttnState, Stream};
 use crate::mla::MlaPath;
+use crate::moe::Ahead;
 use crate::residual::{fold, mix};
+use crate::router::{route, RouterParams};
 use crate::state::State;
 use crate::weights::{ExpertProvider, HeadWeights, WeightProvider};
 use k3_format::K3Config;
@@ -28,12 +30,27 @@ pub enum LogitsMode {
     All,
     /// None (a prefill chunk whose logits are not needed).
     None,
+    /// The last `n` tokens of the call (speculative verification: the last fed token and the
+    /// drafts after it); `n` is clamped to the call's length.
+    Tail(usize),
+}
+
+impl LogitsMode {
+    /// Rows of logits a call of `t` tokens produces.
+    pub fn rows(self, t: usize) -> usize {
+        match self {
+            LogitsMode::Last => t.min(1),
+            LogitsMode::All => t,
+            LogitsMode::None => 0,
+            LogitsMode::Tail(n) => n.min(t),
+        }
+    }
 }
 
 /// Logits of a call: `rows` positions × `vocab`, row-major.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Logits {
-    /// Positions with logits (0, 1 or T).
+    /// Positions with logits (0, 1, T or the tail asked for).
     pub rows: usize,
     /// Vocabulary size.
     pub vocab: usize,
@@ -72,6 +89,7 @@ pub fn argmax(logits: &[f32]) -> u32 {
 pub struct Model {
     dims: Dims,
     mla_path: MlaPath,
+    lookahead: bool,
 }
 
 impl Model {
@@ -80,6 +98,7 @@ impl Model {
         Ok(Model {
             dims: Dims::new(cfg)?,
             mla_path: MlaPath::Latent,
+            lookahead: true,
         })
     }
     /// The model's dimensions.
@@ -89,6 +108,13 @@ impl Model {
     /// Selects the MLA formulation (default [`MlaPath::Latent`]; `Expanded` is a test reference).
     pub fn with_mla_path(mut self, path: MlaPath) -> Model {
         self.mla_path = path;
+        self
+    }
+    /// Turns next-layer router lookahead on or off (on for a bare `Model`; the engine decides
+    /// with `EngineOptions::lookahead`). Logits are the same either
+    /// way; only which experts are read early changes.
+    pub fn with_lookahead(mut self, on: bool) -> Model {
+        self.lookahead = on;
         self
     }
     /// A fresh session able to hold `max_ctx` positions.
@@ -218,10 +244,14 @@ impl Model {
             let mut result = Ok(());
             let mut attn = Some(attn);
             let mut stream = Some(stream);
+            let next = l + 1;
+            let predict = |x: &[f32], t: usize| self.lookahead(weights, experts, next, x, t);
+            let ahead: Option<Ahead<'_>> =
+                (self.lookahead && next < d.n_layers).then_some(&predict);
             weights
                 .with_layer(l, &mut |lw| {
                     if let (Some(a), Some(s)) = (attn.take(), stream.take()) {
-                        result = decoder_layer(d, l, lw, experts, s, a, &mut sc.layer);
+                        result = decoder_layer(d, l, lw, experts, s, a, &mut sc.layer, ahead);
                     }
                 })
                 .map_err(|source| ModelError::Weights {
@@ -238,11 +268,7 @@ impl Model {
             result?;
         }
         // 4.–5. output aggregator, final norm, lm_head
-        let rows = match mode {
-            LogitsMode::Last => 1,
-            LogitsMode::All => t,
-            LogitsMode::None => 0,
-        };
+        let rows = mode.rows(t);
         let mut data = vec![0f32; rows * d.vocab];
         let mut result = Ok(());
         weights
@@ -257,6 +283,50 @@ impl Model {
             vocab: d.vocab,
             data,
         })
+    }
+
+    /// Next-layer router lookahead: routes layer `layer`'s router on the CURRENT layer's MoE
+    /// input `x` (one token; the residual stream changes little between layers) and hints
+    /// the predicted experts to the store, which reads them while this layer finishes. Only
+    /// when the router is in memory now (resident or pinned); decode only (T = 1), where a
+    /// layer's experts are few and latency-bound.
+    fn lookahead(
+        &self,
+        weights: &dyn WeightProvider,
+        experts: &dyn ExpertProvider,
+        layer: usize,
+        x: &[f32],
+        t: usize,
+    ) {
+        let d = &self.dims;
+        if t != 1 || x.len() < d.hidden {
+            return;
+        }
+        let rp = RouterParams {
+            topk: d.topk,
+            renorm: d.renorm,
+            scale: d.routed_scale,
+        };
+        let (mut scores, mut taken) = (vec![0f32; d.n_experts], vec![false; d.n_experts]);
+        let (mut idx, mut wts) = (vec![0u32; d.topk], vec![0f32; d.topk]);
+        weights.with_router(layer, &mut |router, bias| {
+            let shapes_ok =
+                router.rows == d.n_experts && router.cols == d.hidden && bias.len() == d.n_experts;
+            if shapes_ok
+                && route(
+                    &x[..d.hidden],
+                    router,
+                    bias,
+                    &rp,
+                    &mut scores,
+                    &mut taken,
+                    &mut idx,
+                    &mut wts,
+                )
+            {
+                experts.hint(layer, &idx);
+            }
+        });
     }
 
     /// Output aggregator + final norm + lm_head for the last `rows` tokens.

@@ -14,7 +14,7 @@ use crate::dims::Dims;
 use crate::error::{check_len, ModelError};
 use crate::kda::kda_forward;
 use crate::mla::{mla_forward, MlaPath};
-use crate::moe::moe_forward;
+use crate::moe::{moe_forward, Ahead};
 use crate::residual::{fold, mix};
 use crate::scratch::LayerScratch;
 use crate::state::{KdaState, MlaCache};
@@ -113,6 +113,8 @@ fn norm_tokens(d: &Dims, y: &mut [f32], x: &[f32], w: &[f32], t: usize) {
 }
 
 /// Runs decoder layer `l` over the stream (spec §4.2).
+/// `ahead`: an optional lookahead hook for the layer's MoE ([`Ahead`]).
+#[allow(clippy::too_many_arguments)]
 pub fn decoder_layer(
     d: &Dims,
     l: usize,
@@ -121,6 +123,7 @@ pub fn decoder_layer(
     s: Stream<'_>,
     attn: AttnState<'_>,
     sc: &mut LayerScratch,
+    ahead: Option<Ahead<'_>>,
 ) -> Result<(), ModelError> {
     check_layer(d, w, l)?;
     let (t, e, bs) = (s.t, d.hidden, d.max_blocks * d.hidden);
@@ -173,7 +176,7 @@ pub fn decoder_layer(
     let (xn, y) = (&sc.xn[..te], &mut sc.y[..te]);
     match &w.ffn {
         FfnWeights::Dense(dw) => dense_forward(d, dw, xn, t, y, &mut sc.dense, Some(l))?,
-        FfnWeights::Moe(mw) => moe_forward(d, mw, experts, l, xn, t, y, &mut sc.moe)?,
+        FfnWeights::Moe(mw) => moe_forward(d, mw, experts, l, xn, t, y, &mut sc.moe, ahead)?,
     }
     prefix.iter_mut().zip(y.iter()).for_each(|(p, &m)| *p += m);
     h.copy_from_slice(prefix);

@@ -13,6 +13,9 @@
 //! order in which an expert store delivers experts. Routed experts are computed one at a time
 //! as they arrive (rows in parallel inside each).
 
+// Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod dense;
 pub mod dims;
 pub mod error;
@@ -36,4 +39,4 @@ pub use dims::{Dims, LayerKind};
 pub use error::ModelError;
 pub use forward::{argmax, Logits, LogitsMode, Model};
 pub use mla::MlaPath;
-pub use state::{KdaState, MlaCache, State};
+pub use state::{KdaState, MlaCache, Snapshot, State};

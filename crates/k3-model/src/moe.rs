@@ -114,7 +114,13 @@ fn expert_err(layer: usize, expert: u32, msg: String) -> ModelError {
     }
 }
 
+/// A lookahead hook: called once per MoE layer with its normed input `x` (`[T][E]`) and `T`,
+/// right after the layer's own expert reads were issued (at its first delivered expert), so
+/// reads it starts queue behind them and overlap the rest of the layer's compute.
+pub type Ahead<'a> = &'a dyn Fn(&[f32], usize);
+
 /// One MoE layer over `t` tokens: `x` normed input `[T][E]`, `out` receives `[T][E]`.
+/// `ahead`: an optional lookahead hook ([`Ahead`]); the result does not depend on it.
 #[allow(clippy::too_many_arguments)]
 pub fn moe_forward(
     d: &Dims,
@@ -125,6 +131,7 @@ pub fn moe_forward(
     t: usize,
     out: &mut [f32],
     sc: &mut MoeScratch,
+    ahead: Option<Ahead<'_>>,
 ) -> Result<(), ModelError> {
     check_moe(d, w, Some(layer))?;
     sc.ensure(d, t);
@@ -155,7 +162,7 @@ pub fn moe_forward(
     // 2. latent down-projection
     matmul(&mut sc.z[..t * l], &w.down_proj, x, t);
     // 3. experts: union fetched once, each computed for all its tokens as it arrives
-    run_experts(d, experts, layer, t, sc)?;
+    run_experts(d, experts, layer, t, sc, x, ahead)?;
     // 4. aggregate in each token's top-k order, then RMSNorm on the aggregate
     for tok in 0..t {
         let acc = &mut sc.acc[tok * l..(tok + 1) * l];
@@ -195,6 +202,8 @@ fn run_experts(
     layer: usize,
     t: usize,
     sc: &mut MoeScratch,
+    x: &[f32],
+    mut ahead: Option<Ahead<'_>>,
 ) -> Result<(), ModelError> {
     let k = d.topk;
     sc.union.clear();
@@ -220,6 +229,9 @@ fn run_experts(
         ..
     } = sc;
     let mut on_ready = |i: usize, ew: &ExpertWeights<'_>| {
+        if let Some(hook) = ahead.take() {
+            hook(x, t);
+        }
         if failure.is_some() {
             return;
         }

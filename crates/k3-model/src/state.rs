@@ -97,6 +97,22 @@ impl MlaCache {
     }
 }
 
+/// The recurrent part of a [`State`] (every KDA layer's state and conv history, and the
+/// position), copied so tokens fed speculatively can be taken back. The latent KV cache needs
+/// no copy: rows past a restored position are rewritten before any attention reads them.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    kda: Vec<KdaState>,
+    pos: usize,
+}
+
+impl Snapshot {
+    /// The position the snapshot was taken at.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+}
+
 /// Everything one session carries, plus its preallocated scratch.
 pub struct State {
     pub(crate) dims: Dims,
@@ -182,6 +198,51 @@ impl State {
     /// Mutable MLA latent caches.
     pub fn mla_caches_mut(&mut self) -> &mut [MlaCache] {
         &mut self.mla
+    }
+    /// Copies the recurrent state into `snap` (allocated on first use, reused afterwards).
+    /// Refused on a poisoned state.
+    pub fn snapshot_into(&self, snap: &mut Option<Snapshot>) -> Result<(), crate::ModelError> {
+        if self.poisoned {
+            return Err(crate::ModelError::StatePoisoned);
+        }
+        match snap {
+            Some(s) if s.kda.len() == self.kda.len() => {
+                for (dst, src) in s.kda.iter_mut().zip(&self.kda) {
+                    dst.s.copy_from_slice(&src.s);
+                    dst.conv.copy_from_slice(&src.conv);
+                }
+                s.pos = self.pos;
+            }
+            _ => {
+                *snap = Some(Snapshot {
+                    kda: self.kda.clone(),
+                    pos: self.pos,
+                })
+            }
+        }
+        Ok(())
+    }
+    /// Returns to `snap` (taken from this state, at or before the current position): the
+    /// tokens fed since are forgotten, bit for bit. Clears a poisoned flag.
+    pub fn rollback(&mut self, snap: &Snapshot) -> Result<(), crate::ModelError> {
+        let same_shape = snap.kda.len() == self.kda.len()
+            && snap
+                .kda
+                .iter()
+                .zip(&self.kda)
+                .all(|(a, b)| a.s.len() == b.s.len() && a.conv.len() == b.conv.len());
+        if !same_shape || snap.pos > self.max_ctx {
+            return Err(crate::ModelError::StateMismatch(
+                "snapshot taken from another geometry".into(),
+            ));
+        }
+        for (dst, src) in self.kda.iter_mut().zip(&snap.kda) {
+            dst.s.copy_from_slice(&src.s);
+            dst.conv.copy_from_slice(&src.conv);
+        }
+        self.pos = snap.pos;
+        self.poisoned = false;
+        Ok(())
     }
     /// Splits the borrow: carried buffers and scratch at once.
     pub(crate) fn split(&mut self) -> (&mut [KdaState], &mut [MlaCache], &mut Scratch) {

@@ -157,6 +157,12 @@ pub trait WeightProvider: Sync {
         -> Result<(), SourceError>;
     /// Calls `f` with the model-level head weights.
     fn with_head(&self, f: &mut dyn FnMut(&HeadWeights<'_>)) -> Result<(), SourceError>;
+    /// Calls `f(router [NE][E], bias [NE])` of MoE layer `l` when they are in memory right now
+    /// (never reads, never waits); returns whether it did. For router lookahead; the default
+    /// store has none.
+    fn with_router(&self, _l: usize, _f: &mut dyn FnMut(&Matrix<'_>, &[f32])) -> bool {
+        false
+    }
 }
 
 /// A routed expert that could not be made available; the model reports it as

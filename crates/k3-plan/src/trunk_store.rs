@@ -316,6 +316,19 @@ impl TrunkStore {
         Ok(LayerBytes { src, start, len })
     }
 
+    /// Layer `l`'s bytes when it is PINNED; `None` otherwise. Never reads, never starts a
+    /// read-ahead and is not counted as a bind (for router lookahead, which must not wait).
+    pub fn pinned_layer(&self, l: usize) -> Option<LayerBytes<'_>> {
+        let shared = &*self.shared;
+        let run = *shared.runs.get(l)?;
+        let buf = shared.pinned.get(l)?.as_ref()?;
+        Some(LayerBytes {
+            src: Src::Pinned(buf),
+            start: (run.offset % crate::io::ALIGN as u64) as usize,
+            len: run.len as usize,
+        })
+    }
+
     /// Finds (waiting for, or reading) the slot holding layer `l`; returns it with the lock.
     fn bind_slot(&self, l: usize) -> Result<(usize, MutexGuard<'_, RingState>), StoreError> {
         let shared = &*self.shared;

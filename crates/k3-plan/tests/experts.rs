@@ -383,3 +383,64 @@ fn concurrent_fetches_do_not_corrupt() {
     assert_eq!(s.resident_hits + s.misses, s.requests);
     assert_eq!(s.failures, 0);
 }
+
+#[test]
+fn hinted_experts_become_hits_and_are_scored() {
+    let x = Experts::new(true);
+    let store = x.store(6, PolicyKind::DEFAULT, 2);
+    store.hint(2, &[4, 5, 4, 11]);
+    let s = store.stats();
+    assert_eq!(s.hint_reads, 3, "distinct, not yet cached: {s:?}");
+    assert_eq!(s.requests, 0, "a hint is not a request");
+    // Hinted 4, 5, 11; layer 2 then asks for 4, 5 and 1: two hits, one miss, recall 2/3.
+    fetch_ok(&store, 2, &[4, 1, 5]);
+    let s = store.stats();
+    assert_eq!((s.requests, s.resident_hits, s.misses), (3, 2, 1), "{s:?}");
+    assert_eq!((s.hint_requested, s.hint_correct), (3, 2), "{s:?}");
+    assert_eq!((s.hint_useful_reads, s.hint_predicted), (2, 3), "{s:?}");
+    assert_eq!(s.bytes_read, 4 * EXP as u64, "every expert read once");
+    assert_eq!(s.hint_bytes, 3 * EXP as u64);
+    // A hint for an already cached expert reads nothing; a prediction for another layer
+    // is not scored against this one.
+    store.hint(2, &[4]);
+    store.hint(3, &[0]);
+    fetch_ok(&store, 2, &[4]);
+    assert_eq!(store.stats().hint_requested, 3);
+}
+
+#[test]
+fn a_failed_hinted_read_is_not_an_error_and_the_fetch_reads_again() {
+    let x = Experts::new(true);
+    let store = x.store(6, PolicyKind::DEFAULT, 2);
+    x.inject(1, 5, Fault::Eio);
+    store.hint(1, &[5, 6]);
+    fetch_ok(&store, 1, &[6]);
+    let s = store.stats();
+    assert_eq!((s.hint_failures, s.failures), (1, 0), "{s:?}");
+    x.clear();
+    fetch_ok(&store, 1, &[5, 6]);
+    assert_eq!(store.stats().failures, 0);
+}
+
+#[test]
+fn hints_never_take_slots_pinned_by_the_batch_being_delivered() {
+    let x = Experts::new(true);
+    // 3 slots, all pinned by the fetch while `on_ready` hints: the hint must read nothing.
+    let store = x.store(3, PolicyKind::DEFAULT, 2);
+    let experts = [0u32, 1, 2];
+    store
+        .fetch(0, &experts, &mut |i, b| {
+            assert!(b == expected(0, experts[i]));
+            store.hint(1, &[7, 8]);
+        })
+        .expect("fetch");
+    assert_eq!(store.stats().hint_reads, 0);
+    // With a free slot the same hint reads during the fetch and the next fetch hits it.
+    let store = x.store(4, PolicyKind::DEFAULT, 2);
+    store
+        .fetch(0, &experts, &mut |_, _| store.hint(1, &[7]))
+        .expect("fetch");
+    fetch_ok(&store, 1, &[7]);
+    let s = store.stats();
+    assert_eq!((s.hint_reads, s.resident_hits), (1, 1), "{s:?}");
+}

@@ -339,7 +339,8 @@ fn op_moe(fx: &Fx, tol: Tol, d: &Dims) -> R<String> {
     let t = x.len() / d.hidden;
     let mut out = vec![0f32; x.len()];
     let mut sc = MoeScratch::default();
-    moe_forward(d, &moe.view(), &store, 1, &x, t, &mut out, &mut sc).map_err(|e| e.to_string())?;
+    moe_forward(d, &moe.view(), &store, 1, &x, t, &mut out, &mut sc, None)
+        .map_err(|e| e.to_string())?;
     let (mut worst, mut relaxed) = (0f64, Vec::new());
     let mut heavy = (0f64, 0usize, 0f64); // (Σ|terms| bound / |want|, element, strict ratio)
     for (k, (&g, &w)) in out.iter().zip(&want).enumerate() {
@@ -444,7 +445,8 @@ fn op_layer(fx: &Fx, tol: Tol, d: &Dims) -> R<String> {
         n_blocks: &mut n_blocks,
     };
     let mut sc = LayerScratch::default();
-    decoder_layer(d, l, &layer.view(), &store, stream, attn, &mut sc).map_err(|e| e.to_string())?;
+    decoder_layer(d, l, &layer.view(), &store, stream, attn, &mut sc, None)
+        .map_err(|e| e.to_string())?;
     let nb_out = fx
         .shape("block_residual_out")?
         .get(1)

@@ -8,8 +8,7 @@
 use super::types::GenSettings;
 use k3_engine::chat::{Channel, ReplyParser, Template, Thinking};
 use k3_engine::{
-    DecodeMode, Engine, EngineError, Sampler, Session, StopConditions, StopReason, StopScanner,
-    Tokenizer,
+    Engine, EngineError, Sampler, Session, StopConditions, StopReason, StopScanner, Tokenizer,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -184,9 +183,10 @@ fn run_job(
         stop_strings: Vec::new(),
     };
     let t1 = Instant::now();
+    // Speculative only where it wins (the trunk streams); same tokens either way.
     let generation = session.generate_with(
         job.max_new,
-        DecodeMode::Incremental,
+        engine.auto_decode_mode(),
         &mut sampler,
         &stop,
         |id| out.on_token(id),

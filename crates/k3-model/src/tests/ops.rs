@@ -26,14 +26,14 @@ fn moe_union_prefill_equals_per_token_bit_for_bit() {
     let mw = moe_of(&w, 2).view();
     let mut sc = MoeScratch::default();
     let mut batched = vec![0f32; t * d.hidden];
-    moe_forward(&d, &mw, &x, 2, &input, t, &mut batched, &mut sc).unwrap();
+    moe_forward(&d, &mw, &x, 2, &input, t, &mut batched, &mut sc, None).unwrap();
     let log = x.take_log();
     assert_eq!(log.len(), 1, "one fetch for the whole batch");
     assert!(log[0].1.len() > d.topk, "tokens chose different experts");
     for tok in 0..t {
         let mut one = vec![0f32; d.hidden];
         let xi = &input[tok * d.hidden..(tok + 1) * d.hidden];
-        moe_forward(&d, &mw, &x, 2, xi, 1, &mut one, &mut sc).unwrap();
+        moe_forward(&d, &mw, &x, 2, xi, 1, &mut one, &mut sc, None).unwrap();
         assert_eq!(
             &batched[tok * d.hidden..(tok + 1) * d.hidden],
             &one[..],

@@ -21,6 +21,7 @@
 //!   counted (the CLI exits 4, as upstream does on `k3_expert_drops`), and the fetch returns
 //!   an error naming the layer and expert.
 
+mod hint;
 mod pool;
 
 use crate::io::{aligned_span, AlignedBuf, ReadAt};
@@ -67,6 +68,20 @@ pub struct ExpertStats {
     pub failures: u64,
     /// Seconds spent inside expert reads, summed over I/O threads (may exceed wall time).
     pub io_seconds: f64,
+    /// Experts read because of a lookahead hint (included in `bytes_read`).
+    pub hint_reads: u64,
+    /// Bytes of those reads.
+    pub hint_bytes: u64,
+    /// Hinted reads a later fetch of the same layer asked for (useful prefetches).
+    pub hint_useful_reads: u64,
+    /// Hinted reads that failed (not errors: the fetch reads the expert itself).
+    pub hint_failures: u64,
+    /// Experts predicted by hints that were scored against a fetch of their layer.
+    pub hint_predicted: u64,
+    /// Distinct experts those fetches asked for.
+    pub hint_requested: u64,
+    /// Predicted experts the fetch did ask for (recall = correct / requested).
+    pub hint_correct: u64,
 }
 
 /// What a slot holds.
@@ -101,6 +116,8 @@ pub struct ExpertStore {
     pool: Pool,
     fetch_lock: Mutex<()>,
     trace: Mutex<(bool, Vec<(u32, u32)>)>,
+    hints: Mutex<Vec<hint::HintBatch>>,
+    prediction: Mutex<Option<hint::Prediction>>,
 }
 
 /// One distinct expert of a wave: its key, location, and the batch indices asking for it.
@@ -183,6 +200,8 @@ impl ExpertStore {
             pool,
             fetch_lock: Mutex::new(()),
             trace: Mutex::new((false, Vec::new())),
+            hints: Mutex::new(Vec::new()),
+            prediction: Mutex::new(None),
         })
     }
 
@@ -222,18 +241,15 @@ impl ExpertStore {
                     .extend(order.iter().map(|(e, _)| (layer as u32, *e)));
             }
         }
+        let distinct: Vec<u32> = order.iter().map(|(e, _)| *e).collect();
+        self.score_hint(layer, &distinct);
         let capacity = self.shared.bufs.len();
         for wave in order.chunks(capacity) {
+            self.settle_hints();
             let wants = self.locate_wave(layer, wave)?;
             self.run_wave(layer, wants, on_ready)?;
         }
         Ok(())
-    }
-
-    /// Lookahead prefetch of `experts` of `layer`. Currently a no-op (allowed by the store's
-    /// contract): the next [`ExpertStore::fetch`] reads whatever is missing.
-    pub fn hint(&self, layer: usize, experts: &[u32]) {
-        let _ = (layer, experts);
     }
 
     /// Counters so far.

@@ -1,0 +1,250 @@
+//! Exact speculative decoding with a free drafter (prompt lookup).
+//!
+//! Each pass feeds the tokens generated but not yet in the state ("owed": usually just the
+//! newest one) followed by up to `max_draft` DRAFTED tokens — the continuation of the most
+//! recent earlier occurrence of the context's last n-gram — in ONE forward pass, with logits
+//! for the last owed token and every draft. The sampler then picks tokens from those rows in
+//! order, exactly as one-token-per-pass decoding would (same logits bit for bit, same
+//! history, same random stream); every pick that equals the next draft is accepted for free.
+//! At the first pick that differs, the recurrent state is rolled back to before the pass and
+//! the accepted tokens are owed to the next pass (no extra trunk read: they ride along).
+//!
+//! Why it saves bytes: one pass reads the streamed trunk once whatever the number of tokens
+//! it carries, so every accepted draft saves a whole trunk pass. It does NOT save expert
+//! bytes (each token needs its own experts) and a rejected draft costs its experts' reads
+//! and compute — so it is on by default only when the trunk streams (`--draft auto`), and
+//! the draft length adapts: +1 after a pass that accepted every draft, halved after one that
+//! accepted none, and after it reaches 0 drafting pauses for [`COOLDOWN_PASSES`] passes
+//! before trying one draft again (bounds the loss when drafts are poor; measured in
+//! docs/PERFORMANCE.md "Speculative decoding").
+
+use crate::generate::Emitter;
+use crate::stop::StopReason;
+use crate::{EngineError, Sampler, Session};
+
+/// Passes without drafts after the adaptive draft length fell to 0.
+pub const COOLDOWN_PASSES: usize = 8;
+
+/// Longest draft a custom drafter ([`Session::generate_with_drafter`]) is asked for.
+pub const MAX_CUSTOM_DRAFT: usize = 16;
+
+/// The adaptive draft length (see the module docs).
+struct DraftLength {
+    max: usize,
+    now: usize,
+    pause: usize,
+}
+
+impl DraftLength {
+    fn new(max: usize) -> Self {
+        DraftLength {
+            max,
+            now: max,
+            pause: 0,
+        }
+    }
+    /// Drafts allowed in the next pass.
+    fn next(&mut self) -> usize {
+        if self.pause > 0 {
+            self.pause -= 1;
+            0
+        } else {
+            self.now
+        }
+    }
+    /// Learns from a pass that drafted `k` tokens and accepted `a` of them.
+    fn learn(&mut self, k: usize, a: usize) {
+        if k == 0 {
+            return;
+        }
+        if a == k {
+            self.now = (self.now + 1).min(self.max);
+        } else if a == 0 {
+            self.now /= 2;
+            if self.now == 0 {
+                self.pause = COOLDOWN_PASSES;
+                self.now = 1;
+            }
+        }
+    }
+}
+
+/// Drafting parameters of [`crate::DecodeMode::Speculative`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Speculation {
+    /// Most tokens drafted per pass (≥ 1).
+    pub max_draft: usize,
+    /// Longest context suffix looked up (tried first).
+    pub max_ngram: usize,
+    /// Shortest context suffix looked up (≥ 1).
+    pub min_ngram: usize,
+}
+
+impl Default for Speculation {
+    /// 4 drafts from a 3- or 2-token match: see docs/PERFORMANCE.md for the measurements.
+    fn default() -> Self {
+        Speculation {
+            max_draft: 4,
+            max_ngram: 3,
+            min_ngram: 2,
+        }
+    }
+}
+
+/// Counters of speculative decoding in a session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpecStats {
+    /// Forward passes run while generating speculatively.
+    pub passes: u64,
+    /// Tokens drafted.
+    pub drafted: u64,
+    /// Drafted tokens accepted (each one a token generated without its own pass).
+    pub accepted: u64,
+    /// Passes that rejected a draft and rolled the state back.
+    pub rollbacks: u64,
+    /// Extra passes at the end of a generation that stopped inside accepted drafts.
+    pub settle_passes: u64,
+}
+
+impl SpecStats {
+    /// Accepted ÷ drafted (0 when nothing was drafted).
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+}
+
+/// Up to `limit` tokens that followed the most recent earlier occurrence of the context's
+/// last n-gram, for n from `max_ngram` down to `min_ngram` (longest match wins).
+pub fn draft(context: &[u32], spec: &Speculation, limit: usize) -> Vec<u32> {
+    let limit = limit.min(spec.max_draft);
+    if limit == 0 {
+        return Vec::new();
+    }
+    let len = context.len();
+    for n in (spec.min_ngram.max(1)..=spec.max_ngram).rev() {
+        if len <= n {
+            continue;
+        }
+        let suffix = &context[len - n..];
+        // Earlier occurrences start at 0..len-n (exclusive of the suffix itself).
+        if let Some(start) = (0..len - n).rev().find(|&i| &context[i..i + n] == suffix) {
+            let from = start + n;
+            return context[from..(from + limit).min(len)].to_vec();
+        }
+    }
+    Vec::new()
+}
+
+impl Session<'_> {
+    /// The speculative loop behind [`Session::generate_with`] and
+    /// [`Session::generate_with_drafter`] (`n ≥ 1`, fresh logits). `drafter(context, limit)`
+    /// proposes at most `limit` tokens to follow `context`.
+    pub(crate) fn generate_speculative<F: FnMut(u32) -> bool>(
+        &mut self,
+        n: usize,
+        max_draft: usize,
+        drafter: &mut dyn FnMut(&[u32], usize) -> Vec<u32>,
+        sampler: &mut Sampler,
+        emitter: &mut Emitter<'_, F>,
+    ) -> Result<StopReason, EngineError> {
+        let mut length = DraftLength::new(max_draft);
+        // `history` = what one-token decoding would pass the sampler: every token so far.
+        let mut history = self.history().to_vec();
+        let first = sampler.sample(self.logits(), &history);
+        history.push(first);
+        let mut generated = 1;
+        if let Some(r) = emitter.push(first) {
+            self.keep_pending(first)?;
+            return Ok(r);
+        }
+        if n == 1 {
+            self.keep_pending(first)?;
+            return Ok(StopReason::Length);
+        }
+        let mut owed = vec![first];
+        loop {
+            // The last token of the generation is never drafted: it comes from the row after
+            // the last draft, so a run of accepted drafts never ends inside the state.
+            let room = (n - generated - 1)
+                .min(self.room_after(owed.len()))
+                .min(length.next());
+            let mut drafts = drafter(&history, room);
+            drafts.truncate(room);
+            let k = drafts.len();
+            if k > 0 {
+                self.snapshot()?;
+            }
+            let mut batch = owed.clone();
+            batch.extend_from_slice(&drafts);
+            let rows = self.run_tail(&batch, k + 1)?;
+            self.spec_stats.passes += 1;
+            self.spec_stats.drafted += k as u64;
+            let vocab = rows.len() / (k + 1);
+            let accepted_before = self.spec_stats.accepted;
+            for j in 0..=k {
+                let next = sampler.sample(&rows[j * vocab..(j + 1) * vocab], &history);
+                history.push(next);
+                generated += 1;
+                let stopped = emitter.push(next);
+                let ended = stopped.is_some() || generated == n;
+                if j < k && next == drafts[j] && !ended {
+                    self.spec_stats.accepted += 1;
+                    continue;
+                }
+                length.learn(k, (self.spec_stats.accepted - accepted_before) as usize);
+                if j < k {
+                    // The state holds drafts j.. that must not be there: back to before the
+                    // pass; owed + the j accepted drafts are owed again.
+                    self.spec_stats.accepted += u64::from(next == drafts[j]);
+                    self.spec_stats.rollbacks += 1;
+                    self.rollback()?;
+                    owed.extend_from_slice(&drafts[..j]);
+                } else {
+                    owed.clear();
+                }
+                if ended {
+                    if !owed.is_empty() {
+                        self.spec_stats.settle_passes += 1;
+                        self.run_tail(&owed, 0)?;
+                    }
+                    self.keep_pending(next)?;
+                    return Ok(stopped.unwrap_or(StopReason::Length));
+                }
+                owed.push(next);
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draft_length_grows_on_full_acceptance_and_pauses_after_misses() {
+        let mut d = DraftLength::new(4);
+        assert_eq!(d.next(), 4);
+        d.learn(4, 4);
+        assert_eq!(d.next(), 4, "capped at max");
+        d.learn(4, 2);
+        assert_eq!(d.next(), 4, "partial acceptance keeps the length");
+        d.learn(4, 0);
+        assert_eq!(d.next(), 2);
+        d.learn(2, 0);
+        assert_eq!(d.next(), 1);
+        d.learn(1, 0);
+        for _ in 0..COOLDOWN_PASSES {
+            assert_eq!(d.next(), 0, "paused");
+        }
+        assert_eq!(d.next(), 1, "one draft after the pause");
+        d.learn(0, 0);
+        assert_eq!(d.next(), 1, "a pass without drafts teaches nothing");
+        d.learn(1, 1);
+        assert_eq!(d.next(), 2);
+    }
+}
