@@ -1,7 +1,14 @@
 //! `cargo xtask <command>`: project automation (conformance, generators, benchmarks).
 
+mod bench_decode;
 mod bench_index;
+mod bench_layers;
+mod bench_lookahead;
+mod bench_prefill;
+mod bench_spec;
+mod bench_util;
 mod conformance;
+mod fuzz;
 mod gen_bench;
 mod load_test;
 mod pack_trunk;
@@ -49,6 +56,18 @@ enum Cmd {
         #[arg(long, default_value_t = 16)]
         top_k: usize,
     },
+    /// Mutation-fuzz one input parser (safetensors, config, tiktoken, session, serve).
+    Fuzz(fuzz::FuzzArgs),
+    /// Next-layer router lookahead on vs off (trunk pinned, small expert cache), same run.
+    BenchLookahead(bench_lookahead::BenchLookaheadArgs),
+    /// Speculative decoding vs plain decoding, trunk streaming and resident, same run.
+    BenchSpec(bench_spec::BenchSpecArgs),
+    /// Greedy decode s/token at four budgets vs the I/O and compute floors, same run.
+    BenchDecode(bench_decode::BenchDecodeArgs),
+    /// KDA / MLA / MoE / dense layer 0 at real dims: ms per decode token and prefill chunk.
+    BenchLayers(bench_layers::BenchLayersArgs),
+    /// Expert bytes per prompt token: one-pass (chunk-union) prefill vs token by token.
+    BenchPrefill(bench_prefill::BenchPrefillArgs),
     /// Write a synthetic benchmark checkpoint (real per-layer dims, or --mid) into OUT_DIR.
     GenBench(gen_bench::GenBenchArgs),
     /// Drive `k3 serve` on 127.0.0.1 with concurrent clients: latency, throughput, 429s.
@@ -90,6 +109,12 @@ fn main() -> ExitCode {
             policies: &policies,
             top_k,
         }),
+        Cmd::Fuzz(args) => fuzz::run(&args),
+        Cmd::BenchLookahead(args) => bench_lookahead::run(&args),
+        Cmd::BenchSpec(args) => bench_spec::run(&args),
+        Cmd::BenchDecode(args) => bench_decode::run(&args),
+        Cmd::BenchLayers(args) => bench_layers::run(&args),
+        Cmd::BenchPrefill(args) => bench_prefill::run(&args),
         Cmd::GenBench(args) => gen_bench::run(&args),
         Cmd::LoadTest(args) => load_test::run(&args),
         Cmd::PackTrunk {
