@@ -290,7 +290,7 @@ fn bandwidth(
         let failed = std::thread::scope(|s| {
             let hs: Vec<_> = (0..qd)
                 .map(|_| {
-                    s.spawn(|| -> Result<(), String> {
+                    let work = || -> Result<(), String> {
                         let mut buf = AlignedBuf::new(aligned_span(0, bytes) as usize + 4096);
                         loop {
                             let i = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -311,14 +311,21 @@ fn bandwidth(
                                 return Ok(());
                             }
                         }
-                    })
+                    };
+                    // A reader thread that cannot start ends the test with that reason
+                    // (instead of a panic).
+                    std::thread::Builder::new()
+                        .spawn_scoped(s, work)
+                        .map_err(|e| format!("cannot start a reader thread: {e}"))
                 })
                 .collect();
             hs.into_iter()
-                .filter_map(|h| {
-                    h.join()
+                .filter_map(|h| match h {
+                    Ok(h) => h
+                        .join()
                         .unwrap_or_else(|p| std::panic::resume_unwind(p))
-                        .err()
+                        .err(),
+                    Err(e) => Some(e),
                 })
                 .next()
         });

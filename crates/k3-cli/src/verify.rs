@@ -251,7 +251,8 @@ fn hash_files(
     let mut sums: Vec<Sum> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
-                s.spawn(|| {
+                // A worker that cannot be spawned runs inline instead of panicking.
+                let work = || {
                     let mut out = Vec::new();
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -265,12 +266,18 @@ fn hash_files(
                         });
                     }
                     out
-                })
+                };
+                std::thread::Builder::new()
+                    .spawn_scoped(s, work)
+                    .map_err(|_| work)
             })
             .collect();
         handles
             .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .flat_map(|h| match h {
+                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                Err(work) => work(),
+            })
             .collect()
     });
     bar.finish_and_clear();

@@ -520,7 +520,9 @@ pub fn scale_nan_counts(
         let handles: Vec<_> = views
             .chunks(chunk)
             .map(|part| {
-                s.spawn(move || {
+                // A thread that cannot be spawned (thread or address-space limit) does its
+                // part inline instead of panicking.
+                let work = move || {
                     let mut m: BTreeMap<Option<usize>, ScaleCounts> = BTreeMap::new();
                     for v in part {
                         let c = m.entry(layer_of(v.name)).or_default();
@@ -530,12 +532,18 @@ pub fn scale_nan_counts(
                         progress(v.bytes.len() as u64);
                     }
                     m
-                })
+                };
+                std::thread::Builder::new()
+                    .spawn_scoped(s, work)
+                    .map_err(|_| work)
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .map(|h| match h {
+                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                Err(work) => work(),
+            })
             .collect()
     });
     let mut out: BTreeMap<Option<usize>, ScaleCounts> = BTreeMap::new();
