@@ -94,11 +94,11 @@ pub fn run(args: &BenchLookaheadArgs) -> ExitCode {
                 args.tokens,
                 args.repeat
             );
-            println!("| lookahead | s/token | expert GB/token | expert hit rate | recall@top-k | early reads | used |");
-            println!("|---|---|---|---|---|---|---|");
+            println!("| lookahead | s/token | expert GB/token | expert hit rate | recall@top-k | early reads | used | cancelled |");
+            println!("|---|---|---|---|---|---|---|---|");
             for (name, m) in [("off", &off), ("on", &on)] {
                 println!(
-                    "| {name} | {:.4} | {:.3} | {:.1}% | {} | {} | {} |",
+                    "| {name} | {:.4} | {:.3} | {:.1}% | {} | {} | {} | {} |",
                     m.seconds_per_token,
                     m.io.expert_bytes_read as f64 / 1e9 / n,
                     100.0 * m.io.expert_hit_rate(),
@@ -108,7 +108,8 @@ pub fn run(args: &BenchLookaheadArgs) -> ExitCode {
                         "–".into()
                     },
                     m.io.lookahead_reads,
-                    m.io.lookahead_useful_reads
+                    m.io.lookahead_useful_reads,
+                    m.io.lookahead_cancelled
                 );
             }
             println!(

@@ -33,6 +33,8 @@ pub struct StoreStats {
     pub lookahead_reads: u64,
     /// Of those, the ones the layer then asked for.
     pub lookahead_useful_reads: u64,
+    /// Early reads dropped before they started because the layer did not ask for them.
+    pub lookahead_cancelled: u64,
     /// Distinct experts asked for by layers whose experts had been predicted.
     pub lookahead_requested: u64,
     /// Of those, the ones predicted (recall = predicted-and-asked ÷ asked).
@@ -55,6 +57,7 @@ impl StoreStats {
             expert_wait_seconds: expert_wait,
             lookahead_reads: e.hint_reads,
             lookahead_useful_reads: e.hint_useful_reads,
+            lookahead_cancelled: e.hint_cancelled,
             lookahead_requested: e.hint_requested,
             lookahead_correct: e.hint_correct,
         }
@@ -76,6 +79,7 @@ impl StoreStats {
             expert_wait_seconds: self.expert_wait_seconds - earlier.expert_wait_seconds,
             lookahead_reads: self.lookahead_reads - earlier.lookahead_reads,
             lookahead_useful_reads: self.lookahead_useful_reads - earlier.lookahead_useful_reads,
+            lookahead_cancelled: self.lookahead_cancelled - earlier.lookahead_cancelled,
             lookahead_requested: self.lookahead_requested - earlier.lookahead_requested,
             lookahead_correct: self.lookahead_correct - earlier.lookahead_correct,
         }

@@ -1,22 +1,25 @@
 //! Lookahead prefetch: [`ExpertStore::hint`] reads experts a later fetch is predicted to ask
 //! for, while the caller computes.
 //!
-//! A hint only ever takes slots nobody has pinned, queues its reads BEHIND the reads already
-//! issued (the pool is FIFO, and the model hints after its own layer's reads are queued),
-//! and never delays a fetch's own batch: the next fetch wave first settles every hinted read
-//! (publishes it, releases its pin), then assigns slots as usual — so a hinted expert is a
-//! plain resident hit. A failed hinted read is counted apart and forgotten: the demand fetch
+//! A hint only ever takes slots nobody has pinned and queues its reads BEHIND the reads
+//! already issued (the pool is FIFO, and the model hints after its own layer's reads are
+//! queued). The next fetch wave first cancels the hinted reads it does not want that have not
+//! started (dropped unread), settles the rest (publishes them, releases their pins), then
+//! assigns slots as usual — so a hinted expert is a plain resident hit. A failed hinted read is counted apart and forgotten: the demand fetch
 //! reads that expert again and only its failure is an error. Hints change which experts are
 //! cached, never the bytes delivered, so outputs are bit-identical with and without them.
 
 use super::pool::{Job, Pending};
 use super::{lock, ExpertStore, Meta};
 use crate::{ExpertKey, Lookup};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-/// Reads issued by one hint, not yet settled.
+/// Reads issued by one hint, not yet settled, each with its cancel flag.
 pub(super) struct HintBatch {
     pending: Pending,
     keys: Vec<ExpertKey>,
+    cancel: Vec<Arc<AtomicBool>>,
 }
 
 /// What the last hint predicted, scored against the next fetch of its layer.
@@ -38,6 +41,7 @@ impl ExpertStore {
             }
         }
         let (mut jobs, mut keys, mut read) = (Vec::new(), Vec::new(), Vec::new());
+        let mut cancel = Vec::new();
         {
             let mut t = lock(&self.table);
             for &e in &distinct {
@@ -58,7 +62,9 @@ impl ExpertStore {
                         t.stats.evictions += u64::from(evicted.is_some());
                         t.stats.hint_reads += 1;
                         t.meta[slot] = Meta::Reading;
-                        jobs.push(Job::new(slot, keys.len(), key, loc));
+                        let flag = Arc::new(AtomicBool::new(false));
+                        cancel.push(Arc::clone(&flag));
+                        jobs.push(Job::new(slot, keys.len(), key, loc).cancellable(flag));
                         keys.push(key);
                         read.push(e);
                     }
@@ -83,20 +89,38 @@ impl ExpertStore {
         }
         jobs.sort_by_key(|j| (j.loc.file, j.loc.reads[0].0));
         let pending = self.pool.submit(jobs);
-        lock(&self.hints).push(HintBatch { pending, keys });
+        lock(&self.hints).push(HintBatch {
+            pending,
+            keys,
+            cancel,
+        });
     }
 
-    /// Waits for every hinted read, publishes it (resident, or empty again on failure) and
-    /// releases its pin. Called at the start of every fetch wave.
-    pub(super) fn settle_hints(&self) {
+    /// Cancels the hinted reads of experts this fetch (`layer`, `wanted`) does not ask for
+    /// and that have not started, then waits for the rest, publishes them (resident, or empty
+    /// again on failure or cancellation) and releases their pins. Called at the start of
+    /// every fetch wave, so a stale prediction never queues ahead of the real reads.
+    pub(super) fn settle_hints(&self, layer: usize, wanted: &[u32]) {
         let batches = std::mem::take(&mut *lock(&self.hints));
         for batch in batches {
+            for (key, flag) in batch.keys.iter().zip(&batch.cancel) {
+                let needed = key.layer as usize == layer && wanted.contains(&key.expert);
+                if !needed {
+                    flag.store(true, Ordering::Release);
+                }
+            }
             for done in batch.pending {
                 let Some(&key) = batch.keys.get(done.want) else {
                     continue;
                 };
                 let mut t = lock(&self.table);
                 t.stats.io_seconds += done.seconds;
+                if done.skipped {
+                    t.stats.hint_cancelled += 1;
+                    t.meta[done.slot] = Meta::Empty;
+                    t.slots.remove(key);
+                    continue;
+                }
                 match done.result {
                     Ok((start, len)) => {
                         t.stats.bytes_read += len as u64;

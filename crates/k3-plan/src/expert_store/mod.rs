@@ -76,6 +76,8 @@ pub struct ExpertStats {
     pub hint_useful_reads: u64,
     /// Hinted reads that failed (not errors: the fetch reads the expert itself).
     pub hint_failures: u64,
+    /// Hinted reads dropped before they started because the fetch did not ask for them.
+    pub hint_cancelled: u64,
     /// Experts predicted by hints that were scored against a fetch of their layer.
     pub hint_predicted: u64,
     /// Distinct experts those fetches asked for.
@@ -245,7 +247,7 @@ impl ExpertStore {
         self.score_hint(layer, &distinct);
         let capacity = self.shared.bufs.len();
         for wave in order.chunks(capacity) {
-            self.settle_hints();
+            self.settle_hints(layer, &distinct);
             let wants = self.locate_wave(layer, wave)?;
             self.run_wave(layer, wants, on_ready)?;
         }
@@ -393,6 +395,7 @@ impl ExpertStore {
                 want,
                 result,
                 seconds,
+                ..
             } = done;
             let published = self.publish(slot, wants[want].key, result, seconds);
             match (published, &first_err) {

@@ -2,6 +2,7 @@
 
 use super::{lock, ExpertLoc, Shared};
 use crate::{ExpertKey, StoreError};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -13,6 +14,8 @@ pub(crate) struct Job {
     pub(crate) want: usize,
     key: ExpertKey,
     pub(crate) loc: ExpertLoc,
+    /// Set before the read starts ⇒ the read is skipped (a stale lookahead hint).
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Job {
@@ -23,7 +26,14 @@ impl Job {
             want,
             key,
             loc,
+            cancel: None,
         }
+    }
+
+    /// The same read, skipped if `flag` is set before a thread picks it up.
+    pub(crate) fn cancellable(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.cancel = Some(flag);
+        self
     }
 }
 
@@ -35,6 +45,8 @@ pub(crate) struct Done {
     pub(crate) result: Result<(usize, usize), StoreError>,
     /// Seconds the read took.
     pub(crate) seconds: f64,
+    /// The read was cancelled before it started (nothing was read).
+    pub(crate) skipped: bool,
 }
 
 type Queued = (Job, Sender<Done>);
@@ -128,6 +140,7 @@ fn gone((slot, want, key): (usize, usize, ExpertKey)) -> Done {
         want,
         result: Err(StoreError::IoPoolGone(what)),
         seconds: 0.0,
+        skipped: false,
     }
 }
 
@@ -135,6 +148,21 @@ fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
     loop {
         let next = lock(rx).recv();
         let Ok((job, reply)) = next else { return };
+        if job
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Acquire))
+        {
+            let what = format!("expert {} of layer {}", job.key.expert, job.key.layer);
+            let _ = reply.send(Done {
+                slot: job.slot,
+                want: job.want,
+                result: Err(StoreError::IoPoolGone(format!("{what}: hint cancelled"))),
+                seconds: 0.0,
+                skipped: true,
+            });
+            continue;
+        }
         let t = Instant::now();
         let result = shared
             .read_expert(job.slot, &job.loc)
@@ -154,6 +182,7 @@ fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
             want: job.want,
             result,
             seconds,
+            skipped: false,
         });
     }
 }
