@@ -12,12 +12,12 @@ use crate::gather::{Gather, RunMap};
 use crate::layer_view::{expert_view, prepare_layer, prepare_mat, view_layer, widen, Mat};
 use crate::resident::embed_row;
 use crate::EngineError;
-use k3_format::bind::LayerTensors;
+use k3_format::bind::{FfnTensors, LayerTensors};
 use k3_format::{Checkpoint, ModelBinding, TensorRef};
 use k3_kernels::Matrix;
 use k3_model::weights::{
-    ExpertFetchError, ExpertProvider, ExpertWeights, FfnWeights, HeadWeights, LayerWeights,
-    SourceError, WeightProvider,
+    ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerWeights, SourceError,
+    WeightProvider,
 };
 use k3_plan::expert_store::{ExpertLoc, ExpertStore};
 use k3_plan::io::{AlignedBuf, ReadAt, ShardFile};
@@ -281,6 +281,12 @@ fn embed_mode(t: &TensorRef) -> Result<Mat, EngineError> {
 }
 
 impl StreamingStore {
+    /// Tensor `t` of layer `l` within the layer's run `bytes`.
+    fn tensor_bytes<'b>(&self, l: usize, t: &TensorRef, bytes: &'b [u8]) -> Option<&'b [u8]> {
+        let start = self.run_maps.get(l)?.offset_of(t)?;
+        bytes.get(start..start + t.nbytes as usize)
+    }
+
     /// Views layer `l` (`lt`) over its run's bytes and calls `f` with it.
     fn view_layer_bytes(
         &self,
@@ -295,13 +301,8 @@ impl StreamingStore {
                 verified[l].store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        let map = &self.run_maps[l];
         // Every tensor of the layer was placed in its run when the store was built.
-        let slice = |t: &TensorRef| -> &[u8] {
-            map.offset_of(t)
-                .and_then(|s| bytes.get(s..s + t.nbytes as usize))
-                .unwrap_or(&[])
-        };
+        let slice = |t: &TensorRef| -> &[u8] { self.tensor_bytes(l, t, bytes).unwrap_or(&[]) };
         let prepared = prepare_layer(lt, |t| Ok(slice(t)))?;
         f(&view_layer(lt, &prepared, slice));
         Ok(())
@@ -359,14 +360,22 @@ impl WeightProvider for StreamingStore {
         else {
             return false;
         };
-        let mut called = false;
-        let viewed = self.view_layer_bytes(l, lt, &guard, &mut |lw| {
-            if let FfnWeights::Moe(m) = &lw.ffn {
-                f(&m.router, m.router_bias);
-                called = true;
-            }
-        });
-        viewed.is_ok() && called
+        let FfnTensors::Moe(moe) = &lt.ffn else {
+            return false;
+        };
+        // Only the router and its bias: the rest of the layer is not prepared here.
+        let (gate, bias) = (&moe.gate, &moe.e_score_correction_bias);
+        let (Some(gate_bytes), Some(bias_bytes)) = (
+            self.tensor_bytes(l, gate, &guard),
+            self.tensor_bytes(l, bias, &guard),
+        ) else {
+            return false;
+        };
+        let (Ok(mat), Ok(bias)) = (prepare_mat(gate, gate_bytes), widen(bias, bias_bytes)) else {
+            return false;
+        };
+        f(&crate::layer_view::matrix(&mat, gate_bytes), &bias);
+        true
     }
 
     fn with_head(&self, f: &mut dyn FnMut(&HeadWeights<'_>)) -> Result<(), SourceError> {
