@@ -248,38 +248,26 @@ fn hash_files(
         .map_or(1, |n| n.get())
         .clamp(1, 4);
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut sums: Vec<Sum> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                // A worker that cannot be spawned runs inline instead of panicking.
-                let work = || {
-                    let mut out = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(rel) = rels.get(i) else { break };
-                        let algo = algo_of(rel);
-                        let hex = hash_file(&dir.join(rel), algo, &|n| bar.inc(n));
-                        out.push(Sum {
-                            rel: rel.clone(),
-                            algo,
-                            hex,
-                        });
-                    }
-                    out
-                };
-                std::thread::Builder::new()
-                    .spawn_scoped(s, work)
-                    .map_err(|_| work)
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| match h {
-                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                Err(work) => work(),
-            })
-            .collect()
-    });
+    // A worker that cannot be spawned runs inline (`par::run_scoped`).
+    let worker = || {
+        let mut out = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(rel) = rels.get(i) else { break };
+            let algo = algo_of(rel);
+            let hex = hash_file(&dir.join(rel), algo, &|n| bar.inc(n));
+            out.push(Sum {
+                rel: rel.clone(),
+                algo,
+                hex,
+            });
+        }
+        out
+    };
+    let mut sums: Vec<Sum> = k3_format::par::run_scoped((0..workers).map(|_| worker))
+        .into_iter()
+        .flatten()
+        .collect();
     bar.finish_and_clear();
     sums.sort_by(|a, b| a.rel.cmp(&b.rel));
     Ok(sums)

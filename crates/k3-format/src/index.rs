@@ -254,27 +254,15 @@ impl Checkpoint {
             .map_or(1, |n| n.get())
             .max(1);
         let chunk = index.entries.len().div_ceil(workers).max(1);
-        let bad = std::thread::scope(|s| {
-            // A thread that cannot be spawned (thread or address-space limit) does its part
-            // inline instead of panicking.
-            let handles: Vec<_> = index
+        // A part whose thread cannot be spawned is checked inline (`par::run_scoped`).
+        let bad = crate::par::run_scoped(
+            index
                 .entries
                 .chunks(chunk)
-                .map(|part| {
-                    let work = move || self.first_misplaced(index, part);
-                    std::thread::Builder::new()
-                        .spawn_scoped(s, work)
-                        .map_err(|_| work)
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| match h {
-                    Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                    Err(work) => work(),
-                })
-                .find_map(|r| r)
-        });
+                .map(|part| move || self.first_misplaced(index, part)),
+        )
+        .into_iter()
+        .find_map(|r| r);
         let Some((name, want, found)) = bad else {
             return Ok(());
         };
@@ -336,26 +324,13 @@ fn parse_all<'m>(
         return paths.iter().zip(maps).map(|(p, m)| parse(p, m)).collect();
     }
     let chunk = maps.len().div_ceil(workers);
-    let parts: Vec<Result<Vec<Parsed<'m>>, FormatError>> = std::thread::scope(|s| {
-        // As above: a part whose thread cannot be spawned is parsed inline.
-        let handles: Vec<_> = paths
+    // A part whose thread cannot be spawned is parsed inline (`par::run_scoped`).
+    let parts: Vec<Result<Vec<Parsed<'m>>, FormatError>> = crate::par::run_scoped(
+        paths
             .chunks(chunk)
             .zip(maps.chunks(chunk))
-            .map(|(ps, ms)| {
-                let work = move || ps.iter().zip(ms).map(|(p, m)| parse(p, m)).collect();
-                std::thread::Builder::new()
-                    .spawn_scoped(s, work)
-                    .map_err(|_| work)
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| match h {
-                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                Err(work) => work(),
-            })
-            .collect()
-    });
+            .map(|(ps, ms)| move || ps.iter().zip(ms).map(|(p, m)| parse(p, m)).collect()),
+    );
     let mut out = Vec::with_capacity(maps.len());
     for part in parts {
         out.extend(part?);

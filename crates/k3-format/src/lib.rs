@@ -23,6 +23,7 @@ pub mod error;
 mod header;
 pub mod index;
 pub mod pack;
+pub mod par;
 pub mod safetensors;
 mod shard_list;
 pub mod synth;

@@ -516,36 +516,21 @@ pub fn scale_nan_counts(
         .map_or(1, |n| n.get())
         .clamp(1, 16);
     let chunk = views.len().div_ceil(workers).max(1);
-    let parts: Vec<BTreeMap<Option<usize>, ScaleCounts>> = std::thread::scope(|s| {
-        let handles: Vec<_> = views
-            .chunks(chunk)
-            .map(|part| {
-                // A thread that cannot be spawned (thread or address-space limit) does its
-                // part inline instead of panicking.
-                let work = move || {
-                    let mut m: BTreeMap<Option<usize>, ScaleCounts> = BTreeMap::new();
-                    for v in part {
-                        let c = m.entry(layer_of(v.name)).or_default();
-                        c.tensors += 1;
-                        c.bytes += v.bytes.len() as u64;
-                        c.nan += v.bytes.iter().filter(|&&b| b == 255).count() as u64;
-                        progress(v.bytes.len() as u64);
-                    }
-                    m
-                };
-                std::thread::Builder::new()
-                    .spawn_scoped(s, work)
-                    .map_err(|_| work)
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| match h {
-                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                Err(work) => work(),
-            })
-            .collect()
-    });
+    // A part whose thread cannot be spawned is scanned inline (`par::run_scoped`).
+    let parts: Vec<BTreeMap<Option<usize>, ScaleCounts>> =
+        crate::par::run_scoped(views.chunks(chunk).map(|part| {
+            move || {
+                let mut m: BTreeMap<Option<usize>, ScaleCounts> = BTreeMap::new();
+                for v in part {
+                    let c = m.entry(layer_of(v.name)).or_default();
+                    c.tensors += 1;
+                    c.bytes += v.bytes.len() as u64;
+                    c.nan += v.bytes.iter().filter(|&&b| b == 255).count() as u64;
+                    progress(v.bytes.len() as u64);
+                }
+                m
+            }
+        }));
     let mut out: BTreeMap<Option<usize>, ScaleCounts> = BTreeMap::new();
     for m in parts {
         for (k, v) in m {
