@@ -83,15 +83,7 @@ impl ExpertProvider for PoolExperts {
     ) -> Result<(), ExpertFetchError> {
         let pool = &self.pool[layer];
         for (i, &e) in experts.iter().enumerate() {
-            let x = &pool[e as usize % pool.len()];
-            on_ready(
-                i,
-                &ExpertWeights {
-                    w1: x.w1.view(),
-                    w2: x.w2.view(),
-                    w3: x.w3.view(),
-                },
-            );
+            on_ready(i, &pool[e as usize % pool.len()].view());
         }
         Ok(())
     }

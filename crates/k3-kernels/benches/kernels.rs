@@ -11,24 +11,8 @@ use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::Duration;
 
-/// Deterministic pseudo-random bytes (xorshift), so no weights ship with the bench.
-fn bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 24) as u8
-        })
-        .collect()
-}
-
-fn vector(n: usize) -> Vec<f32> {
-    (0..n)
-        .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 997.0)
-        .collect()
-}
+mod common;
+use common::{bf16_data, bytes, mx_data, vector};
 
 /// Pools of 1 thread and of every available core.
 fn pools() -> Vec<(usize, rayon::ThreadPool)> {
@@ -90,15 +74,7 @@ fn bench_matvec(c: &mut Criterion, name: &str, mats: &[Matrix]) {
 fn mxfp4(c: &mut Criterion) {
     for (rows, cols) in [(3072usize, 3584usize), (3584, 3072)] {
         // 24 experts' worth (~140 MB) rotate through, like streamed experts.
-        let data: Vec<(Vec<u8>, Vec<u8>)> = (0..24)
-            .map(|e| {
-                let scales = bytes(rows * cols / 32, 99 + e)
-                    .into_iter()
-                    .map(|s| 112 + s % 16)
-                    .collect();
-                (bytes(rows * cols / 2, 7 + e), scales)
-            })
-            .collect();
+        let data: Vec<(Vec<u8>, Vec<u8>)> = (0..24).map(|e| mx_data(rows, cols, 7 + e)).collect();
         let mats: Vec<Matrix> = data
             .iter()
             .map(|(p, s)| Matrix::mxfp4(rows, cols, p, s).unwrap())
@@ -109,10 +85,7 @@ fn mxfp4(c: &mut Criterion) {
 
 fn bf16_(c: &mut Criterion) {
     for (rows, cols) in [(12288usize, 7168usize), (7168, 12288)] {
-        let w: Vec<bf16> = bytes(rows * cols, 3)
-            .into_iter()
-            .map(|b| bf16::from_f32((b as f32 - 128.0) / 64.0))
-            .collect();
+        let w = bf16_data(rows * cols);
         let mats = [Matrix::bf16(rows, cols, &w).unwrap()];
         bench_matvec(c, &format!("bf16_matvec_{rows}x{cols}"), &mats);
     }

@@ -6,7 +6,6 @@
 //!
 //! `cargo run --release -p k3-kernels --example matvec_cpu_time [mx|bf]`
 
-use half::bf16;
 use k3_kernels::{matvec, Matrix};
 use std::time::Instant;
 
@@ -19,38 +18,13 @@ fn cpu_ns() -> u64 {
         .expect("schedstat format")
 }
 
-/// Deterministic pseudo-random bytes (xorshift).
-fn bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 24) as u8
-        })
-        .collect()
-}
-
-/// MXFP4 `[rows × cols]` data with scale bytes in the real-checkpoint range.
-fn mx_data(rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
-    let scales = bytes(rows * cols / 32, seed + 1);
-    let scales = scales.into_iter().map(|v| 112 + v % 16).collect();
-    (bytes(rows * cols / 2, seed), scales)
-}
-
-fn bf16_data(n: usize) -> Vec<bf16> {
-    let v = bytes(n, 3);
-    v.into_iter()
-        .map(|b| bf16::from_f32((b as f32 - 128.0) / 64.0))
-        .collect()
-}
+#[path = "../benches/common/mod.rs"]
+mod common;
+use common::{bf16_data, mx_data, vector};
 
 /// Best on-CPU and wall GB/s over 7 trials of `iters` products rotating over `mats`.
 fn run(name: &str, mats: &[Matrix], iters: usize) {
-    let x: Vec<f32> = (0..mats[0].cols)
-        .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 997.0)
-        .collect();
+    let x = vector(mats[0].cols);
     let mut y = vec![0f32; mats[0].rows];
     let bytes = (mats[0].weight_bytes() * iters) as f64;
     let (mut cpu, mut wall) = (0f64, 0f64);

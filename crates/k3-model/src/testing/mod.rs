@@ -363,6 +363,17 @@ pub struct OwnedExpert {
     pub w3: OwnedMatrix,
 }
 
+impl OwnedExpert {
+    /// The model's view of this expert.
+    pub fn view(&self) -> ExpertWeights<'_> {
+        ExpertWeights {
+            w1: self.w1.view(),
+            w2: self.w2.view(),
+            w3: self.w3.view(),
+        }
+    }
+}
+
 /// Order in which [`OwnedExperts`] delivers a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arrival {
@@ -443,14 +454,7 @@ impl ExpertProvider for OwnedExperts {
                     expert: e,
                     source: format!("no expert {e} in layer {layer}").into(),
                 })?;
-            on_ready(
-                i,
-                &ExpertWeights {
-                    w1: x.w1.view(),
-                    w2: x.w2.view(),
-                    w3: x.w3.view(),
-                },
-            );
+            on_ready(i, &x.view());
         }
         Ok(())
     }

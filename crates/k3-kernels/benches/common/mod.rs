@@ -1,0 +1,43 @@
+//! Synthetic weights and activations shared by `benches/kernels.rs` and
+//! `examples/matvec_cpu_time.rs` (no weights ship with either).
+#![allow(dead_code)] // each user takes what it needs
+
+use half::bf16;
+
+/// Deterministic pseudo-random bytes (xorshift).
+pub fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 24) as u8
+        })
+        .collect()
+}
+
+/// An activation vector of `n` values in about [−1, 1].
+pub fn vector(n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 997.0)
+        .collect()
+}
+
+/// MXFP4 `[rows × cols]` (packed codes, scale bytes) with scales in the real-checkpoint range
+/// (112..128, i.e. 2^-15..2^0).
+pub fn mx_data(rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    let scales = bytes(rows * cols / 32, seed + 1)
+        .into_iter()
+        .map(|v| 112 + v % 16)
+        .collect();
+    (bytes(rows * cols / 2, seed), scales)
+}
+
+/// `n` bf16 weights in about [−2, 2].
+pub fn bf16_data(n: usize) -> Vec<bf16> {
+    bytes(n, 3)
+        .into_iter()
+        .map(|b| bf16::from_f32((b as f32 - 128.0) / 64.0))
+        .collect()
+}
