@@ -307,11 +307,12 @@ impl Model {
             renorm: d.renorm,
             scale: d.routed_scale,
         };
-        let (mut scores, mut taken) = (vec![0f32; d.n_experts], vec![false; d.n_experts]);
-        let (mut idx, mut wts) = (vec![0u32; d.topk], vec![0f32; d.topk]);
         weights.with_router(layer, &mut |router, bias| {
             let shapes_ok =
                 router.rows == d.n_experts && router.cols == d.hidden && bias.len() == d.n_experts;
+            // Allocated only when the router is in memory (a few KB per pinned MoE layer).
+            let (mut scores, mut taken) = (vec![0f32; d.n_experts], vec![false; d.n_experts]);
+            let (mut idx, mut wts) = (vec![0u32; d.topk], vec![0f32; d.topk]);
             if shapes_ok
                 && route(
                     &x[..d.hidden],
