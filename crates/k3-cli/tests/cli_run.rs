@@ -117,3 +117,53 @@ fn transposed_tensor_exits_2_naming_it() {
         "{err}"
     );
 }
+
+/// `--draft` and `--lookahead` change how the tokens are computed, never which: the same ids
+/// as the plain run, with the mode and counters in the JSON report.
+#[test]
+fn draft_and_lookahead_flags_keep_the_ids_and_report_themselves() {
+    let dir = scratch("draft");
+    let json = dir.join("out.json");
+    let want = "391,655,292,730,776,115,719,393,787,679,255,821,638,667,420,461";
+    let cases: [(&[&str], &str); 3] = [
+        (&["--mem-gb", "0.003", "--draft", "off"], "incremental"),
+        (&["--mem-gb", "0.003", "--draft", "4"], "speculative"),
+        (
+            &["--trunk-gb", "1", "--cache-gb", "0.0005", "--lookahead"],
+            "incremental",
+        ),
+    ];
+    let model = tiny();
+    for (flags, mode) in cases {
+        let mut a = vec![
+            "run",
+            model.to_str().unwrap(),
+            "--ids",
+            "637,229,263,638,730,42,197",
+            "-n",
+            "16",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        a.extend_from_slice(flags);
+        let o = k3(&a);
+        assert!(o.status.success(), "{flags:?}: {}", stderr(&o));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(stdout.contains(want), "{flags:?}: {stdout}");
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(r["mode"], mode, "{flags:?}");
+        if mode == "speculative" {
+            assert_eq!(
+                r["draft_passes"], 15,
+                "one pass per token when nothing is drafted"
+            );
+        }
+        if flags.contains(&"--lookahead") {
+            assert!(r["lookahead_reads"].as_u64().unwrap() > 0, "{r}");
+            assert!(stderr(&o).contains("lookahead  recall"), "{}", stderr(&o));
+        } else {
+            assert_eq!(r["lookahead_reads"], 0, "{flags:?}");
+        }
+    }
+}

@@ -104,6 +104,22 @@ fn cases() -> Vec<Case> {
             &["invalid value '-1' for '--gen"],
         ),
         case(
+            "draft-out-of-range",
+            "--draft 99",
+            nothing,
+            run(&["--ids", "1", "--draft", "99"]),
+            2,
+            &["'99' is not auto, off or a draft length from 1 to 16"],
+        ),
+        case(
+            "draft-word",
+            "--draft sometimes",
+            nothing,
+            run(&["--ids", "1", "--draft", "sometimes"]),
+            2,
+            &["--draft <auto|off|N>", "'sometimes' is not auto, off"],
+        ),
+        case(
             "n-negative-attached",
             "-n=-1",
             nothing,
