@@ -1,4 +1,4 @@
-"""Check the float64 reference against upstream's op fixtures (../shared/fixtures/upstream).
+"""Check the float64 reference against upstream's op fixtures (fixtures/upstream).
 
     python3 tools/reference/test_upstream.py [--upstream DIR]
 
@@ -284,7 +284,7 @@ def check_mxfp4(c, d):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--upstream", default=os.path.join(REPO, "..", "shared", "fixtures", "upstream"))
+    ap.add_argument("--upstream", default=os.path.join(REPO, "fixtures", "upstream"))
     args = ap.parse_args()
     ops_dir = os.path.join(args.upstream, "ops")
     man = load(ops_dir, "MANIFEST.json")

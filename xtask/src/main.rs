@@ -29,9 +29,10 @@ struct Cli {
 enum Cmd {
     /// Run every Rust-side check against the upstream fixtures and the tiny models.
     Conformance {
-        /// Directory holding the upstream fixtures.
-        #[arg(long, default_value = "../shared/fixtures/upstream")]
-        upstream: PathBuf,
+        /// Directory holding the upstream fixtures (default: the repository's
+        /// `fixtures/upstream`).
+        #[arg(long)]
+        upstream: Option<PathBuf>,
     },
     /// Index a synthetic real-size checkpoint (96 shards, 497,220 tensors): time and bytes/tensor.
     BenchIndex {
@@ -90,7 +91,9 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Conformance { upstream } => conformance::run(&upstream),
+        Cmd::Conformance { upstream } => {
+            conformance::run(&upstream.unwrap_or_else(|| fuzz::workspace_root().join("fixtures/upstream")))
+        }
         Cmd::BenchIndex { dir, runs } => match bench_index::run(dir, runs) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -20,9 +20,10 @@ use crate::CliError;
 use clap::Args;
 use k3_engine::planning::{budget_extremes, model_sizes};
 use k3_engine::{Budget, Preset};
-use k3_plan::io::{aligned_span, ReadAt};
+use k3_store::io::{aligned_span, ReadAt};
 use k3_plan::plan::{fmt_bytes, plan as make_plan, GB};
-use k3_plan::{available_memory, AlignedBuf, MemoryPlan, ModelSizes, PlanRequest, ShardFile};
+use k3_plan::{MemoryPlan, ModelSizes, PlanRequest};
+use k3_store::{available_memory, AlignedBuf, ShardFile};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

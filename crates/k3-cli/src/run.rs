@@ -224,7 +224,7 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     if let (Some(plan), false) = (engine.plan(), quiet) {
         eprintln!(
             "{}",
-            plan.table(Some(&k3_plan::available_memory())).trim_end()
+            plan.table(Some(&k3_store::available_memory())).trim_end()
         );
     }
     engine.record_expert_trace(args.dump_cache_trace.is_some());

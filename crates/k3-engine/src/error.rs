@@ -36,7 +36,7 @@ pub enum EngineError {
     Plan(#[from] k3_plan::PlanError),
     /// A streaming store failed (trunk read, expert cache setup).
     #[error(transparent)]
-    Store(#[from] k3_plan::StoreError),
+    Store(#[from] k3_store::StoreError),
     /// An operating-system error on a named file.
     #[error("{path}: {source}")]
     Io {

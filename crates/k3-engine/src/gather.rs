@@ -6,7 +6,7 @@
 
 use k3_format::bind::LayerTensors;
 use k3_format::TensorRef;
-use k3_plan::io::ReadAt;
+use k3_store::io::ReadAt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -325,7 +325,7 @@ impl Engine {
 pub fn shard_readers(
     dir: &Path,
     direct: bool,
-) -> Result<Vec<Arc<dyn k3_plan::io::ReadAt>>, EngineError> {
+) -> Result<Vec<Arc<dyn k3_store::io::ReadAt>>, EngineError> {
     streaming::open_files(&Checkpoint::open(dir)?, direct)
 }
 

@@ -3,7 +3,8 @@
 
 use crate::EngineError;
 use k3_format::{K3Config, ModelBinding};
-use k3_plan::{available_memory, Budget, MemoryPlan, ModelSizes, PlanRequest};
+use k3_plan::{Budget, MemoryPlan, ModelSizes, PlanRequest};
+use k3_store::available_memory;
 
 /// Bytes per f32.
 const F32: u64 = 4;

@@ -1,7 +1,7 @@
 //! I/O counters of the streaming stores, as one plain struct for reports and `--json`.
 
-use k3_plan::expert_store::ExpertStats;
-use k3_plan::trunk_store::TrunkStats;
+use k3_store::expert_store::ExpertStats;
+use k3_store::trunk_store::TrunkStats;
 
 /// Cumulative counters since the engine opened (zeros for the resident store).
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -19,9 +19,9 @@ use k3_model::weights::{
     ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerWeights, SourceError,
     WeightProvider,
 };
-use k3_plan::expert_store::{ExpertLoc, ExpertStore};
-use k3_plan::io::{AlignedBuf, ReadAt, ShardFile};
-use k3_plan::trunk_store::{RunLoc, TrunkStore};
+use k3_store::expert_store::{ExpertLoc, ExpertStore};
+use k3_store::io::{AlignedBuf, ReadAt, ShardFile};
+use k3_store::trunk_store::{RunLoc, TrunkStore};
 use k3_plan::{KeySpace, MemoryPlan, PolicyKind};
 
 /// Experts per MoE layer, from the bound router gate's rows (0 for an all-dense model).
@@ -71,7 +71,7 @@ struct Head {
 /// in-memory alignment equals the mapped alignment. Returns (buffer, skew).
 fn read_aligned(files: &Files, t: &TensorRef) -> Result<(AlignedBuf, usize), EngineError> {
     let skew = (t.offset % 4096) as usize;
-    let mut buf = AlignedBuf::new(k3_plan::io::aligned_span(t.offset, t.nbytes) as usize);
+    let mut buf = AlignedBuf::new(k3_store::io::aligned_span(t.offset, t.nbytes) as usize);
     let file = &files[t.shard];
     file.read_into_aligned(&mut buf, t.offset, t.nbytes as usize)
         .map_err(|e| EngineError::Io {

@@ -7,7 +7,7 @@ use k3_engine::{
     argmax, shard_readers, Budget, DecodeMode, Engine, EngineOptions, EXIT_EXPERT, EXIT_RUNTIME,
 };
 use k3_format::{bind_model, Checkpoint, K3Config};
-use k3_plan::io::{Fault, FaultyReader, ReadAt};
+use k3_store::io::{Fault, FaultyReader, ReadAt};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

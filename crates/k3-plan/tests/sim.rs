@@ -1,4 +1,4 @@
-//! The trace simulator on a tiny synthetic full-recompute trace (no ../shared needed), and
+//! The trace simulator on a tiny synthetic full-recompute trace (no fixture file needed), and
 //! on the upstream trace when it is present.
 
 use k3_plan::sim::{simulate, SimError, Trace};
@@ -88,15 +88,12 @@ fn malformed_traces_are_refused() {
 }
 
 #[test]
-fn upstream_trace_layout_when_present() {
+fn upstream_trace_layout() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures/upstream/expert_trace.bin"
+        "/../../fixtures/upstream/expert_trace.bin"
     );
-    let Ok(bytes) = std::fs::read(path) else {
-        eprintln!("skipped: {path} not present");
-        return;
-    };
+    let bytes = std::fs::read(path).unwrap();
     let t = Trace::parse(&bytes, KeySpace::K3, 16).unwrap();
     let s = t.summary();
     assert_eq!((s.requests, s.distinct), (100_096, 10_010));

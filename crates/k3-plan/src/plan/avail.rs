@@ -1,7 +1,6 @@
-//! Memory actually available: MemAvailable, capped by cgroup v2 / v1 headroom.
-
-use std::fs;
-use std::path::Path;
+//! Memory actually available: MemAvailable, capped by cgroup v2 / v1 headroom. Parsed from
+//! texts the caller reads (k3-store's `available_memory` reads the real files), so the planner
+//! itself never opens a file.
 
 /// What the machine and its cgroup leave to this process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -34,38 +33,34 @@ impl Available {
     }
 }
 
-/// Reads the figures of this machine.
-pub fn available_memory() -> Available {
-    available_memory_at(Path::new("/"))
-}
-
-/// Reads the figures under `root` (`/` normally; a fake tree in tests): `proc/meminfo`,
-/// `proc/self/cgroup`, and `sys/fs/cgroup/…`.
-pub fn available_memory_at(root: &Path) -> Available {
-    let read = |p: &str| fs::read_to_string(root.join(p)).ok();
-    let mem_available = read("proc/meminfo").as_deref().and_then(parse_meminfo);
-    let cgroups = read("proc/self/cgroup").unwrap_or_default();
-    let v2 = cgroup_path(&cgroups, |c| c.is_empty()).map(|p| format!("sys/fs/cgroup{p}"));
-    let v1 = cgroup_path(&cgroups, |c| c.split(',').any(|x| x == "memory"))
-        .map(|p| format!("sys/fs/cgroup/memory{p}"));
-    let headroom_v2 = v2
-        .into_iter()
-        .chain(["sys/fs/cgroup".to_string()])
-        .find_map(|d| {
-            let max = read(&format!("{d}/memory.max"))?;
-            let cur = read(&format!("{d}/memory.current"))?;
-            let stat = read(&format!("{d}/memory.stat")).unwrap_or_default();
-            Some(cgroup_v2_headroom(&max, &cur, &stat))
-        });
-    let headroom_v1 = || {
-        let d = v1.clone().unwrap_or_else(|| "sys/fs/cgroup/memory".into());
-        let lim = read(&format!("{d}/memory.limit_in_bytes"))?;
-        let use_ = read(&format!("{d}/memory.usage_in_bytes"))?;
-        Some(cgroup_v1_headroom(&lim, &use_))
-    };
-    Available {
-        mem_available,
-        cgroup_headroom: headroom_v2.or_else(headroom_v1).flatten(),
+impl Available {
+    /// The figures from the files `read` returns (paths relative to the filesystem root:
+    /// `proc/meminfo`, `proc/self/cgroup`, `sys/fs/cgroup/…`; `None` for a missing file).
+    pub fn from_reader(read: impl Fn(&str) -> Option<String>) -> Available {
+        let mem_available = read("proc/meminfo").as_deref().and_then(parse_meminfo);
+        let cgroups = read("proc/self/cgroup").unwrap_or_default();
+        let v2 = cgroup_path(&cgroups, |c| c.is_empty()).map(|p| format!("sys/fs/cgroup{p}"));
+        let v1 = cgroup_path(&cgroups, |c| c.split(',').any(|x| x == "memory"))
+            .map(|p| format!("sys/fs/cgroup/memory{p}"));
+        let headroom_v2 = v2
+            .into_iter()
+            .chain(["sys/fs/cgroup".to_string()])
+            .find_map(|d| {
+                let max = read(&format!("{d}/memory.max"))?;
+                let cur = read(&format!("{d}/memory.current"))?;
+                let stat = read(&format!("{d}/memory.stat")).unwrap_or_default();
+                Some(cgroup_v2_headroom(&max, &cur, &stat))
+            });
+        let headroom_v1 = || {
+            let d = v1.clone().unwrap_or_else(|| "sys/fs/cgroup/memory".into());
+            let lim = read(&format!("{d}/memory.limit_in_bytes"))?;
+            let use_ = read(&format!("{d}/memory.usage_in_bytes"))?;
+            Some(cgroup_v1_headroom(&lim, &use_))
+        };
+        Available {
+            mem_available,
+            cgroup_headroom: headroom_v2.or_else(headroom_v1).flatten(),
+        }
     }
 }
 
@@ -127,19 +122,17 @@ mod tests {
     }
 
     #[test]
-    fn fake_tree() {
-        let root = std::env::temp_dir().join(format!("k3-plan-avail-{}", std::process::id()));
-        let cg = root.join("sys/fs/cgroup/job");
-        fs::create_dir_all(&cg).unwrap();
-        fs::create_dir_all(root.join("proc/self")).unwrap();
-        fs::write(root.join("proc/meminfo"), "MemAvailable: 4000000 kB\n").unwrap();
-        fs::write(root.join("proc/self/cgroup"), "0::/job\n").unwrap();
-        fs::write(cg.join("memory.max"), "3000000000\n").unwrap();
-        fs::write(cg.join("memory.current"), "1000000000\n").unwrap();
-        let a = available_memory_at(&root);
+    fn cgroup_v2_tree() {
+        let files = [
+            ("proc/meminfo", "MemAvailable: 4000000 kB\n"),
+            ("proc/self/cgroup", "0::/job\n"),
+            ("sys/fs/cgroup/job/memory.max", "3000000000\n"),
+            ("sys/fs/cgroup/job/memory.current", "1000000000\n"),
+        ];
+        let read = |p: &str| files.iter().find(|f| f.0 == p).map(|f| f.1.to_string());
+        let a = Available::from_reader(read);
         assert_eq!(a.mem_available, Some(4_096_000_000));
         assert_eq!(a.cgroup_headroom, Some(2_000_000_000));
         assert_eq!(a.bytes(), Some(2_000_000_000));
-        fs::remove_dir_all(&root).unwrap();
     }
 }

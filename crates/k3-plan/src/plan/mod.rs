@@ -8,10 +8,7 @@ mod k3;
 mod pin;
 mod table;
 
-pub use avail::{
-    available_memory, available_memory_at, cgroup_v1_headroom, cgroup_v2_headroom, parse_meminfo,
-    Available,
-};
+pub use avail::{cgroup_v1_headroom, cgroup_v2_headroom, parse_meminfo, Available};
 pub use error::PlanError;
 pub use pin::{min_trunk_budget, plan_trunk, plan_trunk_with, LayerCost, PinStrategy, TrunkPlan};
 pub use table::fmt_bytes;

@@ -1,7 +1,8 @@
 //! The expert store's I/O pool: a few plain threads (never rayon) fed by one queue.
 
 use super::{lock, ExpertLoc, Shared};
-use crate::{ExpertKey, StoreError};
+use crate::StoreError;
+use k3_plan::ExpertKey;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};

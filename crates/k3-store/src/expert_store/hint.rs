@@ -11,7 +11,7 @@
 
 use super::pool::{Job, Pending};
 use super::{lock, ExpertStore, Meta};
-use crate::{ExpertKey, Lookup};
+use k3_plan::{ExpertKey, Lookup};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

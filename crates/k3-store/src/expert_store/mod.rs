@@ -25,7 +25,8 @@ mod hint;
 mod pool;
 
 use crate::io::{aligned_span, AlignedBuf, ReadAt};
-use crate::{ExpertFetchFailure, ExpertKey, KeySpace, PolicyKind, SlotTable, StoreError};
+use crate::{ExpertFetchFailure, StoreError};
+use k3_plan::{ExpertKey, KeySpace, PolicyKind, SlotTable};
 use pool::{Done, Job, Pool};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -305,7 +306,7 @@ impl ExpertStore {
         if self.space.contains(key) {
             Ok(key)
         } else {
-            Err(crate::CacheError::OutOfRange {
+            Err(k3_plan::CacheError::OutOfRange {
                 key,
                 space: self.space,
             }
@@ -436,8 +437,8 @@ impl ExpertStore {
             let lookup = t.slots.access(w.key);
             t.stats.requests += 1;
             let (slot, hit) = match lookup {
-                Ok(crate::Lookup::Hit { slot }) => (slot, true),
-                Ok(crate::Lookup::Miss { slot, evicted }) => {
+                Ok(k3_plan::Lookup::Hit { slot }) => (slot, true),
+                Ok(k3_plan::Lookup::Miss { slot, evicted }) => {
                     t.stats.evictions += u64::from(evicted.is_some());
                     (slot, false)
                 }

@@ -62,7 +62,7 @@ pub enum StoreError {
     },
     /// The expert key lies outside the cache's key space, or the table refused it.
     #[error(transparent)]
-    Cache(#[from] crate::CacheError),
+    Cache(#[from] k3_plan::CacheError),
     /// An I/O thread could not be started.
     #[error("cannot start an I/O thread: {0}")]
     Spawn(#[source] io::Error),

@@ -4,11 +4,10 @@
 mod common;
 
 use common::{bytes, TempFile};
-use k3_plan::io::align_up;
 use k3_plan::sim::{simulate, Trace};
-use k3_plan::{
-    ExpertKey, ExpertLoc, ExpertStore, Fault, FaultyReader, KeySpace, PolicyKind, ReadAt, ShardFile,
-};
+use k3_plan::{ExpertKey, KeySpace, PolicyKind};
+use k3_store::io::align_up;
+use k3_store::{ExpertLoc, ExpertStore, Fault, FaultyReader, ReadAt, ShardFile};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

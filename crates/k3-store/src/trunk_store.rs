@@ -18,7 +18,8 @@
 //!   read once per token, so keeping it in the page cache only steals memory from the plan.
 
 use crate::io::{aligned_span, AlignedBuf, ReadAt};
-use crate::{StoreError, TrunkPlan};
+use crate::StoreError;
+use k3_plan::TrunkPlan;
 use std::ops::Deref;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};

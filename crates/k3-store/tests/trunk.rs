@@ -4,7 +4,7 @@
 mod common;
 
 use common::{bytes, TempFile};
-use k3_plan::{Fault, FaultyReader, ReadAt, RunLoc, ShardFile, StoreError, TrunkStore};
+use k3_store::{Fault, FaultyReader, ReadAt, RunLoc, ShardFile, StoreError, TrunkStore};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 mod common;
 
 use common::{bytes, TempFile};
-use k3_plan::io::{aligned_span, pread_loop, AlignedBuf, ReadAt, ShardFile, ALIGN, MAX_PREAD};
-use k3_plan::{Fault, FaultyReader};
+use k3_store::io::{aligned_span, pread_loop, AlignedBuf, ReadAt, ShardFile, ALIGN, MAX_PREAD};
+use k3_store::{Fault, FaultyReader};
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -249,7 +249,7 @@ fn stores_and_readers_are_send_and_sync() {
     fn both<T: Send + Sync>() {}
     both::<ShardFile>();
     both::<FaultyReader>();
-    both::<k3_plan::TrunkStore>();
-    both::<k3_plan::ExpertStore>();
-    both::<k3_plan::StoreError>();
+    both::<k3_store::TrunkStore>();
+    both::<k3_store::ExpertStore>();
+    both::<k3_store::StoreError>();
 }
