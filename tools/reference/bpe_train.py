@@ -1,4 +1,4 @@
-"""Deterministic byte-level BPE trainer producing tiktoken rank tables (spec §6).
+"""Deterministic byte-level BPE trainer producing tiktoken rank tables (docs/MODEL.md#tokenizer).
 
 Ranks 0..255 are the single bytes (rank = byte value); each further rank is the merge of the
 most frequent adjacent pair inside the pre-tokenized chunks (Kimi pat_str), ties broken by the

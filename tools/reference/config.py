@@ -1,11 +1,11 @@
-"""Kimi K3 config.json reader (spec §1).
+"""Kimi K3 config.json reader (docs/MODEL.md#configuration).
 
-Accepts both shapes (spec §1.1):
+Accepts both shapes (docs/MODEL.md#config-shapes):
   * released / nested: root {model_type: "kimi_k3", text_config: {..., linear_attn_config: {...}}}
   * flat: every key at one level (kda_num_heads / kda_head_dim / situ_beta / situ_linear_beta
     aliases); a root with an object member "config" is unwrapped first (ref_k3.json style).
 
-Lookup (spec §1.2): candidate objects are searched in the order text_config, linear_attn_config,
+Lookup (docs/MODEL.md#config-key-lookup): candidate objects are searched in the order text_config, linear_attn_config,
 root; inside each object the primary name before the alias; first hit wins. Numbers must be JSON
 numbers (bools are rejected). Missing required keys are collected and reported together; there
 are never defaults for required keys.
@@ -13,7 +13,7 @@ are never defaults for required keys.
 import json
 from dataclasses import dataclass, field
 
-# (engine field, primary key, alias or None, kind) -- spec §1.3 table, in table order.
+# (engine field, primary key, alias or None, kind) -- docs/MODEL.md#config-keys table, in table order.
 REQUIRED_FIELDS = [
     ("hidden", "hidden_size", None, "int"),
     ("n_layers", "num_hidden_layers", None, "int"),
@@ -41,13 +41,13 @@ REQUIRED_FIELDS = [
     ("situ_b1", "activation_situ_beta", "situ_beta", "float"),
     ("situ_b2", "activation_situ_linear_beta", "situ_linear_beta", "float"),
 ]
-# optional booleans, default 1 (spec §1.3)
+# optional booleans, default 1 (docs/MODEL.md#config-keys)
 BOOL_FIELDS = [
     ("mla_out_gate", "mla_use_output_gate"),
     ("moe_renorm", "moe_renormalize"),
     ("latent_norm", "latent_moe_use_norm"),
 ]
-MAX_TOPK = 64  # K3_MAX_TOPK (spec §1.5)
+MAX_TOPK = 64  # K3_MAX_TOPK (docs/MODEL.md#config-validation)
 
 
 @dataclass
@@ -77,13 +77,13 @@ class K3Config:
     attn_res_block: int
     situ_b1: float
     situ_b2: float
-    full_attn: list = field(default_factory=list)  # ONE-based (spec §1.4)
+    full_attn: list = field(default_factory=list)  # ONE-based (docs/MODEL.md#layer-map)
     mla_out_gate: bool = True
     moe_renorm: bool = True
     latent_norm: bool = True
     shape: str = "flat"
 
-    # spec §1.4 layer map (L zero-based; full_attn one-based)
+    # docs/MODEL.md#layer-map (L zero-based; full_attn one-based)
     def is_mla(self, L):
         return (L + 1) in self.full_attn
 
@@ -100,7 +100,7 @@ def _is_number(v):
 
 
 def parse_config(root, path="<config>"):
-    """spec §1.2 lookup + §1.5 validation. `root` is the decoded JSON object."""
+    """docs/MODEL.md#config-key-lookup + docs/MODEL.md#config-validation. `root` is the decoded JSON object."""
     if isinstance(root.get("config"), dict):  # ref_k3.json style wrapper
         root = root["config"]
     txt = root.get("text_config") if isinstance(root.get("text_config"), dict) else None
@@ -146,7 +146,7 @@ def parse_config(root, path="<config>"):
         full.append(int(v))
     cfg = K3Config(full_attn=full, shape="nested" if txt is not None else "flat", **vals)
 
-    # spec §1.5 validation
+    # docs/MODEL.md#config-validation
     n = cfg.n_layers
     if n <= 0 or cfg.hidden <= 0 or cfg.vocab <= 0:
         raise ConfigError("non-positive layers/hidden/vocab")

@@ -1,4 +1,4 @@
-"""Kimi pre-tokenizer split regex (`pat_str`), spec §6 -- the single source for k3's tokenizer
+"""Kimi pre-tokenizer split regex (`pat_str`), docs/MODEL.md#tokenizer -- the single source for k3's tokenizer
 tools (fixture generator, parity checks). It is the published Kimi K2 string; K3 ships the same
 tiktoken.model. `&&` is a character-class intersection: tiktoken (fancy-regex) understands it,
 Python's `regex` module needs the V1 flag (see `compile_pat`)."""

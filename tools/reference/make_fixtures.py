@@ -68,7 +68,7 @@ def vocab(g):
     return g["n_ranks"] + len(special_names())
 
 
-# ----------------------------------------------------------------------------- configs (spec §1)
+# ----------------------------------------------------------------------------- configs (docs/MODEL.md#configuration)
 
 def text_keys(g):
     """text_config members (engine keys + the ones the engine does not read)."""
@@ -116,7 +116,7 @@ def nested_config(g):
 
 
 def flat_config(g):
-    """spec §1.1 flat shape: one level, kda_num_heads / kda_head_dim / situ_beta /
+    """docs/MODEL.md#config-shapes: flat shape: one level, kda_num_heads / kda_head_dim / situ_beta /
     situ_linear_beta aliases, full_attn_layers at top level."""
     t = text_keys(g)
     flat = {k: t[k] for k in [
@@ -135,7 +135,7 @@ def flat_config(g):
     return flat
 
 
-# ----------------------------------------------------------------------------- weights (spec §2)
+# ----------------------------------------------------------------------------- weights (docs/MODEL.md#checkpoint-tensor-inventory)
 
 def bf16_t(name, arr):
     return (name, "BF16", list(arr.shape), f32_to_bf16_bits(arr).tobytes())
@@ -185,7 +185,7 @@ def layer_trunk(g, cfg, L, rng):
 
 def layer_experts(g, L, rng):
     """the routed experts of layer L: per expert six U8 tensors in the canonical order
-    w1.weight_packed, w1.weight_scale, w2..., w3... (spec §2.3), experts in index order."""
+    w1.weight_packed, w1.weight_scale, w2..., w3... (docs/MODEL.md#routed-experts), experts in index order."""
     I, LT = g["moe_inter"], g["latent"]
     tensors = []
     for e in range(g["n_experts"]):

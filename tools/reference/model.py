@@ -1,5 +1,6 @@
 """Kimi K3 model: weights from a released-format model directory and the full forward
-(spec §1, §2, §4.1, §4.2). Everything float64.
+(docs/MODEL.md#configuration, docs/MODEL.md#checkpoint-tensor-inventory,
+docs/MODEL.md#top-level-forward, docs/MODEL.md#decoder-layer). Everything float64.
 
     python3 tools/reference/model.py fixtures/tiny-k3 --ids 1,2,3     # prints argmax per position
 """
@@ -14,12 +15,12 @@ from config import load_config  # noqa: E402
 from mxfp4 import dequantize  # noqa: E402
 from safetensors_io import ShardedCheckpoint  # noqa: E402
 
-LM = "language_model.model."          # spec §2: prefix of all language-model tensors
+LM = "language_model.model."          # docs/MODEL.md#checkpoint-tensor-inventory: prefix of all language-model tensors
 LM_HEAD = "language_model.lm_head.weight"
 
 
 def expected_shapes(cfg, L):
-    """spec §2.2: {suffix: shape} of layer L's trunk tensors (released names, no prefix)."""
+    """docs/MODEL.md#per-layer-trunk-tensors: {suffix: shape} of layer L's trunk tensors (released names, no prefix)."""
     E, H, D = cfg.hidden, cfg.kda_heads, cfg.kda_head_dim
     P, K = H * D, cfg.conv_k
     s = {"input_layernorm.weight": [E], "post_attention_layernorm.weight": [E],
@@ -61,7 +62,7 @@ def expected_shapes(cfg, L):
 
 
 def expert_shapes(cfg):
-    """spec §2.3: {suffix: shape} of one routed expert (U8 packed + E8M0 scales)."""
+    """docs/MODEL.md#routed-experts: {suffix: shape} of one routed expert (U8 packed + E8M0 scales)."""
     I, LT = cfg.moe_inter, cfg.latent
     return {"w1.weight_packed": [I, LT // 2], "w1.weight_scale": [I, LT // 32],
             "w2.weight_packed": [LT, I // 2], "w2.weight_scale": [LT, I // 32],
@@ -114,7 +115,7 @@ class K3Model:
         return forward(self.cfg, self, ids)
 
 
-# --------------------------------------------------------------------------- §4.2 layer
+# --------------------------------------------------- layer, docs/MODEL.md#decoder-layer
 
 def attention(cfg, L, lw, x, state=None):
     """the attention block of layer L on normed input x [T, E] -> ([T, E], new KDA state)."""
@@ -126,7 +127,8 @@ def attention(cfg, L, lw, x, state=None):
 
 
 def ffn(cfg, L, lw, x):
-    """dense MLP (L < first_k_dense_replace, §4.3) or Stable LatentMoE (§4.6). x [T, E]."""
+    """dense MLP (L < first_k_dense_replace, docs/MODEL.md#dense-mlp) or Stable LatentMoE
+    (docs/MODEL.md#stable-latentmoe). x [T, E]."""
     if cfg.is_dense(L):
         return ops.dense_mlp(x, lw["mlp.gate_proj.weight"], lw["mlp.up_proj.weight"],
                              lw["mlp.down_proj.weight"], cfg.situ_b1, cfg.situ_b2)
@@ -136,7 +138,7 @@ def ffn(cfg, L, lw, x):
 
 
 def decoder_layer(cfg, L, lw, h, blocks, state=None):
-    """spec §4.2 decoder layer with Block Attention Residuals.
+    """docs/MODEL.md#decoder-layer: decoder layer with Block Attention Residuals.
     h [T, E] = previous layer output (the running prefix), blocks = list of [T, E] snapshots
     (mutated: a boundary layer appends). Returns (layer output [T, E], new KDA state)."""
     eps = cfg.rms_eps
@@ -155,11 +157,11 @@ def decoder_layer(cfg, L, lw, h, blocks, state=None):
     return prefix + m, state                              # the output is prefix, never h
 
 
-# --------------------------------------------------------------------------- §4.1 top level
+# ----------------------------------------------- top level, docs/MODEL.md#top-level-forward
 
 def forward(cfg, model, ids):
     """full K3 forward over a whole sequence (fresh state). ids [T] -> logits [T, V] at EVERY
-    position (spec §4.1 computes only the last; every row here is what that would give for
+    position (docs/MODEL.md#top-level-forward computes only the last; every row here is what that would give for
     the corresponding prefix, since everything is causal)."""
     h = model.embed[np.asarray(ids, dtype=np.int64)]      # [T, E]
     blocks = []

@@ -1,4 +1,4 @@
-"""MXFP4 (OCP MX FP4) decode / encode for the routed experts (spec §3).
+"""MXFP4 (OCP MX FP4) decode / encode for the routed experts (docs/MODEL.md#mxfp4).
 
 packed[rows][cols/2] U8: two E2M1 codes per byte, LOW nibble = EVEN element.
 scales[rows][cols/32] U8 E8M0: multiplier 2^(s-127); s = 255 (NaN in the OCP spec) -> 0.
@@ -7,7 +7,7 @@ value = E2M1[nibble] * E8M0[scale of group i // 32].
 import numpy as np
 
 GROUP = 32
-# index = 4-bit code, bit 3 = sign (spec §3)
+# index = 4-bit code, bit 3 = sign (docs/MODEL.md#mxfp4)
 E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
                  -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float64)
 
@@ -38,7 +38,7 @@ def dequantize(packed, scales, swap_nibbles=False):
     codes = unpack_codes(packed, swap_nibbles)                    # [rows, cols]
     rows, cols = codes.shape
     scales = np.asarray(scales, dtype=np.uint8)
-    # group size check as the engine does it (spec §2.3): scale.cols * 32 == packed.cols * 2
+    # group size check as the engine does it (docs/MODEL.md#routed-experts): scale.cols * 32 == packed.cols * 2
     assert scales.shape == (rows, cols // GROUP), (scales.shape, rows, cols)
     mult = np.repeat(e8m0_to_float(scales), GROUP, axis=1)        # [rows, cols]
     return E2M1[codes] * mult

@@ -1,13 +1,13 @@
-"""Kimi K3 ops in plain float64 numpy (spec §4.0 - §4.6).
+"""Kimi K3 ops in plain float64 numpy (docs/MODEL.md#forward-pass).
 
-One function per op, written from the spec formulas. All arrays are float64; matrices are
+One function per op, written from the formulas of docs/MODEL.md. All arrays are float64; matrices are
 row-major [out][in] (PyTorch nn.Linear layout), y = W x. Shapes use: T tokens, E hidden,
 H heads, D head dim, P = H*D, NE experts, K top-k, L latent, I expert inter.
 """
 import numpy as np
 
 
-# --------------------------------------------------------------------------- §4.0 primitives
+# --------------------------------------------------- primitives, docs/MODEL.md#primitive-ops
 
 def linear(x, W):
     """y = W x for every row of x.  x [..., in], W [out, in] -> [..., out]."""
@@ -15,14 +15,14 @@ def linear(x, W):
 
 
 def rmsnorm(x, w, eps):
-    """spec §4.0 RMSNorm: eps INSIDE the sqrt; x [..., n], w [n] or None -> [..., n]."""
+    """docs/MODEL.md#rmsnorm: RMSNorm: eps INSIDE the sqrt; x [..., n], w [n] or None -> [..., n]."""
     inv = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)   # [..., 1]
     y = x * inv
     return y if w is None else y * w
 
 
 def l2norm(x, eps=1e-6):
-    """spec §4.0 L2Norm (KDA q, k): SUM of squares (not mean), eps 1e-6 inside the sqrt."""
+    """docs/MODEL.md#l2-norm: L2Norm (KDA q, k): SUM of squares (not mean), eps 1e-6 inside the sqrt."""
     return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
 
 
@@ -35,7 +35,7 @@ def silu(x):
 
 
 def situ_glu(g, u, b1, b2):
-    """spec §4.0 SiTU-GLU: a = b1*tanh(g/b1) * sigmoid(g)  (sigmoid of the UNCAPPED gate),
+    """docs/MODEL.md#silu-and-situ-glu: SiTU-GLU: a = b1*tanh(g/b1) * sigmoid(g)  (sigmoid of the UNCAPPED gate),
     u' = b2*tanh(u/b2), y = a*u'.  g, u [..., n] -> [..., n];  |y| <= b1*b2."""
     a = (b1 * np.tanh(g / b1)) * sigmoid(g)
     return a * (b2 * np.tanh(u / b2))
@@ -46,10 +46,10 @@ def softmax(s, axis=-1):
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
-# --------------------------------------------------------------------------- §4.0 attn_res
+# ------------------------------------- attn_res, docs/MODEL.md#attention-residual-attn_res
 
 def attn_res(sources, fold, eps):
-    """spec §4.0 Block Attention Residual aggregation.
+    """docs/MODEL.md#attention-residual-attn_res: Block Attention Residual aggregation.
     sources: list of S arrays [T, E] (block snapshots then the running prefix);
     fold [E] = res_norm.weight * res_proj.weight.
     Keys are RMS-normalised sources (no gain), VALUES are the RAW sources."""
@@ -60,18 +60,19 @@ def attn_res(sources, fold, eps):
     return np.einsum("st,ste->te", p, V)               # [T, E]
 
 
-# --------------------------------------------------------------------------- §4.3 dense MLP
+# ------------------------------------------------------- dense MLP, docs/MODEL.md#dense-mlp
 
 def dense_mlp(x, w_gate, w_up, w_down, b1, b2):
-    """spec §4.3 (also the fused shared expert of §4.6 step 6).
+    """docs/MODEL.md#dense-mlp (also the fused shared expert of
+    docs/MODEL.md#moe-aggregation-order).
     x [T, E]; w_gate, w_up [I, E]; w_down [E, I] -> [T, E]."""
     return linear(situ_glu(linear(x, w_gate), linear(x, w_up), b1, b2), w_down)
 
 
-# --------------------------------------------------------------------------- §4.4 KDA
+# -------------------------------------------- KDA, docs/MODEL.md#kimi-delta-attention
 
 def short_conv(x, w, hist):
-    """spec §4.4 step 2: causal depthwise conv with fused SiLU and carried history.
+    """docs/MODEL.md#kda-short-conv: causal depthwise conv with fused SiLU and carried history.
     x [T, C] (pre-conv inputs), w [C, K] taps oldest -> newest (w[:, K-1] hits the current
     input), hist [C, K-1] previous inputs oldest first (zeros at sequence start).
     Returns out [T, C], new hist [C, K-1]."""
@@ -91,7 +92,7 @@ def short_conv(x, w, hist):
 
 
 def kda_decay(z, A_log, dt_bias, lower_bound, H, D):
-    """spec §4.4 step 5. z [T, P] (f_b output, before dt_bias), A_log [>= H] (PER HEAD: only
+    """docs/MODEL.md#kda-decay. z [T, P] (f_b output, before dt_bias), A_log [>= H] (PER HEAD: only
     the first H values are used), dt_bias [P]. Returns g, alpha [T, H, D]:
     g = lb * sigmoid(exp(A_log[h]) * (z + dt_bias)), alpha = exp(g) in (e^lb, 1]."""
     T = z.shape[0]
@@ -102,7 +103,7 @@ def kda_decay(z, A_log, dt_bias, lower_bound, H, D):
 
 
 def kda_recurrence(q, k, v, alpha, beta, scale, S):
-    """spec §4.4 step 6: naive sequential gated delta rule, per head.
+    """docs/MODEL.md#kda-recurrence: naive sequential gated delta rule, per head.
     q, k [T, H, Dk] (already L2-normed; q NOT yet scaled), v [T, H, Dv], alpha [T, H, Dk],
     beta [T, H], S [H, Dk, Dv] initial state. Returns o [T, H, Dv], S_out [H, Dk, Dv].
     Per token: S *= alpha (per key row); u = k^T S; S += (k*beta) (v - u)^T;
@@ -127,7 +128,7 @@ def kda_zero_state(H, D, P, K):
 
 
 def kda_layer(x, w, H, D, lower_bound, eps, state=None):
-    """spec §4.4 whole KDA layer. x [T, E] (already input-layernormed); w: dict with the
+    """docs/MODEL.md#kimi-delta-attention: whole KDA layer. x [T, E] (already input-layernormed); w: dict with the
     released suffixes (q_proj, k_proj, v_proj, g_proj [P, E]; o_proj [E, P]; q/k/v_conv1d
     [P, 1, K]; f_a_proj [D, E]; f_b_proj [P, D]; b_proj [H, E]; A_log [>=H]; dt_bias [P];
     o_norm [D]). Returns out [T, E], new state."""
@@ -164,10 +165,10 @@ def kda_layer(x, w, H, D, lower_bound, eps, state=None):
     return out, {"S": S, "q_hist": q_hist, "k_hist": k_hist, "v_hist": v_hist}
 
 
-# --------------------------------------------------------------------------- §4.5 MLA
+# ------------------------------------------------------- MLA, docs/MODEL.md#gated-mla
 
 def mla_layer(x, w, H, nope, rope, v_dim, kv_lora, eps, out_gate=True, trace=None):
-    """spec §4.5 gated MLA, NoPE. x [T, E] (already input-layernormed); w: released suffixes
+    """docs/MODEL.md#gated-mla: gated MLA, NoPE. x [T, E] (already input-layernormed); w: released suffixes
     q_a_proj [q_lora, E], q_a_layernorm [q_lora], q_b_proj [H*(nope+rope), q_lora],
     kv_a_proj_with_mqa [kv_lora+rope, E], kv_a_layernorm [kv_lora],
     kv_b_proj [H*(nope+v), kv_lora], o_proj [E, H*v], g_proj [H*v, E]. Returns [T, E].
@@ -195,10 +196,10 @@ def mla_layer(x, w, H, nope, rope, v_dim, kv_lora, eps, out_gate=True, trace=Non
     return linear(o, w["o_proj.weight"])                              # [T, E]
 
 
-# --------------------------------------------------------------------------- §4.6 MoE
+# ------------------------------------------------ MoE, docs/MODEL.md#stable-latentmoe
 
 def route(x, gate_w, bias, topk, renorm=True, routed_scale=1.0):
-    """spec §4.6 step 1. x [T, E], gate_w [NE, E], bias [NE].
+    """docs/MODEL.md#moe-router. x [T, E], gate_w [NE, E], bias [NE].
     Selection by sigmoid(logit) + bias (descending, ties -> lowest index); weights are the
     UNBIASED sigmoid scores of the chosen experts, renormalised, then * routed_scale.
     Returns idx [T, K] int, weights [T, K]."""
@@ -213,7 +214,7 @@ def route(x, gate_w, bias, topk, renorm=True, routed_scale=1.0):
 
 def latent_moe(x, w, experts, topk, b1, b2, eps, renorm=True, routed_scale=1.0,
                latent_norm=True, parts=None):
-    """spec §4.6 Stable LatentMoE. x [T, E] (post-attention-layernormed).
+    """docs/MODEL.md#stable-latentmoe: Stable LatentMoE. x [T, E] (post-attention-layernormed).
     w: gate.weight [NE, E], gate.e_score_correction_bias [NE], routed_expert_down_proj [L, E],
     routed_expert_norm [L], routed_expert_up_proj [E, L], shared_experts.{gate,up}_proj [SI, E],
     shared_experts.down_proj [E, SI]. experts[e] = (w1 [I, L], w2 [L, I], w3 [I, L]).

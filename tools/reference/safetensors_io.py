@@ -1,4 +1,4 @@
-"""A tiny pure-python safetensors reader/writer (spec §2).
+"""A tiny pure-python safetensors reader/writer (docs/MODEL.md#safetensors-shards).
 
 File layout: [u64 LE header_len][JSON header][data]. Each header entry is
 {dtype, shape, data_offsets: [start, end]} relative to the end of the header; the optional

@@ -4,7 +4,7 @@ expected.json (and the on-disk layout promised by docs/REFERENCE.md) still hold.
     python3 tools/reference/test_fixtures.py [--fixtures DIR] [--quick]
 
 Per model: config shapes (nested == flat), tokenizer files, shard layout (trunk runs and
-expert runs contiguous, spec §2.3 / §7), then for every case: teacher-forced argmax, last-prompt
+expert runs contiguous, docs/MODEL.md#routed-experts / docs/FORMATS.md#packed-trunk), then for every case: teacher-forced argmax, last-prompt
 logits within tolerance, greedy ids (full recompute) and the recorded margin.
 Prints one line per check and finally `N passed, M failed`; exit 1 on failure.
 """

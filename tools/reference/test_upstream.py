@@ -129,7 +129,7 @@ def check_kda_recur(c, d, tag):
     c.close(f"{tag}.state_out", S, T(d["state_out"]))
 
 
-KDA_FIXTURE_NAMES = {  # kda_layer{1,8}.json key -> released suffix (spec §2.2)
+KDA_FIXTURE_NAMES = {  # kda_layer{1,8}.json key -> released suffix (docs/MODEL.md#kda-layer-tensors)
     "q_proj": "q_proj.weight", "k_proj": "k_proj.weight", "v_proj": "v_proj.weight",
     "g_proj": "g_proj.weight", "o_proj": "o_proj.weight", "f_a": "f_a_proj.weight",
     "f_b": "f_b_proj.weight", "b_proj": "b_proj.weight", "q_conv": "q_conv1d.weight",
@@ -193,7 +193,7 @@ def moe_weights(d, prefix, n_experts):
 
 
 def f32_sum_bound(terms, partials):
-    """float32 rounding bound for an output element formed as in the upstream engine (spec §5):
+    """float32 rounding bound for an output element formed as in the upstream engine (docs/NUMERICS.md#numerics):
     each dot product accumulates exactly-rounded f64 products of f32 operands and is rounded to
     f32 once, then the partial results are added in f32. First order in u = 2^-24:
       u * sum|t_i|        (the f32 rounding of the operands of every product term t_i)

@@ -22,6 +22,7 @@ static PEAK: AtomicUsize = AtomicUsize::new(0);
 // SAFETY: forwards to the system allocator unchanged; only adds bookkeeping.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwards the caller's layout unchanged to the system allocator.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             let now = LIVE.fetch_add(layout.size(), Relaxed) + layout.size();
@@ -30,10 +31,12 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by `System` with this `layout` (every alloc goes there).
         unsafe { System.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Relaxed);
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `ptr`/`layout` came from `System` as above; the caller upholds `new_size`.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             LIVE.fetch_sub(layout.size(), Relaxed);
@@ -47,7 +50,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-/// Real checkpoint size (spec §11).
+/// Real checkpoint size (docs/MODEL.md#real-model-sizing).
 const SHARDS: usize = 96;
 const TENSORS: usize = 497_220;
 

@@ -20,7 +20,7 @@ use clap::Args;
 use k3_format::K3Config;
 use k3_model::dense::dense_forward;
 use k3_model::kda::kda_forward;
-use k3_model::layer::{decoder_layer, AttnState, Stream};
+use k3_model::layer::{decoder_layer, AttnState, Residual};
 use k3_model::mla::mla_forward;
 use k3_model::moe::moe_forward;
 use k3_model::scratch::LayerScratch;
@@ -28,7 +28,7 @@ use k3_model::testing::{
     random_model, OwnedAttn, OwnedExpert, OwnedFfn, OwnedMatrix, OwnedWeights, Rng, Storage,
 };
 use k3_model::weights::{ExpertFetchError, ExpertProvider, ExpertWeights};
-use k3_model::{Dims, KdaState, MlaCache, MlaPath, Model};
+use k3_model::{Dims, KdaState, MlaCache, Model, Pass};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -194,49 +194,31 @@ impl Bench {
         let lw: Vec<_> = self.w.layers.iter().map(|l| l.view()).collect();
         // Decode attends over a filled context of `chunk` positions.
         let pos = if t == 1 { self.chunk } else { 0 };
+        let pass = Pass::new(d, t, pos, &self.experts);
         let mut one = || -> Result<(), String> {
             use k3_model::weights::{AttnWeights, FfnWeights};
             let r = match (part, &lw[1].attn, &lw[2].attn, &lw[1].ffn, &lw[0].ffn) {
                 (0, AttnWeights::Kda(k), ..) => {
-                    kda_forward(d, k, &xn, t, &mut kst, &mut y, &mut sc.kda, Some(1))
+                    kda_forward(&pass, 1, k, &xn, &mut kst, &mut y, &mut sc.kda)
                 }
-                (1, _, AttnWeights::Mla(m), ..) => mla_forward(
-                    d,
-                    m,
-                    &xn,
-                    t,
-                    &mut cache,
-                    pos,
-                    &mut y,
-                    &mut sc.mla,
-                    Some(2),
-                    MlaPath::Latent,
-                ),
+                (1, _, AttnWeights::Mla(m), ..) => {
+                    mla_forward(&pass, 2, m, &xn, &mut cache, &mut y, &mut sc.mla)
+                }
                 (2, _, _, FfnWeights::Moe(m), _) => {
-                    moe_forward(d, m, &self.experts, 1, &xn, t, &mut y, &mut sc.moe, None)
+                    moe_forward(&pass, 1, m, &xn, &mut y, &mut sc.moe)
                 }
                 (3, _, _, _, FfnWeights::Dense(dw)) => {
-                    dense_forward(d, dw, &xn, t, &mut y, &mut sc.dense, Some(0))
+                    dense_forward(&pass, 0, dw, &xn, &mut y, &mut sc.dense)
                 }
                 (4, ..) => {
                     h.copy_from_slice(&xn);
-                    let mut n_blocks = 0;
-                    let s = Stream {
-                        t,
+                    let mut res = Residual {
                         h: &mut h,
                         blocks: &mut blocks,
-                        n_blocks: &mut n_blocks,
+                        n_blocks: 0,
                     };
-                    decoder_layer(
-                        d,
-                        0,
-                        &lw[0],
-                        &self.experts,
-                        s,
-                        AttnState::Kda(&mut kst),
-                        &mut sc,
-                        None,
-                    )
+                    let attn = AttnState::Kda(&mut kst);
+                    decoder_layer(&pass, 0, &lw[0], &mut res, attn, &mut sc)
                 }
                 _ => return Err(format!("part {part}: unexpected layer kinds")),
             };

@@ -2,8 +2,8 @@
 //! model's planner sizes, and the O_DIRECT read test on the model's own shard files.
 
 use k3_format::{bind_model, Checkpoint, K3Config, ModelBinding};
-use k3_store::io::{aligned_span, ReadAt};
 use k3_plan::ModelSizes;
+use k3_store::io::{aligned_span, ReadAt};
 use k3_store::{AlignedBuf, ShardFile};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -7,6 +7,7 @@ mod bench_lookahead;
 mod bench_prefill;
 mod bench_spec;
 mod bench_util;
+mod check_docs;
 mod conformance;
 mod fuzz;
 mod gen_bench;
@@ -73,6 +74,9 @@ enum Cmd {
     GenBench(gen_bench::GenBenchArgs),
     /// Drive `k3 serve` on 127.0.0.1 with concurrent clients: latency, throughput, 429s.
     LoadTest(load_test::LoadTestArgs),
+    /// Check that every `docs/<NAME>.md#<anchor>` citation points at an existing heading, and
+    /// that nothing cites the old outside spec or a path outside the repository.
+    CheckDocs,
     /// Copy every layer's trunk run into OUT_DIR/trunk.bin + trunk.json (docs/FORMATS.md).
     PackTrunk {
         /// Checkpoint directory (config.json + safetensors shards).
@@ -91,9 +95,9 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Conformance { upstream } => {
-            conformance::run(&upstream.unwrap_or_else(|| fuzz::workspace_root().join("fixtures/upstream")))
-        }
+        Cmd::Conformance { upstream } => conformance::run(
+            &upstream.unwrap_or_else(|| fuzz::workspace_root().join("fixtures/upstream")),
+        ),
         Cmd::BenchIndex { dir, runs } => match bench_index::run(dir, runs) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -120,6 +124,7 @@ fn main() -> ExitCode {
         Cmd::BenchPrefill(args) => bench_prefill::run(&args),
         Cmd::GenBench(args) => gen_bench::run(&args),
         Cmd::LoadTest(args) => load_test::run(&args),
+        Cmd::CheckDocs => check_docs::run(&fuzz::workspace_root()),
         Cmd::PackTrunk {
             model_dir,
             out_dir,

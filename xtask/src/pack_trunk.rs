@@ -1,5 +1,5 @@
 //! `cargo xtask pack-trunk MODEL_DIR OUT_DIR [--overwrite] [--verify]`: copy every layer's
-//! trunk run into `OUT_DIR/trunk.bin` + `trunk.json` (spec §7, docs/FORMATS.md).
+//! trunk run into `OUT_DIR/trunk.bin` + `trunk.json` (docs/FORMATS.md#packed-trunk).
 
 use k3_format::pack::PackOptions;
 use k3_format::{bind_model, write_trunk_pack, Checkpoint, K3Config, TrunkPack};

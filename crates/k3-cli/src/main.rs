@@ -6,7 +6,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod budget;
-mod chat;
+mod chat_repl;
 mod config_file;
 mod doctor;
 mod engine_args;
@@ -17,7 +17,7 @@ mod run;
 mod sampling_args;
 mod serve;
 mod tokenize;
-mod verify;
+mod verify_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -39,7 +39,7 @@ enum Command {
     /// Generate tokens from a prompt (greedy by default; --temp/--top-k/--top-p/--min-p to sample).
     Run(run::RunArgs),
     /// Chat interactively with the model's chat template (/help inside for commands).
-    Chat(chat::ChatArgs),
+    Chat(chat_repl::ChatArgs),
     /// Print the memory plan for a model and budget without loading any weight.
     Plan(plan_cmd::PlanArgs),
     /// List the memory presets.
@@ -49,7 +49,7 @@ enum Command {
     /// Encode text to token ids, decode ids, or export tokenizer.json.
     Tokenize(tokenize::TokenizeArgs),
     /// Check a checkpoint: shard set, sizes, tensors, layout; --deep hashes every byte.
-    Verify(verify::VerifyArgs),
+    Verify(verify_cmd::VerifyArgs),
     /// Machine facts, disk bandwidth, and the budget to run a model with.
     Doctor(doctor::DoctorArgs),
     /// Show the config file (~/.config/k3/config.toml) or where it is looked for.
@@ -96,12 +96,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Command::Run(args) => run::run(args),
-        Command::Chat(args) => chat::chat(args),
+        Command::Chat(args) => chat_repl::chat(args),
         Command::Plan(args) => plan_cmd::plan(args),
         Command::Presets => plan_cmd::presets(),
         Command::Pack(args) => pack::pack(args),
         Command::Tokenize(args) => tokenize::tokenize(args),
-        Command::Verify(args) => verify::verify(args),
+        Command::Verify(args) => verify_cmd::verify(args),
         Command::Doctor(args) => doctor::doctor(args),
         Command::Config(args) => config_file::config(args),
         Command::Serve(args) => serve::serve(args),

@@ -18,10 +18,11 @@
 //! follows a [`MemoryPlan`]: pinned trunk layers, a streaming ring, an expert cache — and
 //! produces bit-identical logits.
 
+#![forbid(unsafe_code)]
 // Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod chat;
+pub mod chat_template;
 mod error;
 mod gather;
 mod generate;
@@ -98,7 +99,7 @@ impl Default for EngineOptions {
             tokenizer_dir: None,
             trunk_dir: None,
             open_progress: None,
-            lookahead: false,
+            lookahead: k3_model::LOOKAHEAD_DEFAULT,
         }
     }
 }

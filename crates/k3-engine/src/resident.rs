@@ -6,10 +6,11 @@ use crate::layer_view::{
     expert_view, matrix, prepare_layer, prepare_mat, view_layer, widen, Mat, PreparedLayer,
 };
 use crate::EngineError;
+use k3_format::bind::LayerTensors;
 use k3_format::{bind_model, Checkpoint, ExpertLocation, K3Config, ModelBinding, TensorRef};
 use k3_model::weights::{
-    ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerWeights, SourceError,
-    WeightProvider,
+    ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerHold, LayerWeights,
+    SourceError, WeightProvider,
 };
 use std::path::Path;
 
@@ -150,35 +151,41 @@ fn buffer_to_file_offset(reads: &[(u64, u64)], buf_off: u64) -> Option<u64> {
     None
 }
 
+/// A resident layer: views into the shard maps plus the vectors widened at open.
+struct MappedLayer<'s> {
+    ckpt: &'s Checkpoint,
+    lt: &'s LayerTensors,
+    prepared: &'s PreparedLayer,
+}
+
+impl LayerHold for MappedLayer<'_> {
+    fn view(&self) -> LayerWeights<'_> {
+        // Every tensor was sliced successfully when the layer was prepared.
+        let bytes_of = |t: &TensorRef| mapped(self.ckpt, t).unwrap_or(&[]);
+        view_layer(self.lt, self.prepared, bytes_of)
+    }
+}
+
 impl WeightProvider for ResidentStore {
     fn embed_row(&self, id: u32, out: &mut [f32]) -> Result<(), SourceError> {
         let bytes = mapped(&self.ckpt, &self.binding.globals.embed_tokens)?;
         embed_row(&self.head.embed, bytes, id, out)
     }
 
-    fn with_layer(
-        &self,
-        l: usize,
-        f: &mut dyn FnMut(&LayerWeights<'_>),
-    ) -> Result<(), SourceError> {
-        let (lt, p) = match (self.binding.layers.get(l), self.layers.get(l)) {
-            (Some(lt), Some(p)) => (lt, p),
-            _ => {
-                return Err(
-                    format!("layer {l} does not exist ({} layers)", self.layers.len()).into(),
-                )
-            }
-        };
-        // Every tensor was sliced successfully when the layer was prepared.
-        let bytes_of = |t: &TensorRef| mapped(&self.ckpt, t).unwrap_or(&[]);
-        f(&view_layer(lt, p, bytes_of));
-        Ok(())
+    fn layer(&self, l: usize) -> Result<Box<dyn LayerHold + '_>, SourceError> {
+        match (self.binding.layers.get(l), self.layers.get(l)) {
+            (Some(lt), Some(prepared)) => Ok(Box::new(MappedLayer {
+                ckpt: &self.ckpt,
+                lt,
+                prepared,
+            })),
+            _ => Err(format!("layer {l} does not exist ({} layers)", self.layers.len()).into()),
+        }
     }
 
-    fn with_head(&self, f: &mut dyn FnMut(&HeadWeights<'_>)) -> Result<(), SourceError> {
+    fn head(&self) -> Result<HeadWeights<'_>, SourceError> {
         let bytes = mapped(&self.ckpt, &self.binding.globals.lm_head)?;
-        f(&self.head.weights(bytes));
-        Ok(())
+        Ok(self.head.weights(bytes))
     }
 }
 

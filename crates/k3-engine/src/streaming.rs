@@ -9,20 +9,22 @@
 //! same alignment (slots keep each run's offset mod 4096), so logits are bit-identical.
 
 use crate::gather::{Gather, RunMap};
-use crate::layer_view::{expert_view, prepare_layer, prepare_mat, view_layer, widen, Mat};
+use crate::layer_view::{
+    expert_view, prepare_layer, prepare_mat, view_layer, widen, Mat, PreparedLayer,
+};
 use crate::resident::embed_row;
 use crate::EngineError;
 use k3_format::bind::{FfnTensors, LayerTensors};
 use k3_format::{Checkpoint, ModelBinding, TensorRef};
 use k3_kernels::Matrix;
 use k3_model::weights::{
-    ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerWeights, SourceError,
-    WeightProvider,
+    ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerHold, LayerWeights,
+    SourceError, WeightProvider,
 };
+use k3_plan::{KeySpace, MemoryPlan, PolicyKind};
 use k3_store::expert_store::{ExpertLoc, ExpertStore};
 use k3_store::io::{AlignedBuf, ReadAt, ShardFile};
-use k3_store::trunk_store::{RunLoc, TrunkStore};
-use k3_plan::{KeySpace, MemoryPlan, PolicyKind};
+use k3_store::trunk_store::{LayerBytes, RunLoc, TrunkStore};
 
 /// Experts per MoE layer, from the bound router gate's rows (0 for an all-dense model).
 fn cfg_experts(b: &ModelBinding) -> u32 {
@@ -287,25 +289,37 @@ impl StreamingStore {
         bytes.get(start..start + t.nbytes as usize)
     }
 
-    /// Views layer `l` (`lt`) over its run's bytes and calls `f` with it.
-    fn view_layer_bytes(
-        &self,
-        l: usize,
-        lt: &LayerTensors,
-        bytes: &[u8],
-        f: &mut dyn FnMut(&LayerWeights<'_>),
-    ) -> Result<(), SourceError> {
+    /// Checks layer `l`'s run against the pack's checksum the first time it is read.
+    fn check_pack(&self, l: usize, lt: &LayerTensors, bytes: &[u8]) -> Result<(), SourceError> {
         if let Some((pack, verified)) = &self.pack_check {
             if !verified[l].load(std::sync::atomic::Ordering::Relaxed) {
                 pack.check_layer(lt.layer, bytes)?;
                 verified[l].store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        // Every tensor of the layer was placed in its run when the store was built.
-        let slice = |t: &TensorRef| -> &[u8] { self.tensor_bytes(l, t, bytes).unwrap_or(&[]) };
-        let prepared = prepare_layer(lt, |t| Ok(slice(t)))?;
-        f(&view_layer(lt, &prepared, slice));
         Ok(())
+    }
+}
+
+/// A streamed layer: its run's bytes (a pinned buffer or a ring slot, released on drop) and
+/// the vectors widened from them.
+struct StreamedLayer<'s> {
+    store: &'s StreamingStore,
+    l: usize,
+    lt: &'s LayerTensors,
+    bytes: LayerBytes<'s>,
+    prepared: PreparedLayer,
+}
+
+impl LayerHold for StreamedLayer<'_> {
+    fn view(&self) -> LayerWeights<'_> {
+        // Every tensor of the layer was placed in its run when the store was built.
+        let slice = |t: &TensorRef| -> &[u8] {
+            self.store
+                .tensor_bytes(self.l, t, &self.bytes)
+                .unwrap_or(&[])
+        };
+        view_layer(self.lt, &self.prepared, slice)
     }
 }
 
@@ -341,18 +355,22 @@ impl WeightProvider for StreamingStore {
         }
     }
 
-    fn with_layer(
-        &self,
-        l: usize,
-        f: &mut dyn FnMut(&LayerWeights<'_>),
-    ) -> Result<(), SourceError> {
+    fn layer(&self, l: usize) -> Result<Box<dyn LayerHold + '_>, SourceError> {
         let lt = self
             .binding
             .layers
             .get(l)
             .ok_or_else(|| format!("layer {l} does not exist"))?;
-        let guard = self.trunk.layer(l)?;
-        self.view_layer_bytes(l, lt, &guard, f)
+        let bytes = self.trunk.layer(l)?;
+        self.check_pack(l, lt, &bytes)?;
+        let prepared = prepare_layer(lt, |t| Ok(self.tensor_bytes(l, t, &bytes).unwrap_or(&[])))?;
+        Ok(Box::new(StreamedLayer {
+            store: self,
+            l,
+            lt,
+            bytes,
+            prepared,
+        }))
     }
 
     fn with_router(&self, l: usize, f: &mut dyn FnMut(&Matrix<'_>, &[f32])) -> bool {
@@ -378,17 +396,15 @@ impl WeightProvider for StreamingStore {
         true
     }
 
-    fn with_head(&self, f: &mut dyn FnMut(&HeadWeights<'_>)) -> Result<(), SourceError> {
+    fn head(&self) -> Result<HeadWeights<'_>, SourceError> {
         let h = &self.head;
         let bytes = &h.lm_head_bytes[h.lm_head_skew..h.lm_head_skew + h.lm_head_len];
-        let lm_head: Matrix<'_> = crate::layer_view::matrix(&h.lm_head, bytes);
-        f(&HeadWeights {
+        Ok(HeadWeights {
             norm: &h.vecs[0],
             out_res_norm: &h.vecs[1],
             out_res_proj: &h.vecs[2],
-            lm_head,
-        });
-        Ok(())
+            lm_head: crate::layer_view::matrix(&h.lm_head, bytes),
+        })
     }
 }
 

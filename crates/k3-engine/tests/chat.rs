@@ -1,9 +1,11 @@
 //! The XTML chat template on the tiny tokenizer: rendered ids equal the concatenation of the
-//! pieces spec §9 names (control tokens by name, text via `encode_ordinary`), a literal golden
+//! pieces docs/MODEL.md#chat-template names (control tokens by name, text via `encode_ordinary`), a literal golden
 //! list pins a 2-turn conversation, user text cannot inject control tokens, replies parse back
 //! into their channels, and the JSONL history round-trips and is validated.
 
-use k3_engine::chat::{self, Channel, ChatMessage, ReplyParser, Template, Thinking};
+use k3_engine::chat_template::{
+    self as chat, Channel, ChatMessage, ReplyParser, Template, Thinking,
+};
 use k3_engine::Tokenizer;
 use std::path::PathBuf;
 

@@ -313,55 +313,24 @@ fn open_reports_pinning_progress() {
 /// A copy of tiny-k3 in which one routed-expert tensor sits between two trunk tensors of
 /// layer 2, so that layer's trunk is not one contiguous run.
 fn non_contiguous_copy() -> PathBuf {
-    use k3_format::writer::{write_index, write_shard, TensorSpec};
-    let src = dir("tiny-k3");
     let dst = std::env::temp_dir().join(format!("k3-noncontig-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dst);
-    std::fs::create_dir_all(&dst).unwrap();
-    for e in std::fs::read_dir(&src).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
-    }
-    let ck = Checkpoint::open(&src).unwrap();
-    let mut index = Vec::new();
-    for (si, shard) in ck.shards().iter().enumerate() {
-        let file = shard
-            .path()
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_string();
-        let mut views: Vec<_> = ck.iter().filter(|v| v.shard == si).collect();
-        views.sort_by_key(|v| v.offset);
-        let is_l2_trunk = |n: &str| n.contains("layers.2.") && !n.contains(".experts.");
-        if let Some(first) = views.iter().position(|v| is_l2_trunk(v.name)) {
-            let expert = views
-                .iter()
-                .position(|v| v.name.contains(".experts."))
-                .expect("an expert in the shard");
-            let moved = views.remove(expert);
-            let at = views
-                .iter()
-                .position(|v| is_l2_trunk(v.name))
-                .unwrap_or(first)
-                + 1;
-            views.insert(at, moved);
+    let is_l2_trunk = |n: &str| n.contains("layers.2.") && !n.contains(".experts.");
+    k3_format::writer::copy_rewritten(&dir("tiny-k3"), &dst, |docs| {
+        for doc in docs.iter_mut() {
+            let find = |d: &Vec<k3_format::writer::TensorDoc>, f: &dyn Fn(&str) -> bool| {
+                d.iter().position(|t| f(&t.spec.name))
+            };
+            let Some(first) = find(&doc.tensors, &is_l2_trunk) else {
+                continue;
+            };
+            let expert =
+                find(&doc.tensors, &|n| n.contains(".experts.")).expect("an expert in the shard");
+            let moved = doc.tensors.remove(expert);
+            let at = find(&doc.tensors, &is_l2_trunk).unwrap_or(first) + 1;
+            doc.tensors.insert(at, moved);
         }
-        let specs: Vec<TensorSpec> = views
-            .iter()
-            .map(|v| TensorSpec::new(v.name, v.dtype, v.shape))
-            .collect();
-        write_shard(&dst.join(&file), &specs, |i, _, buf| {
-            buf.copy_from_slice(views[i].bytes)
-        })
-        .unwrap();
-        index.extend(specs.iter().map(|s| (s.name.clone(), file.clone())));
-    }
-    write_index(
-        &dst.join("model.safetensors.index.json"),
-        index.iter().map(|(t, s)| (t.as_str(), s.as_str())),
-    )
+    })
     .unwrap();
     dst
 }

@@ -1,6 +1,6 @@
-//! Tensor binding by released names (spec §2): every trunk tensor of every layer and the
+//! Tensor binding by released names (docs/MODEL.md#checkpoint-tensor-inventory): every trunk tensor of every layer and the
 //! model-level tensors, checked for shape and dtype against the config, plus a locator for the
-//! routed MXFP4 experts (spec §2.3).
+//! routed MXFP4 experts (docs/MODEL.md#routed-experts).
 //!
 //! Dtype rules: matrices are BF16 or F32; vectors (norm gains, res_proj rows, convolution taps,
 //! `A_log`, `dt_bias`, biases) are BF16, F16 or F32. The binding holds no borrow: each tensor is
@@ -74,7 +74,7 @@ impl TensorRef {
     }
 }
 
-/// Model-level tensors (spec §2.1).
+/// Model-level tensors (docs/MODEL.md#model-level-tensors).
 #[derive(Clone, Debug)]
 pub struct GlobalTensors {
     /// `[V, E]` token embedding.

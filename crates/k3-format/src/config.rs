@@ -1,7 +1,7 @@
-//! `config.json`: the released nested shape and the flat fixture shape (spec §1).
+//! `config.json`: the released nested shape and the flat fixture shape (docs/MODEL.md#configuration).
 //!
-//! Field names mirror the Hugging Face keys (spec §1.3). Loading, aliases, lookup order and the
-//! validation rules of spec §1.5 live in this module too.
+//! Field names mirror the Hugging Face keys (docs/MODEL.md#config-keys). Loading, aliases, lookup order and the
+//! validation rules of docs/MODEL.md#config-validation live in this module too.
 
 mod error;
 mod load;
@@ -15,7 +15,7 @@ pub use validate::MAX_TOPK;
 
 use std::path::Path;
 
-/// Which of the two accepted documents the config came from (spec §1.1).
+/// Which of the two accepted documents the config came from (docs/MODEL.md#config-shapes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConfigShape {
     /// Released: `text_config` + `text_config.linear_attn_config`.
@@ -110,7 +110,7 @@ impl K3Config {
         parse::from_value(&value, source_name)
     }
 
-    /// The released Kimi K3 values (spec §1.3), used only as the documented fallback when no
+    /// The released Kimi K3 values (docs/MODEL.md#config-keys), used only as the documented fallback when no
     /// config file exists.
     pub fn released() -> K3Config {
         let mut full: Vec<usize> = (1..=23).map(|i| 4 * i).collect();
@@ -156,7 +156,7 @@ impl K3Config {
             .count()
     }
 
-    /// The one-line load report of spec §1.5, e.g.
+    /// The one-line load report of docs/MODEL.md#config-validation, e.g.
     /// `config: config.json (nested shape) | hidden=7168 layers=93 vocab=163840 | 24 MLA + 69 KDA | experts 896 top16 shared2 | latent=3584`.
     pub fn summary(&self, source: &str) -> String {
         let mla = self.num_mla_layers();
@@ -177,7 +177,7 @@ impl K3Config {
         )
     }
 
-    /// Layer `l` (zero-based) is MLA iff `l + 1` is listed in `full_attn_layers` (spec §1.4).
+    /// Layer `l` (zero-based) is MLA iff `l + 1` is listed in `full_attn_layers` (docs/MODEL.md#layer-map).
     pub fn is_mla(&self, l: usize) -> bool {
         self.full_attn_layers.contains(&(l + 1))
     }
@@ -189,7 +189,7 @@ impl K3Config {
     pub fn is_dense(&self, l: usize) -> bool {
         l < self.first_k_dense_replace
     }
-    /// Layer `l` opens a new attention-residual block (spec §4.2).
+    /// Layer `l` opens a new attention-residual block (docs/MODEL.md#decoder-layer).
     pub fn is_block_boundary(&self, l: usize) -> bool {
         l.is_multiple_of(self.attn_res_block_size)
     }

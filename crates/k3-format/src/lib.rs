@@ -3,9 +3,9 @@
 //!
 //! - [`Checkpoint::open`] indexes a directory of safetensors shards (integrity-checked, with
 //!   zero-copy [`TensorView`]s).
-//! - [`K3Config::load`] reads `config.json` in either accepted shape (spec §1).
+//! - [`K3Config::load`] reads `config.json` in either accepted shape (docs/MODEL.md#configuration).
 //! - [`bind_model`] binds every tensor by its released name and locates the routed experts.
-//! - [`write_trunk_pack`] and [`TrunkPack`] write, open and check the packed trunk (spec §7).
+//! - [`write_trunk_pack`] and [`TrunkPack`] write, open and check the packed trunk (docs/FORMATS.md#packed-trunk).
 
 #![warn(missing_docs)]
 // Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.

@@ -1,4 +1,4 @@
-//! One safetensors shard: `[u64 LE header_len][JSON header][data]` (spec §2), parsed and
+//! One safetensors shard: `[u64 LE header_len][JSON header][data]` (docs/MODEL.md#safetensors-shards), parsed and
 //! checked for integrity before anything is indexed.
 //!
 //! Checks, in order: the file holds the 8-byte prefix; the header fits in the file (any

@@ -1,10 +1,10 @@
-//! Synthetic checkpoints in the released layout (spec §1–§3), for benchmarks and memory tests.
+//! Synthetic checkpoints in the released layout (docs/MODEL.md#checkpoint-tensor-inventory), for benchmarks and memory tests.
 //!
 //! [`write_checkpoint`] writes a nested `config.json` (`text_config` + `linear_attn_config`),
 //! shards `model-0000N-of-0000M.safetensors` and `model.safetensors.index.json`, with:
-//! - each layer's trunk tensors as one contiguous run in one shard (spec §7);
+//! - each layer's trunk tensors as one contiguous run in one shard (docs/FORMATS.md#packed-trunk);
 //! - each routed expert's six tensors contiguous in the order w1p, w1s, w2p, w2s, w3p, w3s
-//!   (spec §2.3), possibly in another shard than its layer's trunk;
+//!   (docs/MODEL.md#routed-experts), possibly in another shard than its layer's trunk;
 //! - the released dtypes: BF16 matrices and norm gains, F32 small vectors, U8 MXFP4 experts.
 //!
 //! Weights are random but well-conditioned and deterministic: every tensor draws from its own
@@ -28,7 +28,7 @@ use std::time::Instant;
 const CHUNK: usize = 8 << 20;
 
 /// Root-mean-square of a uniformly random E2M1 code: `sqrt(Σ v² / 16)` over the table of
-/// spec §3 (`sqrt(137 / 16)`).
+/// docs/MODEL.md#mxfp4 (`sqrt(137 / 16)`).
 const E2M1_RMS: f64 = 2.926_174_978_05;
 
 /// How large the random weights are.
@@ -99,7 +99,7 @@ pub fn layer_map(n_layers: usize) -> Vec<usize> {
     v
 }
 
-/// The released per-layer dimensions (spec §1.3: hidden 7168, KDA 96×128, MLA 96 heads,
+/// The released per-layer dimensions (docs/MODEL.md#config-keys: hidden 7168, KDA 96×128, MLA 96 heads,
 /// latent 3584, expert inter 3072, dense inter 33792, top-16) with `layers` layers
 /// ([`layer_map`]), `experts` routed experts per layer (top-k capped at it) and `vocab` rows.
 pub fn real_dims_config(layers: usize, experts: usize, vocab: usize) -> K3Config {

@@ -11,6 +11,9 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
+mod rewrite;
+pub use rewrite::{copy_rewritten, read_shards, write_shards, ShardDoc, TensorDoc};
+
 /// A tensor to write: name, dtype and shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorSpec {

@@ -1,4 +1,4 @@
-//! Packed trunk (spec §7): writing, reopening, matching and verifying, on the committed tiny
+//! Packed trunk (docs/FORMATS.md#packed-trunk): writing, reopening, matching and verifying, on the committed tiny
 //! checkpoints and on synthetic ones written with `k3_format::writer`.
 
 use k3_format::bind::{bind_model, model_tensors, ModelBinding};

@@ -1,7 +1,8 @@
-//! Dense SiTU-GLU MLP (spec §4.3, layer 0): `down · SiTU-GLU(gate·x, up·x)`.
+//! Dense SiTU-GLU MLP (docs/MODEL.md#dense-mlp, layer 0): `down · SiTU-GLU(gate·x, up·x)`.
 
 use crate::dims::Dims;
 use crate::error::{check_shape, ModelError};
+use crate::pass::Pass;
 use crate::scratch::grow;
 use crate::weights::DenseWeights;
 use k3_kernels::act::situ_glu;
@@ -49,15 +50,15 @@ pub fn check_dense(d: &Dims, w: &DenseWeights, layer: Option<usize>) -> Result<(
 
 /// Dense MLP over `t` tokens: `x` normed input `[T][E]`, `out` receives `[T][E]`.
 pub fn dense_forward(
-    d: &Dims,
+    pass: &Pass<'_>,
+    l: usize,
     w: &DenseWeights,
     x: &[f32],
-    t: usize,
     out: &mut [f32],
     sc: &mut DenseScratch,
-    layer: Option<usize>,
 ) -> Result<(), ModelError> {
-    check_dense(d, w, layer)?;
+    let (d, t) = (pass.d, pass.t);
+    check_dense(d, w, Some(l))?;
     sc.ensure(d, t);
     let n = t * d.dense_inter;
     matmul(&mut sc.g[..n], &w.gate_proj, x, t);

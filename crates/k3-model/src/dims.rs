@@ -17,7 +17,7 @@ pub enum LayerKind {
     Mla(usize),
 }
 
-/// Every width and constant of the model, derived from the config (symbols of spec §2).
+/// Every width and constant of the model, derived from the config (symbols of docs/MODEL.md#tensor-symbols).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Dims {
     /// E: hidden width.
@@ -29,7 +29,7 @@ pub struct Dims {
     /// RMSNorm epsilon (all norms of the model).
     pub eps: f64,
     /// Epsilon of MLA's `q_a_layernorm` / `kv_a_layernorm`: the C engine's `rms_norm_eps`
-    /// (spec §12 item 1: HF builds them with 1e-6; kept separate so it can be switched).
+    /// (docs/MODEL.md#uncertainties item 1: HF builds them with 1e-6; kept separate so it can be switched).
     pub mla_norm_eps: f64,
     /// KDA heads.
     pub kda_heads: usize,

@@ -10,11 +10,11 @@
 
 use crate::dims::{Dims, LayerKind};
 use crate::error::{check_len, check_shape, ModelError};
-use crate::layer::{decoder_layer, AttnState, Stream};
+use crate::layer::{decoder_layer, AttnState, Residual};
 use crate::mla::MlaPath;
-use crate::moe::Ahead;
+use crate::pass::{Ahead, Pass};
 use crate::residual::{fold, mix};
-use crate::router::{route, RouterParams};
+use crate::router::{route, RouteScratch, RouterParams};
 use crate::state::State;
 use crate::weights::{ExpertProvider, HeadWeights, WeightProvider};
 use k3_format::K3Config;
@@ -84,6 +84,11 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// Next-layer router lookahead is off unless asked for: at real dims it read 18 % more expert
+/// bytes for 1.03× s/token (docs/PERFORMANCE.md "Router lookahead"). The one default, used by
+/// [`Model::new`] and the engine's options alike.
+pub const LOOKAHEAD_DEFAULT: bool = false;
+
 /// The Kimi K3 forward pass over pluggable weight stores.
 #[derive(Clone, Debug)]
 pub struct Model {
@@ -98,7 +103,7 @@ impl Model {
         Ok(Model {
             dims: Dims::new(cfg)?,
             mla_path: MlaPath::Latent,
-            lookahead: true,
+            lookahead: LOOKAHEAD_DEFAULT,
         })
     }
     /// The model's dimensions.
@@ -110,9 +115,8 @@ impl Model {
         self.mla_path = path;
         self
     }
-    /// Turns next-layer router lookahead on or off (on for a bare `Model`; the engine decides
-    /// with `EngineOptions::lookahead`). Logits are the same either
-    /// way; only which experts are read early changes.
+    /// Turns next-layer router lookahead on or off (default [`LOOKAHEAD_DEFAULT`]). Logits are
+    /// the same either way; only which experts are read early changes.
     pub fn with_lookahead(mut self, on: bool) -> Model {
         self.lookahead = on;
         self
@@ -202,6 +206,7 @@ impl Model {
         Ok(())
     }
 
+    /// The forward pass proper: embed → for each layer: mix residual, attention, FFN → head.
     fn run(
         &self,
         weights: &dyn WeightProvider,
@@ -210,74 +215,47 @@ impl Model {
         state: &mut State,
         mode: LogitsMode,
     ) -> Result<Logits, ModelError> {
-        let (d, t) = (&self.dims, tokens.len());
-        let pos = state.pos();
+        let (d, t, pos) = (&self.dims, tokens.len(), state.pos());
         let (kda, mla, sc) = state.split();
         sc.ensure(d, t);
+        let predict = |next: usize, x: &[f32]| self.lookahead(weights, experts, next, x, t);
+        let pass = Pass {
+            d,
+            t,
+            pos,
+            experts,
+            mla_path: self.mla_path,
+            ahead: self.lookahead.then_some(&predict as Ahead<'_>),
+        };
+        let weights_err = |layer, source| ModelError::Weights { layer, source };
+        // 1. embedding rows: h [T][E]
         let e = d.hidden;
-        // 1. embedding rows
         for (tok, &id) in tokens.iter().enumerate() {
+            let row = &mut sc.h[tok * e..(tok + 1) * e];
             weights
-                .embed_row(id, &mut sc.h[tok * e..(tok + 1) * e])
-                .map_err(|source| ModelError::Weights {
-                    layer: None,
-                    source,
-                })?;
+                .embed_row(id, row)
+                .map_err(|err| weights_err(None, err))?;
         }
-        // 2.–3. decoder layers; the block stack is rebuilt every call
-        let mut n_blocks = 0usize;
+        // 2.–3. decoder layers over the residual stream; the block stack is rebuilt every call
+        let mut res = Residual {
+            h: &mut sc.h,
+            blocks: &mut sc.blocks,
+            n_blocks: 0,
+        };
         for l in 0..d.n_layers {
+            let held = weights.layer(l).map_err(|err| weights_err(Some(l), err))?;
             let attn = match d.kinds[l] {
                 LayerKind::Kda(i) => AttnState::Kda(&mut kda[i]),
-                LayerKind::Mla(i) => AttnState::Mla {
-                    cache: &mut mla[i],
-                    pos,
-                    path: self.mla_path,
-                },
+                LayerKind::Mla(i) => AttnState::Mla(&mut mla[i]),
             };
-            let stream = Stream {
-                t,
-                h: &mut sc.h,
-                blocks: &mut sc.blocks,
-                n_blocks: &mut n_blocks,
-            };
-            let mut result = Ok(());
-            let mut attn = Some(attn);
-            let mut stream = Some(stream);
-            let next = l + 1;
-            let predict = |x: &[f32], t: usize| self.lookahead(weights, experts, next, x, t);
-            let ahead: Option<Ahead<'_>> =
-                (self.lookahead && next < d.n_layers).then_some(&predict);
-            weights
-                .with_layer(l, &mut |lw| {
-                    if let (Some(a), Some(s)) = (attn.take(), stream.take()) {
-                        result = decoder_layer(d, l, lw, experts, s, a, &mut sc.layer, ahead);
-                    }
-                })
-                .map_err(|source| ModelError::Weights {
-                    layer: Some(l),
-                    source,
-                })?;
-            if attn.is_some() {
-                let source = "the store never called back with the layer".into();
-                return Err(ModelError::Weights {
-                    layer: Some(l),
-                    source,
-                });
-            }
-            result?;
+            decoder_layer(&pass, l, &held.view(), &mut res, attn, &mut sc.layer)?;
         }
-        // 4.–5. output aggregator, final norm, lm_head
+        let n_blocks = res.n_blocks;
+        // 4.–5. output aggregator, final norm, lm_head: logits [rows][V]
         let rows = mode.rows(t);
         let mut data = vec![0f32; rows * d.vocab];
-        let mut result = Ok(());
-        weights
-            .with_head(&mut |hw| result = self.head(hw, sc, n_blocks, t, rows, &mut data))
-            .map_err(|source| ModelError::Weights {
-                layer: None,
-                source,
-            })?;
-        result?;
+        let hw = weights.head().map_err(|err| weights_err(None, err))?;
+        self.head(&hw, sc, n_blocks, t, rows, &mut data)?;
         Ok(Logits {
             rows,
             vocab: d.vocab,
@@ -313,18 +291,11 @@ impl Model {
             // Allocated only when the router is in memory (a few KB per pinned MoE layer).
             let (mut scores, mut taken) = (vec![0f32; d.n_experts], vec![false; d.n_experts]);
             let (mut idx, mut wts) = (vec![0u32; d.topk], vec![0f32; d.topk]);
-            if shapes_ok
-                && route(
-                    &x[..d.hidden],
-                    router,
-                    bias,
-                    &rp,
-                    &mut scores,
-                    &mut taken,
-                    &mut idx,
-                    &mut wts,
-                )
-            {
+            let sc = RouteScratch {
+                scores: &mut scores,
+                taken: &mut taken,
+            };
+            if shapes_ok && route(&x[..d.hidden], router, bias, &rp, sc, &mut idx, &mut wts) {
                 experts.hint(layer, &idx);
             }
         });

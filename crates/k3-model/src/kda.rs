@@ -1,10 +1,11 @@
-//! Kimi Delta Attention (spec §4.4): projections, short convs, per-head L2 norm, per-head
+//! Kimi Delta Attention (docs/MODEL.md#kimi-delta-attention): projections, short convs, per-head L2 norm, per-head
 //! decay, the delta-rule recurrence, head-wise RMSNorm, sigmoid output gate, `o_proj`.
 //!
 //! Shapes: E hidden, H heads, D head width, P = H·D, K conv width, T tokens of this call.
 
 use crate::dims::Dims;
 use crate::error::{check_len, check_shape, ModelError};
+use crate::pass::Pass;
 use crate::scratch::grow;
 use crate::state::KdaState;
 use crate::weights::KdaWeights;
@@ -81,7 +82,7 @@ pub fn check_kda(d: &Dims, w: &KdaWeights, layer: Option<usize>) -> Result<(), M
     check_len(layer, "kda o_norm", w.o_norm.len(), dd)
 }
 
-/// Per-channel decay of one token (spec §4.4 step 5): for head h, channel i = h·D + d,
+/// Per-channel decay of one token (docs/MODEL.md#kda-decay): for head h, channel i = h·D + d,
 /// `u = expf(A_log[h]) · (z_i + dt_bias_i)`, `g_i = lb · σ(u)`, `α_i = expf(g_i)`.
 /// `z`, `dt_bias`, `alpha` are `[P]`; `a_log` holds at least H values (one per HEAD).
 /// `g_out`, when given, receives `g` (`[P]`).
@@ -105,24 +106,41 @@ pub fn kda_decay(
     }
 }
 
-/// The delta-rule recurrence over `t` tokens for all heads (spec §4.4 step 6), heads in
-/// parallel, tokens in order within a head. `q` must be L2-normed AND scaled by 1/sqrt(D);
-/// `k` L2-normed. Inputs `q, k, v, alpha` are `[T][P]`, `beta` `[T][H]`; `s` is `[H][D][D]`;
-/// output `o_hm` is head-major `[H][T][D]`; `u` is `[H][D]` scratch.
-#[allow(clippy::too_many_arguments)]
-pub fn kda_recurrence(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    alpha: &[f32],
-    beta: &[f32],
-    t: usize,
-    heads: usize,
-    dim: usize,
-    o_hm: &mut [f32],
-    u: &mut [f32],
-) {
+/// The inputs of one call's recurrence: `q, k, v, alpha` are `[T][P]`, `beta` `[T][H]`; `q`
+/// must be L2-normed AND scaled by 1/sqrt(D), `k` L2-normed.
+pub struct KdaInputs<'a> {
+    /// `[T][P]` queries.
+    pub q: &'a [f32],
+    /// `[T][P]` keys.
+    pub k: &'a [f32],
+    /// `[T][P]` values.
+    pub v: &'a [f32],
+    /// `[T][P]` per-channel decay factors.
+    pub alpha: &'a [f32],
+    /// `[T][H]` write strengths.
+    pub beta: &'a [f32],
+    /// Tokens.
+    pub t: usize,
+    /// Heads (H).
+    pub heads: usize,
+    /// Head dimension (D); P = H·D.
+    pub dim: usize,
+}
+
+/// The delta-rule recurrence over `x.t` tokens for all heads (docs/MODEL.md#kda-recurrence),
+/// heads in parallel, tokens in order within a head. `s` is `[H][D][D]`; output `o_hm` is
+/// head-major `[H][T][D]`; `u` is `[H][D]` scratch.
+pub fn kda_recurrence(s: &mut [f32], x: &KdaInputs<'_>, o_hm: &mut [f32], u: &mut [f32]) {
+    let KdaInputs {
+        q,
+        k,
+        v,
+        alpha,
+        beta,
+        t,
+        heads,
+        dim,
+    } = *x;
     let p = heads * dim;
     s.par_chunks_mut(dim * dim)
         .zip(o_hm.par_chunks_mut(t * dim))
@@ -163,18 +181,17 @@ fn conv_tokens(
 
 /// One KDA layer over `t` tokens with carried state: `x` is the normed input `[T][E]`,
 /// `out` receives `[T][E]`.
-#[allow(clippy::too_many_arguments)]
 pub fn kda_forward(
-    d: &Dims,
+    pass: &Pass<'_>,
+    l: usize,
     w: &KdaWeights,
     x: &[f32],
-    t: usize,
     st: &mut KdaState,
     out: &mut [f32],
     sc: &mut KdaScratch,
-    layer: Option<usize>,
 ) -> Result<(), ModelError> {
-    check_kda(d, w, layer)?;
+    let (d, t) = (pass.d, pass.t);
+    check_kda(d, w, Some(l))?;
     sc.ensure(d, t);
     let (p, h, dd, k) = (d.kda_proj(), d.kda_heads, d.kda_dim, d.conv_k);
     let tp = t * p;
@@ -215,26 +232,17 @@ pub fn kda_forward(
         );
     }
     // 6. recurrence, heads in parallel
-    let (qc, kc, vc, al, be) = (
-        &sc.qc[..tp],
-        &sc.kc[..tp],
-        &sc.vc[..tp],
-        &sc.alpha[..tp],
-        &sc.braw[..t * h],
-    );
-    kda_recurrence(
-        s,
-        qc,
-        kc,
-        vc,
-        al,
-        be,
+    let inputs = KdaInputs {
+        q: &sc.qc[..tp],
+        k: &sc.kc[..tp],
+        v: &sc.vc[..tp],
+        alpha: &sc.alpha[..tp],
+        beta: &sc.braw[..t * h],
         t,
-        h,
-        dd,
-        &mut sc.o_hm[..tp],
-        &mut sc.u[..h * dd],
-    );
+        heads: h,
+        dim: dd,
+    };
+    kda_recurrence(s, &inputs, &mut sc.o_hm[..tp], &mut sc.u[..h * dd]);
     // 7. head-wise RMSNorm, 8. sigmoid gate (after the norm)
     for tok in 0..t {
         for head in 0..h {

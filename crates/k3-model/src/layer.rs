@@ -1,4 +1,4 @@
-//! One decoder layer (spec §4.2): block attention residuals around the token mixer and the FFN.
+//! One decoder layer (docs/MODEL.md#decoder-layer): block attention residuals around the token mixer and the FFN.
 //!
 //! ```text
 //! prefix = h
@@ -13,40 +13,32 @@ use crate::dense::dense_forward;
 use crate::dims::Dims;
 use crate::error::{check_len, ModelError};
 use crate::kda::kda_forward;
-use crate::mla::{mla_forward, MlaPath};
-use crate::moe::{moe_forward, Ahead};
+use crate::mla::mla_forward;
+use crate::moe::moe_forward;
+use crate::pass::Pass;
 use crate::residual::{fold, mix};
 use crate::scratch::LayerScratch;
 use crate::state::{KdaState, MlaCache};
-use crate::weights::{AttnWeights, ExpertProvider, FfnWeights, LayerWeights};
+use crate::weights::{AttnWeights, FfnWeights, LayerWeights};
 use k3_kernels::norm::rmsnorm;
 
 /// The carried state a layer's token mixer reads and updates.
 pub enum AttnState<'s> {
     /// KDA recurrent + conv state.
     Kda(&'s mut KdaState),
-    /// MLA latent cache; the call's tokens sit at positions `pos..pos+T`.
-    Mla {
-        /// The layer's latent KV cache.
-        cache: &'s mut MlaCache,
-        /// Absolute position of the call's first token.
-        pos: usize,
-        /// Attention formulation.
-        path: MlaPath,
-    },
+    /// MLA latent cache; the call's tokens go to positions `pass.pos..pass.pos + T`.
+    Mla(&'s mut MlaCache),
 }
 
 /// The residual stream of one call: `h` `[T][E]` and the per-token block stack `blocks`
 /// `[T][max_blocks][E]` holding `n_blocks` snapshots.
-pub struct Stream<'a> {
-    /// Tokens in the call.
-    pub t: usize,
+pub struct Residual<'a> {
     /// `[T][E]` layer input on entry, layer output (`prefix`) on return.
     pub h: &'a mut [f32],
     /// `[T][max_blocks][E]` block snapshots.
     pub blocks: &'a mut [f32],
     /// Snapshots held (same for every token).
-    pub n_blocks: &'a mut usize,
+    pub n_blocks: usize,
 }
 
 fn check_layer(d: &Dims, w: &LayerWeights, l: usize) -> Result<(), ModelError> {
@@ -112,50 +104,47 @@ fn norm_tokens(d: &Dims, y: &mut [f32], x: &[f32], w: &[f32], t: usize) {
     }
 }
 
-/// Runs decoder layer `l` over the stream (spec §4.2).
-/// `ahead`: an optional lookahead hook for the layer's MoE ([`Ahead`]).
-#[allow(clippy::too_many_arguments)]
+/// Runs decoder layer `l` over the residual stream `res` (docs/MODEL.md#decoder-layer).
 pub fn decoder_layer(
-    d: &Dims,
+    pass: &Pass<'_>,
     l: usize,
     w: &LayerWeights,
-    experts: &dyn ExpertProvider,
-    s: Stream<'_>,
+    res: &mut Residual<'_>,
     attn: AttnState<'_>,
     sc: &mut LayerScratch,
-    ahead: Option<Ahead<'_>>,
 ) -> Result<(), ModelError> {
+    let (d, t) = (pass.d, pass.t);
     check_layer(d, w, l)?;
-    let (t, e, bs) = (s.t, d.hidden, d.max_blocks * d.hidden);
+    let (e, bs) = (d.hidden, d.max_blocks * d.hidden);
     sc.ensure(d, t);
     let te = t * e;
-    let h = &mut s.h[..te];
+    let h = &mut res.h[..te];
     let prefix = &mut sc.prefix[..te];
     prefix.copy_from_slice(h);
     // first aggregation, skipped while the stack is empty
-    if *s.n_blocks > 0 {
+    if res.n_blocks > 0 {
         fold(&mut sc.fold, w.attn_res_norm, w.attn_res_proj);
-        mix_tokens(d, h, s.blocks, *s.n_blocks, prefix, &sc.fold, t);
+        mix_tokens(d, h, res.blocks, res.n_blocks, prefix, &sc.fold, t);
     }
     // block boundary: snapshot the running residual, then clear it
     let cleared = d.is_boundary(l);
     if cleared {
-        let n = *s.n_blocks;
+        let n = res.n_blocks;
         for tok in 0..t {
-            s.blocks[tok * bs + n * e..tok * bs + (n + 1) * e]
+            res.blocks[tok * bs + n * e..tok * bs + (n + 1) * e]
                 .copy_from_slice(&prefix[tok * e..(tok + 1) * e]);
         }
-        *s.n_blocks += 1;
+        res.n_blocks += 1;
     }
     // token mixer
     norm_tokens(d, &mut sc.xn, h, w.input_norm, t);
     let (xn, y) = (&sc.xn[..te], &mut sc.y[..te]);
     match (&w.attn, attn) {
         (AttnWeights::Kda(kw), AttnState::Kda(st)) => {
-            kda_forward(d, kw, xn, t, st, y, &mut sc.kda, Some(l))?
+            kda_forward(pass, l, kw, xn, st, y, &mut sc.kda)?
         }
-        (AttnWeights::Mla(mw), AttnState::Mla { cache, pos, path }) => {
-            mla_forward(d, mw, xn, t, cache, pos, y, &mut sc.mla, Some(l), path)?
+        (AttnWeights::Mla(mw), AttnState::Mla(cache)) => {
+            mla_forward(pass, l, mw, xn, cache, y, &mut sc.mla)?
         }
         _ => {
             return Err(ModelError::StateMismatch(format!(
@@ -170,13 +159,13 @@ pub fn decoder_layer(
     }
     // second aggregation, no guard
     fold(&mut sc.fold, w.mlp_res_norm, w.mlp_res_proj);
-    mix_tokens(d, h, s.blocks, *s.n_blocks, prefix, &sc.fold, t);
+    mix_tokens(d, h, res.blocks, res.n_blocks, prefix, &sc.fold, t);
     // channel mixer
     norm_tokens(d, &mut sc.xn, h, w.post_attn_norm, t);
     let (xn, y) = (&sc.xn[..te], &mut sc.y[..te]);
     match &w.ffn {
-        FfnWeights::Dense(dw) => dense_forward(d, dw, xn, t, y, &mut sc.dense, Some(l))?,
-        FfnWeights::Moe(mw) => moe_forward(d, mw, experts, l, xn, t, y, &mut sc.moe, ahead)?,
+        FfnWeights::Dense(dw) => dense_forward(pass, l, dw, xn, y, &mut sc.dense)?,
+        FfnWeights::Moe(mw) => moe_forward(pass, l, mw, xn, y, &mut sc.moe)?,
     }
     prefix.iter_mut().zip(y.iter()).for_each(|(p, &m)| *p += m);
     h.copy_from_slice(prefix);

@@ -13,6 +13,7 @@
 //! order in which an expert store delivers experts. Routed experts are computed one at a time
 //! as they arrive (rows in parallel inside each).
 
+#![forbid(unsafe_code)]
 // Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -24,6 +25,7 @@ pub mod kda;
 pub mod layer;
 pub mod mla;
 pub mod moe;
+pub mod pass;
 pub mod residual;
 pub mod router;
 pub mod scratch;
@@ -37,6 +39,7 @@ mod tests;
 
 pub use dims::{Dims, LayerKind};
 pub use error::ModelError;
-pub use forward::{argmax, Logits, LogitsMode, Model};
+pub use forward::{argmax, Logits, LogitsMode, Model, LOOKAHEAD_DEFAULT};
 pub use mla::MlaPath;
+pub use pass::{Ahead, Pass};
 pub use state::{KdaState, MlaCache, Snapshot, State};

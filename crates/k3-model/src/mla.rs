@@ -1,4 +1,4 @@
-//! Gated MLA with NoPE (spec §4.5) over a LATENT KV cache, with weight absorption.
+//! Gated MLA with NoPE (docs/MODEL.md#gated-mla) over a LATENT KV cache, with weight absorption.
 //!
 //! Cache: per position `c_s = [rmsnorm(latent) (kv_lora) | k_rope (rope)]`, never expanded.
 //! `kv_b_proj` rows of head h are `[W_kb_h (nope rows) ; W_vb_h (v rows)]`, each `[·][kv_lora]`.
@@ -12,12 +12,13 @@
 //! 4. `ctx[c] = Σ_{s asc} p_s·c_s[c]` (f32, from 0);
 //! 5. `o_h[j] = W_vb_h[j]·ctx` (the standard 16-lane f64 row dot, rounded to f32).
 //!
-//! The expanded form (spec's literal order, k/v re-expanded per position) is kept in
+//! The expanded form (the literal order of docs/MODEL.md#mla-attention, k/v re-expanded per position) is kept in
 //! [`MlaPath::Expanded`]; the two agree to rounding (tested), the latent form is the default.
 //! Heads run in parallel; every sum above is inside one head, so results are thread-count-free.
 
 use crate::dims::Dims;
 use crate::error::{check_len, check_shape, ModelError};
+use crate::pass::Pass;
 use crate::scratch::grow;
 use crate::state::MlaCache;
 use crate::weights::MlaWeights;
@@ -108,20 +109,17 @@ pub fn mla_scale(d: &Dims) -> f32 {
 
 /// One gated MLA layer over `t` tokens at absolute positions `pos..pos+t`: appends their latent
 /// rows to `cache` and attends causally over `0..=p`. `x` normed input `[T][E]`, `out` `[T][E]`.
-#[allow(clippy::too_many_arguments)]
 pub fn mla_forward(
-    d: &Dims,
+    pass: &Pass<'_>,
+    l: usize,
     w: &MlaWeights,
     x: &[f32],
-    t: usize,
     cache: &mut MlaCache,
-    pos: usize,
     out: &mut [f32],
     sc: &mut MlaScratch,
-    layer: Option<usize>,
-    path: MlaPath,
 ) -> Result<(), ModelError> {
-    check_mla(d, w, layer)?;
+    let (d, t, pos) = (pass.d, pass.t, pass.pos);
+    check_mla(d, w, Some(l))?;
     if pos + t > cache.capacity() {
         return Err(ModelError::ContextOverflow {
             pos,
@@ -153,17 +151,15 @@ pub fn mla_forward(
         let p = pos + tok;
         let q_t = &sc.q[tok * qw..(tok + 1) * qw];
         let o_t = &mut sc.o[tok * hv..(tok + 1) * hv];
-        match path {
-            MlaPath::Latent => attend_latent(
-                d,
-                &w.kv_b_proj,
-                &rows[..(p + 1) * kvr],
-                q_t,
-                o_t,
-                &mut sc.q_lat,
-                &mut sc.ctx,
-                &mut sc.scores,
-            ),
+        match pass.mla_path {
+            MlaPath::Latent => {
+                let scratch = LatentScratch {
+                    q_lat: &mut sc.q_lat,
+                    ctx: &mut sc.ctx,
+                    scores: &mut sc.scores,
+                };
+                attend_latent(d, &w.kv_b_proj, &rows[..(p + 1) * kvr], q_t, o_t, scratch)
+            }
             MlaPath::Expanded => attend_expanded(d, &w.kv_b_proj, &rows[..(p + 1) * kvr], q_t, o_t),
         }
     }
@@ -179,20 +175,27 @@ pub fn mla_forward(
     Ok(())
 }
 
+/// Per-head scratch of [`attend_latent`].
+pub struct LatentScratch<'a> {
+    /// `[H][kv_lora]` absorbed queries (f64).
+    pub q_lat: &'a mut [f64],
+    /// `[H][kv_lora]` attention-weighted latent context.
+    pub ctx: &'a mut [f32],
+    /// `[H][≥S]` scores, then probabilities.
+    pub scores: &'a mut [f32],
+}
+
 /// Latent attention of one query over `rows` (`[S][kv_lora+rope]`), all heads in parallel.
-/// `q_t` is `[H][nope+rope]`, `o_t` receives `[H][v]`. Scratch: `q_lat` `[H][kv_lora]`,
-/// `ctx` `[H][kv_lora]`, `scores` `[H][≥S]`.
-#[allow(clippy::too_many_arguments)]
+/// `q_t` is `[H][nope+rope]`, `o_t` receives `[H][v]`.
 pub fn attend_latent(
     d: &Dims,
     kv_b: &Matrix,
     rows: &[f32],
     q_t: &[f32],
     o_t: &mut [f32],
-    q_lat: &mut [f64],
-    ctx: &mut [f32],
-    scores: &mut [f32],
+    sc: LatentScratch<'_>,
 ) {
+    let LatentScratch { q_lat, ctx, scores } = sc;
     let (kl, kvr, qh, vh) = (d.kv_lora, d.kv_row(), d.qk_head(), d.v_head);
     let n = rows.len() / kvr;
     let stride = scores.len() / d.mla_heads;
@@ -231,7 +234,7 @@ pub fn attend_latent(
         });
 }
 
-/// Expanded attention (spec §4.5 literally): per position, `k_nope = W_kb_h·c`, `v = W_vb_h·c`;
+/// Expanded attention (docs/MODEL.md#mla-attention literally): per position, `k_nope = W_kb_h·c`, `v = W_vb_h·c`;
 /// `d = Σ (f64)q_nope·k_nope + Σ (f64)q_rope·k_rope`; `o[j] = Σ_s p_s·v_s[j]` (f32).
 /// Allocates its own buffers (reference path).
 pub fn attend_expanded(d: &Dims, kv_b: &Matrix, rows: &[f32], q_t: &[f32], o_t: &mut [f32]) {

@@ -1,4 +1,4 @@
-//! Stable LatentMoE (spec §4.6) for T tokens at once.
+//! Stable LatentMoE (docs/MODEL.md#stable-latentmoe) for T tokens at once.
 //!
 //! Every token is routed, the UNION of the chosen experts (first-seen order: token order, then
 //! top-k order) is fetched ONCE through [`ExpertProvider::fetch`], and each expert is computed for
@@ -8,35 +8,42 @@
 
 use crate::dims::Dims;
 use crate::error::{check_len, check_shape, ModelError};
-use crate::router::{route, RouterParams};
+use crate::pass::Pass;
+use crate::router::{route, RouteScratch, RouterParams};
 use crate::scratch::grow;
-use crate::weights::{ExpertProvider, ExpertWeights, MoeWeights, SourceError};
+use crate::weights::{ExpertWeights, MoeWeights, SourceError};
 use k3_kernels::act::situ_glu;
 use k3_kernels::norm::rmsnorm_inplace;
 use k3_kernels::{matmul, Matrix};
 
+/// Buffers of one routed expert over the tokens routed to it (n ≤ T rows).
+#[derive(Default)]
+struct ExpertScratch {
+    gz: Vec<f32>, // [n][L] gathered inputs
+    gg: Vec<f32>, // [n][I] w1 · z
+    gu: Vec<f32>, // [n][I] w3 · z
+    ga: Vec<f32>, // [n][I] SiTU-GLU
+    gy: Vec<f32>, // [n][L] w2 · a
+}
+
 /// Preallocated buffers of one MoE call.
 #[derive(Default)]
 pub struct MoeScratch {
-    scores: Vec<f32>,  // [NE] sigmoid router scores of one token
-    taken: Vec<bool>,  // [NE] top-k scratch
-    idx: Vec<u32>,     // [T][K] chosen experts, descending choice
-    wts: Vec<f32>,     // [T][K] routing weights
-    z: Vec<f32>,       // [T][L] latent input (routed_expert_down_proj · x)
-    ybuf: Vec<f32>,    // [T][K][L] expert output per (token, slot)
-    filled: Vec<bool>, // [T][K] slot computed
-    union: Vec<u32>,   // [≤T·K] distinct experts, first-seen order
-    users: Vec<usize>, // [≤T] slots (t·K + j) of the expert being computed
-    gz: Vec<f32>,      // [T][L] gathered inputs of one expert
-    gg: Vec<f32>,      // [T][I] w1 · z
-    gu: Vec<f32>,      // [T][I] w3 · z
-    ga: Vec<f32>,      // [T][I] SiTU-GLU
-    gy: Vec<f32>,      // [T][L] w2 · a
-    acc: Vec<f32>,     // [T][L] weighted aggregate, normed in place
-    sg: Vec<f32>,      // [T][SI] shared gate
-    su: Vec<f32>,      // [T][SI] shared up
-    sa: Vec<f32>,      // [T][SI] shared activation
-    sd: Vec<f32>,      // [T][E] shared output
+    scores: Vec<f32>,   // [NE] sigmoid router scores of one token
+    taken: Vec<bool>,   // [NE] top-k scratch
+    idx: Vec<u32>,      // [T][K] chosen experts, descending choice
+    wts: Vec<f32>,      // [T][K] routing weights
+    z: Vec<f32>,        // [T][L] latent input (routed_expert_down_proj · x)
+    ybuf: Vec<f32>,     // [T][K][L] expert output per (token, slot)
+    filled: Vec<bool>,  // [T][K] slot computed
+    union: Vec<u32>,    // [≤T·K] distinct experts, first-seen order
+    users: Vec<usize>,  // [≤T] slots (t·K + j) of the expert being computed
+    one: ExpertScratch, // buffers of the expert being computed
+    acc: Vec<f32>,      // [T][L] weighted aggregate, normed in place
+    sg: Vec<f32>,       // [T][SI] shared gate
+    su: Vec<f32>,       // [T][SI] shared up
+    sa: Vec<f32>,       // [T][SI] shared activation
+    sd: Vec<f32>,       // [T][E] shared output
 }
 
 impl MoeScratch {
@@ -52,10 +59,10 @@ impl MoeScratch {
         self.filled.resize(self.filled.len().max(t * k), false);
         self.union.reserve((t * k).saturating_sub(self.union.len()));
         self.users.reserve(t.saturating_sub(self.users.len()));
-        for b in [&mut self.gz, &mut self.gy, &mut self.acc] {
+        for b in [&mut self.one.gz, &mut self.one.gy, &mut self.acc] {
             grow(b, t * l);
         }
-        for b in [&mut self.gg, &mut self.gu, &mut self.ga] {
+        for b in [&mut self.one.gg, &mut self.one.gu, &mut self.one.ga] {
             grow(b, t * i);
         }
         for b in [&mut self.sg, &mut self.su, &mut self.sa] {
@@ -114,28 +121,20 @@ fn expert_err(layer: usize, expert: u32, msg: String) -> ModelError {
     }
 }
 
-/// A lookahead hook: called once per MoE layer with its normed input `x` (`[T][E]`) and `T`,
-/// right after the layer's own expert reads were issued (at its first delivered expert), so
-/// reads it starts queue behind them and overlap the rest of the layer's compute.
-pub type Ahead<'a> = &'a dyn Fn(&[f32], usize);
-
-/// One MoE layer over `t` tokens: `x` normed input `[T][E]`, `out` receives `[T][E]`.
-/// `ahead`: an optional lookahead hook ([`Ahead`]); the result does not depend on it.
-#[allow(clippy::too_many_arguments)]
+/// One MoE layer `l` over `pass.t` tokens: `x` normed input `[T][E]`, `out` receives `[T][E]`.
+/// The lookahead hook in `pass` (if any) is called once; the result does not depend on it.
 pub fn moe_forward(
-    d: &Dims,
+    pass: &Pass<'_>,
+    l: usize,
     w: &MoeWeights,
-    experts: &dyn ExpertProvider,
-    layer: usize,
     x: &[f32],
-    t: usize,
     out: &mut [f32],
     sc: &mut MoeScratch,
-    ahead: Option<Ahead<'_>>,
 ) -> Result<(), ModelError> {
+    let (d, t, layer) = (pass.d, pass.t, l);
     check_moe(d, w, Some(layer))?;
     sc.ensure(d, t);
-    let (e, k, l, si) = (d.hidden, d.topk, d.latent, d.shared_inter);
+    let (e, k, lat, si) = (d.hidden, d.topk, d.latent, d.shared_inter);
     // 1. route every token on the full normed input
     let rp = RouterParams {
         topk: k,
@@ -148,8 +147,10 @@ pub fn moe_forward(
             &w.router,
             w.router_bias,
             &rp,
-            &mut sc.scores[..d.n_experts],
-            &mut sc.taken,
+            RouteScratch {
+                scores: &mut sc.scores[..d.n_experts],
+                taken: &mut sc.taken,
+            },
             &mut sc.idx[tok * k..(tok + 1) * k],
             &mut sc.wts[tok * k..(tok + 1) * k],
         );
@@ -160,16 +161,16 @@ pub fn moe_forward(
         }
     }
     // 2. latent down-projection
-    matmul(&mut sc.z[..t * l], &w.down_proj, x, t);
+    matmul(&mut sc.z[..t * lat], &w.down_proj, x, t);
     // 3. experts: union fetched once, each computed for all its tokens as it arrives
-    run_experts(d, experts, layer, t, sc, x, ahead)?;
+    run_experts(pass, layer, x, sc)?;
     // 4. aggregate in each token's top-k order, then RMSNorm on the aggregate
     for tok in 0..t {
-        let acc = &mut sc.acc[tok * l..(tok + 1) * l];
+        let acc = &mut sc.acc[tok * lat..(tok + 1) * lat];
         acc.fill(0.0);
         for j in 0..k {
             let wj = sc.wts[tok * k + j];
-            let y = &sc.ybuf[(tok * k + j) * l..(tok * k + j + 1) * l];
+            let y = &sc.ybuf[(tok * k + j) * lat..(tok * k + j + 1) * lat];
             acc.iter_mut().zip(y).for_each(|(a, &y)| *a += wj * y);
         }
         if d.latent_norm {
@@ -178,7 +179,7 @@ pub fn moe_forward(
     }
     // 5. up-projection, 6. shared experts on the ORIGINAL input, unweighted
     let out = &mut out[..t * e];
-    matmul(out, &w.up_proj, &sc.acc[..t * l], t);
+    matmul(out, &w.up_proj, &sc.acc[..t * lat], t);
     matmul(&mut sc.sg[..t * si], &w.shared_gate, x, t);
     matmul(&mut sc.su[..t * si], &w.shared_up, x, t);
     situ_glu(
@@ -195,17 +196,16 @@ pub fn moe_forward(
     Ok(())
 }
 
-/// Fetches the union of the routed experts once and fills `ybuf[t][j]` for every slot.
+/// Fetches the union of the routed experts once and fills `ybuf[t][j]` for every slot; calls
+/// the lookahead hook (for layer + 1) at the first delivered expert, after this layer's reads.
 fn run_experts(
-    d: &Dims,
-    experts: &dyn ExpertProvider,
+    pass: &Pass<'_>,
     layer: usize,
-    t: usize,
-    sc: &mut MoeScratch,
     x: &[f32],
-    mut ahead: Option<Ahead<'_>>,
+    sc: &mut MoeScratch,
 ) -> Result<(), ModelError> {
-    let k = d.topk;
+    let (d, t, k) = (pass.d, pass.t, pass.d.topk);
+    let mut ahead = pass.ahead.filter(|_| layer + 1 < d.n_layers);
     sc.union.clear();
     for &ex in &sc.idx[..t * k] {
         if !sc.union.contains(&ex) {
@@ -221,16 +221,12 @@ fn run_experts(
         filled,
         union,
         users,
-        gz,
-        gg,
-        gu,
-        ga,
-        gy,
+        one,
         ..
     } = sc;
     let mut on_ready = |i: usize, ew: &ExpertWeights<'_>| {
         if let Some(hook) = ahead.take() {
-            hook(x, t);
+            hook(layer + 1, x);
         }
         if failure.is_some() {
             return;
@@ -249,10 +245,10 @@ fn run_experts(
         }
         users.clear();
         users.extend((0..t * k).filter(|&s| idx[s] == ex));
-        compute_expert(d, ew, users, z, ybuf, gz, gg, gu, ga, gy);
+        compute_expert(d, ew, users, z, ybuf, one);
         users.iter().for_each(|&s| filled[s] = true);
     };
-    if let Err(fe) = experts.fetch(layer, union, &mut on_ready) {
+    if let Err(fe) = pass.experts.fetch(layer, union, &mut on_ready) {
         return Err(ModelError::Expert {
             layer,
             expert: fe.expert,
@@ -273,19 +269,15 @@ fn run_experts(
 }
 
 /// `y = w2 · SiTU-GLU(w1 z, w3 z)` for the tokens of `slots` (`t·K + j`), scattered into `ybuf`.
-#[allow(clippy::too_many_arguments)]
 fn compute_expert(
     d: &Dims,
     ew: &ExpertWeights,
     slots: &[usize],
     z: &[f32],
     ybuf: &mut [f32],
-    gz: &mut [f32],
-    gg: &mut [f32],
-    gu: &mut [f32],
-    ga: &mut [f32],
-    gy: &mut [f32],
+    sc: &mut ExpertScratch,
 ) {
+    let ExpertScratch { gz, gg, gu, ga, gy } = sc;
     let (k, l, i, n) = (d.topk, d.latent, d.moe_inter, slots.len());
     for (r, &s) in slots.iter().enumerate() {
         let tok = s / k;

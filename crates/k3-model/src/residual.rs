@@ -1,4 +1,4 @@
-//! Block attention residuals (spec §4.0 `attn_res`, §4.2): softmax over RMS-normed sources
+//! Block attention residuals (docs/MODEL.md#attention-residual-attn_res, docs/MODEL.md#decoder-layer): softmax over RMS-normed sources
 //! scored against a folded query, mixing the RAW sources.
 
 use crate::dims::MAX_SOURCES;

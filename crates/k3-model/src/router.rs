@@ -1,4 +1,4 @@
-//! The Stable LatentMoE router (spec §4.6 step 1): sigmoid scores on the FULL normed input, a
+//! The Stable LatentMoE router (docs/MODEL.md#moe-router): sigmoid scores on the FULL normed input, a
 //! selection-only bias, top-k by repeated strict-`>` argmax, weights from the UNBIASED scores.
 
 use k3_kernels::act::sigmoid;
@@ -94,23 +94,29 @@ pub fn select_topk(
     w[..p.topk].iter_mut().for_each(|v| *v *= p.scale);
 }
 
-/// Routes one token: scores (`[NE]` scratch) then [`select_topk`]. Returns `false` when the gate
-/// storage is unsupported.
-#[allow(clippy::too_many_arguments)]
+/// The `[NE]` scratch of one routing.
+pub struct RouteScratch<'a> {
+    /// `[NE]` sigmoid scores.
+    pub scores: &'a mut [f32],
+    /// `[NE]` experts already chosen.
+    pub taken: &'a mut [bool],
+}
+
+/// Routes one token: scores then [`select_topk`] into `idx`/`w` (`[k]`). Returns `false` when
+/// the gate storage is unsupported.
 pub fn route(
     x: &[f32],
     gate: &Matrix,
     bias: &[f32],
     p: &RouterParams,
-    scores: &mut [f32],
-    taken: &mut [bool],
+    sc: RouteScratch<'_>,
     idx: &mut [u32],
     w: &mut [f32],
 ) -> bool {
-    if !router_scores(scores, gate, x) {
+    if !router_scores(sc.scores, gate, x) {
         return false;
     }
-    select_topk(scores, bias, p, taken, idx, w);
+    select_topk(sc.scores, bias, p, sc.taken, idx, w);
     true
 }
 

@@ -1,5 +1,5 @@
 //! The seam between the model and weight storage (design: the two traits of
-//! `architecture.md`). The model reads every weight through these traits and never opens a
+//! README.md, "How the code is laid out"). The model reads every weight through these traits and never opens a
 //! file; stores (resident mmap, streaming ring, expert cache) implement them.
 
 use k3_kernels::Matrix;
@@ -19,7 +19,7 @@ pub struct HeadWeights<'a> {
     pub lm_head: Matrix<'a>,
 }
 
-/// Kimi Delta Attention weights (spec §2.2, §4.4). P = heads·head_dim, D = head_dim.
+/// Kimi Delta Attention weights (docs/MODEL.md#kda-layer-tensors, docs/MODEL.md#kimi-delta-attention). P = heads·head_dim, D = head_dim.
 pub struct KdaWeights<'a> {
     /// [P][E]
     pub q_proj: Matrix<'a>,
@@ -51,7 +51,7 @@ pub struct KdaWeights<'a> {
     pub o_norm: &'a [f32],
 }
 
-/// Gated MLA weights, NoPE (spec §2.2, §4.5).
+/// Gated MLA weights, NoPE (docs/MODEL.md#mla-layer-tensors, docs/MODEL.md#gated-mla).
 pub struct MlaWeights<'a> {
     /// [q_lora][E]
     pub q_a_proj: Matrix<'a>,
@@ -147,16 +147,22 @@ pub struct ExpertWeights<'a> {
     pub w3: Matrix<'a>,
 }
 
+/// One layer's weights, kept in memory for as long as the hold lives (a pinned layer, a ring
+/// slot, a mapped region); dropping it releases the slot to the store.
+pub trait LayerHold {
+    /// Typed views of every tensor of the layer, borrowing from the hold.
+    fn view(&self) -> LayerWeights<'_>;
+}
+
 /// Trunk weights: embedding rows, per-layer weights and the head.
 pub trait WeightProvider: Sync {
     /// Writes embedding row `id` (widened to f32) into `out` (`[hidden]`).
     fn embed_row(&self, id: u32, out: &mut [f32]) -> Result<(), SourceError>;
-    /// Calls `f` with layer `l`'s weights, kept alive for the duration of the call (a pinned
-    /// layer or a ring slot). May block on a read and start reading ahead.
-    fn with_layer(&self, l: usize, f: &mut dyn FnMut(&LayerWeights<'_>))
-        -> Result<(), SourceError>;
-    /// Calls `f` with the model-level head weights.
-    fn with_head(&self, f: &mut dyn FnMut(&HeadWeights<'_>)) -> Result<(), SourceError>;
+    /// Layer `l`'s weights, held until the returned value is dropped. May block on a read
+    /// and start reading the next layers ahead.
+    fn layer(&self, l: usize) -> Result<Box<dyn LayerHold + '_>, SourceError>;
+    /// The model-level head weights.
+    fn head(&self) -> Result<HeadWeights<'_>, SourceError>;
     /// Calls `f(router [NE][E], bias [NE])` of MoE layer `l` when they are in memory right now
     /// (never reads, never waits); returns whether it did. For router lookahead; the default
     /// store has none.

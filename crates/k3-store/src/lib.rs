@@ -8,6 +8,7 @@
 //!
 //! Dependencies point one way: k3-store → k3-plan, never the reverse.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 // Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]

@@ -1,6 +1,6 @@
 //! The trunk store: pinned layers in RAM, the rest streamed through a small ring.
 //!
-//! Lessons from upstream (spec §8.1) this module honours:
+//! Lessons from upstream (docs/MODEL.md#upstream-trunk-streaming) this module honours:
 //!
 //! * **A cyclic scan defeats LRU.** Every token walks layers 0..93 in order, so an LRU cache
 //!   of K < 93 layers hits 0%. Instead K layers are *pinned* (read once, in exact-size

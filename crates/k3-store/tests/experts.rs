@@ -3,11 +3,11 @@
 
 mod common;
 
-use common::{bytes, TempFile};
+use common::{bytes, FaultyFiles, TempFile};
 use k3_plan::sim::{simulate, Trace};
 use k3_plan::{ExpertKey, KeySpace, PolicyKind};
 use k3_store::io::align_up;
-use k3_store::{ExpertLoc, ExpertStore, Fault, FaultyReader, ReadAt, ShardFile};
+use k3_store::{ExpertLoc, ExpertStore, Fault, FaultyReader, ReadAt};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,18 +50,11 @@ impl Experts {
                 }
             }
         }
-        let tmp = vec![TempFile::new("exp0", &f0), TempFile::new("exp1", &f1)];
-        let faulty = tmp
-            .iter()
-            .map(|t| {
-                let f = ShardFile::open(t.path(), direct).expect("open");
-                Arc::new(FaultyReader::new(Arc::new(f)))
-            })
-            .collect();
+        let files = FaultyFiles::new("experts", &[f0, f1], direct);
         Experts {
-            _tmp: tmp,
+            _tmp: files.tmp,
             locs,
-            faulty,
+            faulty: files.readers,
         }
     }
 

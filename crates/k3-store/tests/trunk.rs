@@ -3,8 +3,8 @@
 
 mod common;
 
-use common::{bytes, TempFile};
-use k3_store::{Fault, FaultyReader, ReadAt, RunLoc, ShardFile, StoreError, TrunkStore};
+use common::{bytes, FaultyFiles, TempFile};
+use k3_store::{Fault, FaultyReader, ReadAt, RunLoc, StoreError, TrunkStore};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,18 +35,11 @@ impl Trunk {
             d.extend(bytes(l as u64, 0, size));
         }
         data[1].extend([1, 2, 3]);
-        let tmp: Vec<TempFile> = data.iter().map(|d| TempFile::new("trunk", d)).collect();
-        let faulty = tmp
-            .iter()
-            .map(|t| {
-                let f = ShardFile::open(t.path(), direct).expect("open");
-                Arc::new(FaultyReader::new(Arc::new(f)))
-            })
-            .collect();
+        let files = FaultyFiles::new("trunk", &data, direct);
         Trunk {
-            _tmp: tmp,
+            _tmp: files.tmp,
             runs,
-            faulty,
+            faulty: files.readers,
         }
     }
 

@@ -1,4 +1,4 @@
-//! Kimi K3 tokenizer for k3 (spec §6).
+//! Kimi K3 tokenizer for k3 (docs/TOKENIZER.md).
 //!
 //! Loads a Kimi tokenizer directory (`tiktoken.model` + `tokenizer_config.json`) or a
 //! `tokenizer.json`, encodes exactly like tiktoken with Kimi's `pat_str`, decodes, and streams
@@ -45,6 +45,7 @@
 //! [`StreamDecoder::finish_bytes`] returns it raw. The concatenated output always equals
 //! `String::from_utf8_lossy(&decode(ids))`.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 // Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use regex_syntax::hir::{Class, HirKind};
 
-/// Kimi's split regex (`pat_str` of `tokenization_kimi.py`, spec §6), alternatives in order.
+/// Kimi's split regex (`pat_str` of `tokenization_kimi.py`, docs/TOKENIZER.md#how-it-encodes), alternatives in order.
 /// This is the string written into an exported `tokenizer.json` and the only pattern accepted
 /// when one is loaded.
 pub const KIMI_PAT_STR: &str = concat!(

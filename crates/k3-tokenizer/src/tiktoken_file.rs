@@ -1,11 +1,11 @@
-//! `tiktoken.model`: one `<base64 token bytes> <rank>` per line (spec §6).
+//! `tiktoken.model`: one `<base64 token bytes> <rank>` per line (docs/TOKENIZER.md#tiktokenmodel-checks).
 
 use base64::Engine as _;
 
 use crate::bpe::Ranks;
 use crate::error::{Result, TokenizerError};
 
-/// Longest accepted base64 field in chars (spec §6, the C loader's limit; padded fields of up
+/// Longest accepted base64 field in chars (docs/TOKENIZER.md#tiktokenmodel-checks, the C loader's limit; padded fields of up
 /// to 510 raw bytes fit).
 pub const MAX_BASE64_LEN: usize = 682;
 

@@ -10,15 +10,15 @@ use fixture::*;
 use k3_kernels::act::situ_glu;
 use k3_kernels::conv::shortconv_step;
 use k3_kernels::norm::rmsnorm;
-use k3_model::kda::{kda_decay, kda_forward, kda_recurrence, KdaScratch};
-use k3_model::layer::{decoder_layer, AttnState, Stream};
+use k3_model::kda::{kda_decay, kda_forward, kda_recurrence, KdaInputs, KdaScratch};
+use k3_model::layer::{decoder_layer, AttnState, Residual};
 use k3_model::mla::{mla_forward, mla_scale, MlaPath, MlaScratch};
 use k3_model::moe::{moe_forward, MoeScratch};
 use k3_model::residual::mix;
-use k3_model::router::{route, RouterParams};
+use k3_model::router::{route, RouteScratch, RouterParams};
 use k3_model::scratch::LayerScratch;
 use k3_model::testing::*;
-use k3_model::{Dims, KdaState, MlaCache};
+use k3_model::{Dims, KdaState, MlaCache, Pass};
 use serde_json::Value;
 use std::path::Path;
 
@@ -160,7 +160,17 @@ fn op_recur(fx: &Fx, tol: Tol, _: &Dims) -> R<String> {
     let mut s = vec![0f32; h * dk * dk];
     let (mut o_hm, mut u) = (vec![0f32; t * h * dk], vec![0f32; h * dk]);
     let (k, v, a, b) = (fx.t("k")?, fx.t("v")?, fx.t("alpha")?, fx.t("beta")?);
-    kda_recurrence(&mut s, &q, &k, &v, &a, &b, t, h, dk, &mut o_hm, &mut u);
+    let inputs = KdaInputs {
+        q: &q,
+        k: &k,
+        v: &v,
+        alpha: &a,
+        beta: &b,
+        t,
+        heads: h,
+        dim: dk,
+    };
+    kda_recurrence(&mut s, &inputs, &mut o_hm, &mut u);
     let out = head_major_to_token_major(&o_hm, t, h, dk);
     let r1 = compare("out", &out, &fx.t("out")?, tol)?;
     let r2 = compare("state_out", &s, &fx.t("state_out")?, tol)?;
@@ -184,15 +194,16 @@ fn op_kda_layer(fx: &Fx, tol: Tol, d: &Dims) -> R<String> {
     let mut st = KdaState::new(d.kda_heads, d.kda_dim, d.conv_k);
     let mut out = vec![0f32; t * d.hidden];
     let mut sc = KdaScratch::default();
+    let no_experts = OwnedExperts::new(Vec::new());
+    let pass = Pass::new(d, t, 0, &no_experts);
     kda_forward(
-        d,
+        &pass,
+        0,
         &w.view(),
         &fx.t("in")?,
-        t,
         &mut st,
         &mut out,
         &mut sc,
-        None,
     )
     .map_err(|e| e.to_string())?;
     let r1 = compare("out", &out, &fx.t("out")?, tol)?;
@@ -213,16 +224,11 @@ fn op_router(fx: &Fx, tol: Tol, d: &Dims) -> R<String> {
     let (mut idx, mut wts) = (Vec::new(), Vec::new());
     for row in x.chunks_exact(gate.view().cols) {
         let (mut i, mut w) = (vec![0u32; k], vec![0f32; k]);
-        if !route(
-            row,
-            &gate.view(),
-            &bias,
-            &p,
-            &mut sc,
-            &mut taken,
-            &mut i,
-            &mut w,
-        ) {
+        let scratch = RouteScratch {
+            scores: &mut sc,
+            taken: &mut taken,
+        };
+        if !route(row, &gate.view(), &bias, &p, scratch, &mut i, &mut w) {
             return Err("router rejected the gate storage".into());
         }
         idx.extend(i.iter().map(|&v| v as f32));
@@ -266,17 +272,16 @@ fn op_mla(fx: &Fx, tol: Tol, d: &Dims) -> R<String> {
     let mut cache = MlaCache::new(t, d.kv_row());
     let mut out = vec![0f32; t * d.hidden];
     let mut sc = MlaScratch::default();
+    let no_experts = OwnedExperts::new(Vec::new());
+    let latent = Pass::new(d, t, 0, &no_experts);
     mla_forward(
-        d,
+        &latent,
+        0,
         &w.view(),
         &fx.t("in")?,
-        t,
         &mut cache,
-        0,
         &mut out,
         &mut sc,
-        None,
-        MlaPath::Latent,
     )
     .map_err(|e| e.to_string())?;
     let rows = cache.rows(t);
@@ -293,17 +298,18 @@ fn op_mla(fx: &Fx, tol: Tol, d: &Dims) -> R<String> {
     let r3 = compare("k_rope", &rope, &fx.t("k_rope")?, tol)?;
     let mut cache = MlaCache::new(t, d.kv_row());
     let mut exp = vec![0f32; t * d.hidden];
+    let expanded = Pass {
+        mla_path: MlaPath::Expanded,
+        ..latent
+    };
     mla_forward(
-        d,
+        &expanded,
+        0,
         &w.view(),
         &fx.t("in")?,
-        t,
         &mut cache,
-        0,
         &mut exp,
         &mut sc,
-        None,
-        MlaPath::Expanded,
     )
     .map_err(|e| e.to_string())?;
     let re = compare("out (expanded)", &exp, &fx.t("out")?, tol)?;
@@ -339,8 +345,8 @@ fn op_moe(fx: &Fx, tol: Tol, d: &Dims) -> R<String> {
     let t = x.len() / d.hidden;
     let mut out = vec![0f32; x.len()];
     let mut sc = MoeScratch::default();
-    moe_forward(d, &moe.view(), &store, 1, &x, t, &mut out, &mut sc, None)
-        .map_err(|e| e.to_string())?;
+    let pass = Pass::new(d, t, 0, &store);
+    moe_forward(&pass, 1, &moe.view(), &x, &mut out, &mut sc).map_err(|e| e.to_string())?;
     let (mut worst, mut relaxed) = (0f64, Vec::new());
     let mut heavy = (0f64, 0usize, 0f64); // (Σ|terms| bound / |want|, element, strict ratio)
     for (k, (&g, &w)) in out.iter().zip(&want).enumerate() {
@@ -425,28 +431,23 @@ fn op_layer(fx: &Fx, tol: Tol, d: &Dims) -> R<String> {
         blocks[tok * bs..tok * bs + nb_in * e]
             .copy_from_slice(&bin[tok * nb_in * e..(tok + 1) * nb_in * e]);
     }
-    let mut n_blocks = nb_in;
     let (mut kda, mut cache) = (
         KdaState::new(d.kda_heads, d.kda_dim, d.conv_k),
         MlaCache::new(t, d.kv_row()),
     );
     let attn = match &layer.attn {
         OwnedAttn::Kda(_) => AttnState::Kda(&mut kda),
-        OwnedAttn::Mla(_) => AttnState::Mla {
-            cache: &mut cache,
-            pos: 0,
-            path: MlaPath::Latent,
-        },
+        OwnedAttn::Mla(_) => AttnState::Mla(&mut cache),
     };
-    let stream = Stream {
-        t,
+    let mut res = Residual {
         h: &mut h,
         blocks: &mut blocks,
-        n_blocks: &mut n_blocks,
+        n_blocks: nb_in,
     };
     let mut sc = LayerScratch::default();
-    decoder_layer(d, l, &layer.view(), &store, stream, attn, &mut sc, None)
-        .map_err(|e| e.to_string())?;
+    let pass = Pass::new(d, t, 0, &store);
+    decoder_layer(&pass, l, &layer.view(), &mut res, attn, &mut sc).map_err(|e| e.to_string())?;
+    let n_blocks = res.n_blocks;
     let nb_out = fx
         .shape("block_residual_out")?
         .get(1)

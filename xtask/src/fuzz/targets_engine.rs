@@ -159,7 +159,7 @@ impl Target for Serve {
         match parse_body::<ChatRequest>(input).and_then(|r| validate_chat(&r)) {
             Ok((settings, thinking, messages)) => {
                 check_settings(&settings);
-                let ids = k3_engine::chat::render(&self.tok, &messages, thinking, true)
+                let ids = k3_engine::chat_template::render(&self.tok, &messages, thinking, true)
                     .map_err(|e| format!("render: {e}"))?;
                 assert!(ids.iter().all(|&id| (id as usize) < self.tok.vocab_size()));
             }

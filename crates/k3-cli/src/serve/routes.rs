@@ -246,7 +246,7 @@ pub async fn chat_completions(
         .engine
         .tokenizer()
         .ok_or_else(|| worker_failed("the model has no tokenizer".into()))?;
-    let prompt = k3_engine::chat::render(tok, &messages, thinking, true)
+    let prompt = k3_engine::chat_template::render(tok, &messages, thinking, true)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let stream = settings.stream;
     let rx = submit(&shared, JobKind::Chat(thinking), prompt, settings)?;

@@ -6,7 +6,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use k3_engine::chat::{ChatMessage, Thinking};
+use k3_engine::chat_template::{ChatMessage, Thinking};
 use k3_engine::SamplingParams;
 use serde::Deserialize;
 use serde_json::{json, Value};

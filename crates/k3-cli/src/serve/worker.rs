@@ -6,7 +6,7 @@
 //! response future or SSE body was dropped) is cancelled at the next token.
 
 use super::types::GenSettings;
-use k3_engine::chat::{Channel, ReplyParser, Template, Thinking};
+use k3_engine::chat_template::{Channel, ReplyParser, Template, Thinking};
 use k3_engine::{
     Engine, EngineError, Sampler, Session, StopConditions, StopReason, StopScanner, Tokenizer,
 };

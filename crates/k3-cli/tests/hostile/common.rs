@@ -6,8 +6,7 @@
 //! and substrings stderr must contain. Every case also asserts that nothing panicked.
 //! With `K3_HOSTILE_CATALOGUE=DIR` set, each group writes its rows to `DIR/<group>.md`.
 
-use k3_format::writer::{write_index, write_shard, TensorSpec};
-use k3_format::Checkpoint;
+use k3_format::writer::{read_shards, write_shards, ShardDoc, TensorDoc};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -71,64 +70,16 @@ pub const SHARD1: &str = "model-00001-of-00002.safetensors";
 pub const SHARD2: &str = "model-00002-of-00002.safetensors";
 pub const INDEX: &str = "model.safetensors.index.json";
 
-/// One tensor of a shard being rewritten: spec plus bytes.
-pub struct T {
-    pub spec: TensorSpec,
-    pub data: Vec<u8>,
-}
-
-/// A shard being rewritten: file name and tensors in file order.
-pub struct ShardDoc {
-    pub file: String,
-    pub tensors: Vec<T>,
-}
+/// One tensor of a shard being rewritten (the library's [`TensorDoc`]).
+pub type T = TensorDoc;
 
 /// Reads every shard of `dir` (tensors in offset order), lets `edit` change them, and writes
 /// shards and index back (the index lists exactly what the shards hold, unless `index` is
 /// false, when the old index is kept).
 pub fn rewrite(dir: &Path, index: bool, edit: impl FnOnce(&mut Vec<ShardDoc>)) {
-    let mut docs = Vec::new();
-    {
-        let ck = Checkpoint::open(dir).unwrap();
-        for (si, shard) in ck.shards().iter().enumerate() {
-            let file = shard
-                .path()
-                .file_name()
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_string();
-            let mut views: Vec<_> = ck.iter().filter(|v| v.shard == si).collect();
-            views.sort_by_key(|v| v.offset);
-            let tensors = views
-                .iter()
-                .map(|v| T {
-                    spec: TensorSpec::new(v.name, v.dtype, v.shape),
-                    data: v.bytes.to_vec(),
-                })
-                .collect();
-            docs.push(ShardDoc { file, tensors });
-        }
-    }
+    let mut docs = read_shards(dir).unwrap();
     edit(&mut docs);
-    let mut entries = Vec::new();
-    for d in &docs {
-        let specs: Vec<TensorSpec> = d.tensors.iter().map(|t| t.spec.clone()).collect();
-        write_shard(&dir.join(&d.file), &specs, |i, _, buf| {
-            let src = &d.tensors[i].data;
-            let n = buf.len().min(src.len());
-            buf[..n].copy_from_slice(&src[..n]);
-        })
-        .unwrap();
-        entries.extend(specs.iter().map(|s| (s.name.clone(), d.file.clone())));
-    }
-    if index {
-        write_index(
-            &dir.join(INDEX),
-            entries.iter().map(|(t, s)| (t.as_str(), s.as_str())),
-        )
-        .unwrap();
-    }
+    write_shards(dir, &docs, index).unwrap();
 }
 
 /// Finds the tensor named `name` in the docs.

@@ -6,7 +6,7 @@ use crate::common::*;
 use serde_json::{json, Value};
 use std::path::Path;
 
-/// Every key the reader requires (spec §1.3 order), with no default.
+/// Every key the reader requires (docs/MODEL.md#config-keys order), with no default.
 const REQUIRED: [&str; 26] = [
     "hidden_size",
     "num_hidden_layers",

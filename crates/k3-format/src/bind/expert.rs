@@ -1,4 +1,4 @@
-//! Routed MXFP4 experts (spec §2.3): six U8 tensors per expert, located as one contiguous read
+//! Routed MXFP4 experts (docs/MODEL.md#routed-experts): six U8 tensors per expert, located as one contiguous read
 //! when they tile a span, else six reads assembled into the canonical layout.
 
 use super::{BindError, LM_PREFIX};

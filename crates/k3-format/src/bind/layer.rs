@@ -1,4 +1,4 @@
-//! The per-tensor rules of spec §2.1–2.2 and the binder that applies them.
+//! The per-tensor rules of docs/MODEL.md#binding-rules and the binder that applies them.
 
 use super::{
     AttnTensors, BindError, DenseTensors, FfnTensors, GlobalTensors, KdaTensors, LayerTensors,

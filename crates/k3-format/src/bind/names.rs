@@ -1,4 +1,4 @@
-//! The released tensor inventory (spec §2) as [`TensorSpec`]s, for writing synthetic
+//! The released tensor inventory (docs/MODEL.md#checkpoint-tensor-inventory) as [`TensorSpec`]s, for writing synthetic
 //! checkpoints of any config (tests, test models, the index benchmark).
 
 use super::expert::EXPERT_PARTS;

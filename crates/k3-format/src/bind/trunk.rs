@@ -1,4 +1,4 @@
-//! A layer's trunk tensors as one byte run (spec §7): the unit the trunk packer copies and the
+//! A layer's trunk tensors as one byte run (docs/FORMATS.md#packed-trunk): the unit the trunk packer copies and the
 //! streaming store reads with a single pread.
 
 use super::{AttnTensors, FfnTensors, LayerTensors, TensorRef};
@@ -77,7 +77,7 @@ impl fmt::Display for NotContiguous {
 impl std::error::Error for NotContiguous {}
 
 impl LayerTensors {
-    /// Every trunk tensor, in the upstream binder's request order (spec §2.2).
+    /// Every trunk tensor, in the upstream binder's request order (docs/MODEL.md#binding-rules).
     pub fn tensors(&self) -> Vec<&TensorRef> {
         let mut v = vec![
             &self.input_layernorm,

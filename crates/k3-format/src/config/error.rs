@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-/// The message appended to a missing-keys report (spec §1.2).
+/// The message appended to a missing-keys report (docs/MODEL.md#config-key-lookup).
 pub const REFUSE_DEFAULTS: &str = "refusing to substitute defaults: a config this reader cannot \
 fully understand would silently produce a DIFFERENT model";
 

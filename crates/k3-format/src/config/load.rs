@@ -1,4 +1,4 @@
-//! Key lookup (spec §1.2): candidate objects txt → lin → root, primary name before alias,
+//! Key lookup (docs/MODEL.md#config-key-lookup): candidate objects txt → lin → root, primary name before alias,
 //! numbers must be JSON numbers, every missing required key collected before failing.
 
 use super::error::ConfigError;
@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 pub(super) enum Order {
     /// text_config, linear_attn_config, root (the C loader's order).
     TxtLinRoot,
-    /// linear_attn_config first (KDA geometry; spec §1.3 UNCERTAIN note), then txt, root.
+    /// linear_attn_config first (KDA geometry; docs/MODEL.md#config-key-lookup), then txt, root.
     LinTxtRoot,
 }
 

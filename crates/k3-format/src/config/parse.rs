@@ -1,4 +1,4 @@
-//! Builds a [`K3Config`] from a parsed document: lookup (spec §1.2–1.3), then validation (§1.5).
+//! Builds a [`K3Config`] from a parsed document: lookup (docs/MODEL.md#config-key-lookup, docs/MODEL.md#config-keys), then validation (docs/MODEL.md#config-validation).
 
 use super::error::ConfigError;
 use super::load::{Doc, Order};
@@ -7,7 +7,7 @@ use super::K3Config;
 use serde_json::Value;
 use std::fmt::Write;
 
-/// The integer fields, read in spec §1.3 table order.
+/// The integer fields, read in docs/MODEL.md#config-keys table order.
 struct Ints {
     hidden: i64,
     layers: i64,
@@ -79,7 +79,7 @@ fn read_floats(d: &mut Doc<'_>) -> Floats {
 /// Parses and validates one document.
 pub(super) fn from_value(value: &Value, source: &str) -> Result<K3Config, ConfigError> {
     let mut d = Doc::new(value, source)?;
-    // Table order of spec §1.3 for the missing-keys report.
+    // Table order of docs/MODEL.md#config-keys for the missing-keys report.
     let i = read_ints(&mut d);
     let f = read_floats(&mut d);
     let list = d.layer_list();

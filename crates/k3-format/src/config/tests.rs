@@ -1,4 +1,4 @@
-//! Config tests on inline documents (no dependency on ../shared).
+//! Config tests on inline documents (no files outside the repository).
 
 use super::*;
 use serde_json::{json, Value};
@@ -100,7 +100,7 @@ fn config_wrapper_is_unwrapped() {
 fn nested_and_flat_parse_equal() {
     let nested = parse(&tiny_nested()).unwrap();
     assert_eq!(nested.shape, ConfigShape::Nested);
-    // linear_attn_config.head_dim wins over text_config.head_dim (spec §1.3 UNCERTAIN note).
+    // linear_attn_config.head_dim wins over text_config.head_dim (docs/MODEL.md#config-key-lookup).
     assert_eq!(nested.kda_head_dim, 16);
     let flat = parse(&tiny_flat()).unwrap();
     assert_eq!(

@@ -1,4 +1,4 @@
-//! Validation rules of spec §1.5 (plus positivity of every dimension), each a clear error
+//! Validation rules of docs/MODEL.md#config-validation (plus positivity of every dimension), each a clear error
 //! naming the key and the value.
 
 use super::error::ConfigError;

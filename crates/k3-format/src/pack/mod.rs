@@ -1,4 +1,4 @@
-//! The packed trunk (spec §7): every layer's non-expert tensors copied verbatim, one run per
+//! The packed trunk (docs/FORMATS.md#packed-trunk): every layer's non-expert tensors copied verbatim, one run per
 //! layer, into `trunk.bin`, described by `trunk.json`, so loading a layer is one aligned read.
 //!
 //! - [`write_trunk_pack`] copies each layer's contiguous shard run (refusing a layer whose trunk
@@ -160,7 +160,7 @@ impl TrunkPack {
         self.align
     }
     /// Whether runs are 4096-aligned, so a loader may read them with O_DIRECT; otherwise it
-    /// must fall back to buffered reads (spec §7).
+    /// must fall back to buffered reads (docs/FORMATS.md#packed-trunk).
     pub fn direct_io_ok(&self) -> bool {
         self.align == ALIGN
     }

@@ -278,6 +278,12 @@ pub struct OwnedLayer {
     pub ffn: OwnedFfn,
 }
 
+impl LayerHold for &OwnedLayer {
+    fn view(&self) -> LayerWeights<'_> {
+        OwnedLayer::view(self)
+    }
+}
+
 impl OwnedLayer {
     /// Borrowed view.
     pub fn view(&self) -> LayerWeights<'_> {
@@ -333,24 +339,18 @@ impl WeightProvider for OwnedWeights {
         self.embed.row_f32(id as usize, out);
         Ok(())
     }
-    fn with_layer(
-        &self,
-        l: usize,
-        f: &mut dyn FnMut(&LayerWeights<'_>),
-    ) -> Result<(), SourceError> {
+    fn layer(&self, l: usize) -> Result<Box<dyn LayerHold + '_>, SourceError> {
         let layer = self.layers.get(l).ok_or_else(|| format!("no layer {l}"))?;
-        f(&layer.view());
-        Ok(())
+        Ok(Box::new(layer))
     }
-    fn with_head(&self, f: &mut dyn FnMut(&HeadWeights<'_>)) -> Result<(), SourceError> {
+    fn head(&self) -> Result<HeadWeights<'_>, SourceError> {
         let h = &self.head;
-        f(&HeadWeights {
+        Ok(HeadWeights {
             norm: &h.norm,
             out_res_norm: &h.out_res_norm,
             out_res_proj: &h.out_res_proj,
             lm_head: h.lm_head.view(),
-        });
-        Ok(())
+        })
     }
 }
 

@@ -3,7 +3,7 @@
 use crate::mla::{mla_forward, MlaPath, MlaScratch};
 use crate::moe::{moe_forward, MoeScratch};
 use crate::testing::*;
-use crate::{Dims, MlaCache};
+use crate::{Dims, MlaCache, Pass};
 
 fn tiny() -> (Dims, OwnedWeights, OwnedExperts) {
     let cfg = tiny_config();
@@ -26,14 +26,16 @@ fn moe_union_prefill_equals_per_token_bit_for_bit() {
     let mw = moe_of(&w, 2).view();
     let mut sc = MoeScratch::default();
     let mut batched = vec![0f32; t * d.hidden];
-    moe_forward(&d, &mw, &x, 2, &input, t, &mut batched, &mut sc, None).unwrap();
+    let pass = Pass::new(&d, t, 0, &x);
+    moe_forward(&pass, 2, &mw, &input, &mut batched, &mut sc).unwrap();
     let log = x.take_log();
     assert_eq!(log.len(), 1, "one fetch for the whole batch");
     assert!(log[0].1.len() > d.topk, "tokens chose different experts");
     for tok in 0..t {
         let mut one = vec![0f32; d.hidden];
         let xi = &input[tok * d.hidden..(tok + 1) * d.hidden];
-        moe_forward(&d, &mw, &x, 2, xi, 1, &mut one, &mut sc, None).unwrap();
+        let pass = Pass::new(&d, 1, tok, &x);
+        moe_forward(&pass, 2, &mw, xi, &mut one, &mut sc).unwrap();
         assert_eq!(
             &batched[tok * d.hidden..(tok + 1) * d.hidden],
             &one[..],
@@ -44,7 +46,7 @@ fn moe_union_prefill_equals_per_token_bit_for_bit() {
 
 #[test]
 fn latent_mla_op_equals_expanded_within_tolerance() {
-    let (d, w, _) = tiny();
+    let (d, w, x) = tiny();
     let mw = match &w.layers[3].attn {
         OwnedAttn::Mla(m) => m.view(),
         OwnedAttn::Kda(_) => panic!("layer 3 is KDA"),
@@ -55,30 +57,33 @@ fn latent_mla_op_equals_expanded_within_tolerance() {
         let mut cache = MlaCache::new(16, d.kv_row());
         let mut out = vec![0f32; t * d.hidden];
         let mut sc = MlaScratch::default();
+        let (head, tail) = out.split_at_mut(3 * d.hidden);
+        let first = Pass {
+            mla_path: path,
+            ..Pass::new(&d, 3, 0, &x)
+        };
         mla_forward(
-            &d,
+            &first,
+            3,
             &mw,
             &input[..3 * d.hidden],
-            3,
             &mut cache,
-            0,
-            &mut out[..3 * d.hidden],
+            head,
             &mut sc,
-            None,
-            path,
         )
         .unwrap();
+        let rest = Pass {
+            mla_path: path,
+            ..Pass::new(&d, t - 3, 3, &x)
+        };
         mla_forward(
-            &d,
+            &rest,
+            3,
             &mw,
             &input[3 * d.hidden..],
-            t - 3,
             &mut cache,
-            3,
-            &mut out[3 * d.hidden..],
+            tail,
             &mut sc,
-            None,
-            path,
         )
         .unwrap();
         out

@@ -1,4 +1,4 @@
-//! The released Kimi K3 sizes, computed from the tensor shapes in spec §2 (an estimate to
+//! The released Kimi K3 sizes, computed from the tensor shapes in docs/MODEL.md#checkpoint-tensor-inventory (an estimate to
 //! plan without a checkpoint; the engine replaces the run sizes with `trunk.json`'s).
 
 use super::ModelSizes;
@@ -23,7 +23,7 @@ const MLA: u64 =
 const MOE: u64 = 896 * E * BF16 + 896 * F32 + (2 * 3584 * E + 3584) * BF16 + 3 * 6144 * E * BF16;
 /// Dense SiTU-GLU MLP of layer 0.
 const DENSE: u64 = 3 * 33792 * E * BF16;
-/// Widen-area bound per layer (spec §2.2).
+/// Widen-area bound per layer (docs/MODEL.md#binding-rules).
 const WIDEN: u64 = (6 * E + 1536 + 512 + 3584 + 896 * E) * F32 + 4096;
 
 impl ModelSizes {

@@ -14,8 +14,8 @@
 //!
 //! Measured on the released layer profile ([`ModelSizes::k3_estimate`]: layer 0 2.341 GB,
 //! 68 KDA+MoE layers 1.268 GB, 24 MLA+MoE layers 0.844 GB, widen bound 25.9 MB per layer —
-//! the per-class sizes are computed from the spec's tensor shapes and reproduce the
-//! 108.81 GB total; the spec's "runs 1.15 GB minimum" does not fit that total, so MLA layers
+//! the per-class sizes are computed from the released tensor shapes and reproduce the
+//! 108.81 GB total; upstream's "runs 1.15 GB minimum" does not fit that total, so MLA layers
 //! are taken at their computed 0.844 GB), 2 ring slots, GB/token streamed:
 //!
 //! | trunk budget | prefix (Rust port) | largest-first (C v1.0.0) | optimal (this) | optimal plan |

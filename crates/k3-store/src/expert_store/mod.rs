@@ -1,7 +1,7 @@
 //! The routed-expert store: a fixed arena of slots, a replacement policy, batched reads on
 //! a small pool of plain I/O threads.
 //!
-//! Lessons from upstream (spec §8.2) this module honours:
+//! Lessons from upstream (docs/MODEL.md#upstream-expert-cache) this module honours:
 //!
 //! * **Experts are never resident as a whole** (1.45 TB): a cache of `slots` slots holds the
 //!   recently used ones; victims are chosen by a [`PolicyKind`] (ARC by default, chosen by

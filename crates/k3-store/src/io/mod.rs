@@ -1,14 +1,14 @@
 //! Positional reads of checkpoint shards: O_DIRECT where the filesystem allows it, buffered
 //! otherwise.
 //!
-//! Upstream (spec §7, §8) reads trunk runs and routed experts with `O_DIRECT` so that the
+//! Upstream (docs/MODEL.md#streaming-lessons-from-upstream) reads trunk runs and routed experts with `O_DIRECT` so that the
 //! 1.45 TB of experts and the streamed trunk layers do not churn the page cache: the cache
 //! would otherwise fill with bytes the engine already holds in its own slots, and the kernel
 //! would evict the engine's memory to keep them. `O_DIRECT` demands that the file offset,
 //! the length and the buffer address all be multiples of 4096, so a read of an unaligned
 //! byte run is widened to 4096 boundaries at both ends, lands in a 4096-aligned buffer, and
 //! the payload is the sub-slice at `offset % 4096` ([`ReadAt::read_into_aligned`]). That is
-//! why every slot holds `align4096(bytes + 2·4096)` (spec §8.2). Filesystems that refuse
+//! why every slot holds `align4096(bytes + 2·4096)` (docs/MODEL.md#upstream-expert-cache). Filesystems that refuse
 //! `O_DIRECT` (tmpfs, some network filesystems) fall back to buffered reads transparently.
 //!
 //! Every `pread` is clamped below 2 GiB (Linux returns at most `0x7ffff000` bytes per call;

@@ -2,8 +2,10 @@
 
 #![allow(dead_code)]
 
+use k3_store::{FaultyReader, ShardFile};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// A byte derived from `(a, b, i)`, so aliasing between layers or experts is visible.
 pub fn byte(a: u64, b: u64, i: u64) -> u8 {
@@ -30,7 +32,7 @@ impl TempFile {
     pub fn new(tag: &str, data: &[u8]) -> TempFile {
         static N: AtomicU32 = AtomicU32::new(0);
         let n = N.fetch_add(1, Ordering::SeqCst);
-        let name = format!("k3-plan-{}-{tag}-{n}.bin", std::process::id());
+        let name = format!("k3-store-{}-{tag}-{n}.bin", std::process::id());
         let path = std::env::temp_dir().join(name);
         std::fs::write(&path, data).expect("write temp file");
         TempFile(path)
@@ -45,5 +47,29 @@ impl TempFile {
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Temp files holding `data`, owned by the caller, and each one opened (O_DIRECT when
+/// `direct` and the filesystem allows it) behind a fault injector.
+pub struct FaultyFiles {
+    /// The files (removed on drop).
+    pub tmp: Vec<TempFile>,
+    /// One reader per file, in order.
+    pub readers: Vec<Arc<FaultyReader>>,
+}
+
+impl FaultyFiles {
+    /// Writes each of `data` to its own temp file tagged `tag` and opens it.
+    pub fn new(tag: &str, data: &[Vec<u8>], direct: bool) -> FaultyFiles {
+        let tmp: Vec<TempFile> = data.iter().map(|d| TempFile::new(tag, d)).collect();
+        let readers = tmp
+            .iter()
+            .map(|t| {
+                let f = ShardFile::open(t.path(), direct).expect("open");
+                Arc::new(FaultyReader::new(Arc::new(f)))
+            })
+            .collect();
+        FaultyFiles { tmp, readers }
     }
 }

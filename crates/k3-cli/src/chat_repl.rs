@@ -15,7 +15,9 @@ use crate::engine_args::EngineArgs;
 use crate::sampling_args::SamplingArgs;
 use crate::CliError;
 use clap::Args;
-use k3_engine::chat::{self, Channel, ChatMessage, ReplyParser, Template, Thinking};
+use k3_engine::chat_template::{
+    self as chat, Channel, ChatMessage, ReplyParser, Template, Thinking,
+};
 use k3_engine::{DecodeMode, Engine, Sampler, Session, StopConditions, Tokenizer};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! Kimi K3's XTML chat template (spec §9 "Chat"): render a conversation to token ids, parse
+//! Kimi K3's XTML chat template (docs/MODEL.md#chat-template): render a conversation to token ids, parse
 //! an assistant reply back into its `think` and `response` channels, and read/write the
 //! JSONL history.
 //!
