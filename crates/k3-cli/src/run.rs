@@ -112,12 +112,10 @@ fn prompt_ids(args: &RunArgs, engine: &Engine) -> Result<Vec<u32>, CliError> {
 
 /// Prompts longer than this get a prefill progress bar (on a terminal, unless --quiet).
 const PROGRESS_PREFILL_TOKENS: usize = 256;
-/// Tokens per prefill chunk while showing progress (chunked prefill gives the same logits,
-/// bit for bit, as one pass: tested in k3-model).
-const PREFILL_CHUNK: usize = 64;
 
-/// Feeds the prompt in one pass, or in chunks under a progress bar when it is long and
-/// stderr is a terminal.
+/// Feeds the prompt: one pass per planner chunk (`k3 plan` shows it) whether or not a bar
+/// is shown; on a terminal, a long prompt gets a bar that the engine moves after every
+/// decoder layer of every chunk.
 fn prefill(
     session: &mut k3_engine::Session<'_>,
     prompt: &[u32],
@@ -127,18 +125,26 @@ fn prefill(
     if quiet || prompt.len() <= PROGRESS_PREFILL_TOKENS || !std::io::stderr().is_terminal() {
         return session.feed(prompt).map_err(CliError::from);
     }
-    let bar = indicatif::ProgressBar::new(prompt.len() as u64);
+    const STEPS: u64 = 1000;
+    let bar = indicatif::ProgressBar::new(STEPS);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("prefill [{bar:40}] {pos}/{len} tokens, eta {eta}")
+        indicatif::ProgressStyle::with_template("prefill [{bar:40}] {msg}, eta {eta}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
-    for chunk in prompt.chunks(PREFILL_CHUNK) {
-        session.feed(chunk)?;
-        bar.inc(chunk.len() as u64);
-    }
+    let fed = session.feed_with_progress(prompt, &mut |p: k3_engine::FeedProgress| {
+        bar.set_position((p.fraction() * STEPS as f64) as u64);
+        bar.set_message(format!(
+            "tokens {}..{} of {}, layer {}/{}",
+            p.tokens_done,
+            p.tokens_done + p.chunk,
+            p.tokens,
+            p.layers_done,
+            p.layers
+        ));
+    });
     bar.finish_and_clear();
-    Ok(())
+    fed.map_err(CliError::from)
 }
 
 /// Peak resident set size of this process in bytes (Linux `VmHWM`), 0 where unknown.

@@ -41,7 +41,7 @@ pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
 pub use k3_format::K3Config;
 pub use k3_plan::{Budget, MemoryPlan, Preset};
 pub use sampler::{Sampler, SamplingParams};
-pub use session::{argmax, DecodeMode, Session};
+pub use session::{argmax, DecodeMode, FeedProgress, Session};
 pub use session_file::{write_atomic, SessionInfo, SESSION_MAGIC, SESSION_VERSION};
 pub use speculate::{SpecStats, Speculation};
 pub use stats::StoreStats;
@@ -85,6 +85,10 @@ pub struct EngineOptions {
     /// Off by default: it won on one benchmark model and lost on the real-dims one
     /// (docs/PERFORMANCE.md "Router lookahead").
     pub lookahead: bool,
+    /// At most this many tokens per prefill pass (`None`: the plan's chunk, or the whole call
+    /// without a budget). Fewer tokens per pass use less scratch and read the unpinned trunk
+    /// more often; the logits are the same.
+    pub max_prefill_chunk: Option<usize>,
 }
 
 impl Default for EngineOptions {
@@ -100,6 +104,7 @@ impl Default for EngineOptions {
             trunk_dir: None,
             open_progress: None,
             lookahead: k3_model::LOOKAHEAD_DEFAULT,
+            max_prefill_chunk: None,
         }
     }
 }
@@ -119,6 +124,7 @@ pub struct Engine {
     model: Model,
     stores: Stores,
     plan: Option<MemoryPlan>,
+    max_prefill_chunk: Option<usize>,
     tokenizer: Option<Tokenizer>,
     pool: rayon::ThreadPool,
 }
@@ -223,6 +229,7 @@ impl Engine {
             model,
             stores,
             plan,
+            max_prefill_chunk: options.max_prefill_chunk,
             tokenizer,
             pool,
         })
@@ -246,6 +253,17 @@ impl Engine {
     /// Number of compute threads.
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
+    }
+
+    /// Tokens per prefill pass: the plan's chunk (docs/STREAMING.md "Prefill chunks"), or
+    /// the whole call when weights are used in place from the maps; capped by
+    /// [`EngineOptions::max_prefill_chunk`].
+    pub fn prefill_chunk(&self) -> usize {
+        let planned = self
+            .plan
+            .as_ref()
+            .map_or(usize::MAX, |p| p.prefill_chunk as usize);
+        planned.min(self.max_prefill_chunk.unwrap_or(usize::MAX)).max(1)
     }
 
     /// The memory plan in force (`None` when weights are used in place from the maps).

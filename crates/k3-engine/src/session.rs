@@ -23,6 +23,29 @@ pub enum DecodeMode {
 /// Invariant: `state` holds exactly the effect of `fed`; a token chosen by [`Session::generate`]
 /// as the last of a run is kept in `pending` and fed lazily by the next call, so ending a
 /// generation never costs a forward pass whose logits nobody reads.
+/// Where a feed stands, reported after every decoder layer of every prefill chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedProgress {
+    /// Tokens of the call fed before the chunk now running.
+    pub tokens_done: usize,
+    /// Tokens in the chunk now running.
+    pub chunk: usize,
+    /// Tokens in the whole call.
+    pub tokens: usize,
+    /// Layers of this chunk finished.
+    pub layers_done: usize,
+    /// Layers in the model.
+    pub layers: usize,
+}
+
+impl FeedProgress {
+    /// Finished share of the call's work, in token-layers (`0.0..=1.0`).
+    pub fn fraction(&self) -> f64 {
+        let done = self.tokens_done * self.layers + self.chunk * self.layers_done;
+        done as f64 / (self.tokens * self.layers).max(1) as f64
+    }
+}
+
 pub struct Session<'e> {
     engine: &'e Engine,
     state: State,
@@ -112,25 +135,70 @@ impl<'e> Session<'e> {
 
     /// Runs `ids` (preceded by any pending token) through the model with carried state.
     fn run(&mut self, ids: &[u32], mode: LogitsMode) -> Result<Vec<f32>, EngineError> {
+        self.run_observed(ids, mode, &mut |_| {})
+    }
+
+    /// Feeds the pending token and `ids` in chunks of the plan's prefill chunk (one pass
+    /// when the call fits one), keeping the logits rows `mode` asks for (they are the last
+    /// rows of the call, so each chunk computes its share of them); reports each finished
+    /// layer of each chunk to `on_progress`.
+    fn run_observed(
+        &mut self,
+        ids: &[u32],
+        mode: LogitsMode,
+        on_progress: &mut (dyn FnMut(FeedProgress) + Send),
+    ) -> Result<Vec<f32>, EngineError> {
         let mut batch = Vec::with_capacity(ids.len() + 1);
         batch.extend(self.pending.take());
         batch.extend_from_slice(ids);
         let e = self.engine;
-        let out = e.pool.install(|| {
-            e.model
-                .forward(e.weights(), e.experts(), &batch, &mut self.state, mode)
-        })?;
-        self.fed.extend_from_slice(&batch);
-        Ok(out.data)
+        let (tokens, layers) = (batch.len(), e.config.num_hidden_layers);
+        let first_row = tokens - mode.rows(tokens);
+        let mut out = Vec::with_capacity(mode.rows(tokens) * e.config.vocab_size);
+        let mut start = 0;
+        for chunk in batch.chunks(e.prefill_chunk()) {
+            let rows = (start + chunk.len()).saturating_sub(start.max(first_row));
+            let mut on_layer = |l: usize| {
+                on_progress(FeedProgress {
+                    tokens_done: start,
+                    chunk: chunk.len(),
+                    tokens,
+                    layers_done: l + 1,
+                    layers,
+                })
+            };
+            let state = &mut self.state;
+            let logits = e.pool.install(|| {
+                let (w, x) = (e.weights(), e.experts());
+                let mode = LogitsMode::Tail(rows);
+                e.model
+                    .forward_observed(w, x, chunk, state, mode, &mut on_layer)
+            })?;
+            self.fed.extend_from_slice(chunk);
+            out.extend_from_slice(&logits.data);
+            start += chunk.len();
+        }
+        Ok(out)
     }
 
-    /// Feeds `ids` (prefill in one pass) and keeps the logits of the last one.
+    /// Feeds `ids` (prefill in one pass per planner chunk: [`Engine::prefill_chunk`]) and
+    /// keeps the logits of the last one.
     pub fn feed(&mut self, ids: &[u32]) -> Result<(), EngineError> {
+        self.feed_with_progress(ids, &mut |_| {})
+    }
+
+    /// [`Session::feed`], reporting each finished layer of each prefill chunk (for a
+    /// progress bar; the logits do not depend on it).
+    pub fn feed_with_progress(
+        &mut self,
+        ids: &[u32],
+        on_progress: &mut (dyn FnMut(FeedProgress) + Send),
+    ) -> Result<(), EngineError> {
         if ids.is_empty() {
             return Ok(());
         }
         self.check_ids(ids)?;
-        self.logits = self.run(ids, LogitsMode::Last)?;
+        self.logits = self.run_observed(ids, LogitsMode::Last, on_progress)?;
         Ok(())
     }
 

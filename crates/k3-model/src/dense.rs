@@ -17,6 +17,11 @@ pub struct DenseScratch {
 }
 
 impl DenseScratch {
+    /// Bytes each further token adds.
+    pub fn bytes_per_token(d: &Dims) -> u64 {
+        3 * d.dense_inter as u64 * 4
+    }
+
     /// Grows every buffer for `t` tokens.
     pub fn ensure(&mut self, d: &Dims, t: usize) {
         for b in [&mut self.g, &mut self.u, &mut self.a] {

@@ -163,9 +163,23 @@ impl Model {
         state: &mut State,
         mode: LogitsMode,
     ) -> Result<Logits, ModelError> {
+        self.forward_observed(weights, experts, tokens, state, mode, &mut |_| {})
+    }
+
+    /// [`Model::forward`], calling `on_layer(l)` after each decoder layer `l` finishes (for
+    /// progress reports; the logits do not depend on it).
+    pub fn forward_observed(
+        &self,
+        weights: &dyn WeightProvider,
+        experts: &dyn ExpertProvider,
+        tokens: &[u32],
+        state: &mut State,
+        mode: LogitsMode,
+        on_layer: &mut dyn FnMut(usize),
+    ) -> Result<Logits, ModelError> {
         self.check_call(tokens, state)?;
         state.poisoned = true;
-        let logits = self.run(weights, experts, tokens, state, mode)?;
+        let logits = self.run(weights, experts, tokens, state, mode, on_layer)?;
         state.advance(tokens.len());
         state.poisoned = false;
         Ok(logits)
@@ -214,6 +228,7 @@ impl Model {
         tokens: &[u32],
         state: &mut State,
         mode: LogitsMode,
+        on_layer: &mut dyn FnMut(usize),
     ) -> Result<Logits, ModelError> {
         let (d, t, pos) = (&self.dims, tokens.len(), state.pos());
         let (kda, mla, sc) = state.split();
@@ -249,6 +264,7 @@ impl Model {
                 LayerKind::Mla(i) => AttnState::Mla(&mut mla[i]),
             };
             decoder_layer(&pass, l, &held.view(), &mut res, attn, &mut sc.layer)?;
+            on_layer(l);
         }
         let n_blocks = res.n_blocks;
         // 4.–5. output aggregator, final norm, lm_head: logits [rows][V]

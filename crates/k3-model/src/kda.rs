@@ -36,6 +36,11 @@ pub struct KdaScratch {
 }
 
 impl KdaScratch {
+    /// Bytes each further token adds (the `[T]`-sized buffers of [`KdaScratch::ensure`]).
+    pub fn bytes_per_token(d: &Dims) -> u64 {
+        (11 * d.kda_proj() + d.kda_heads + d.kda_dim) as u64 * 4
+    }
+
     /// Grows every buffer to hold `t` tokens.
     pub fn ensure(&mut self, d: &Dims, t: usize) {
         let (p, h, dd) = (d.kda_proj(), d.kda_heads, d.kda_dim);

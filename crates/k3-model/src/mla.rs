@@ -52,6 +52,13 @@ pub struct MlaScratch {
 }
 
 impl MlaScratch {
+    /// Bytes each further token adds (the `[T]`-sized buffers of [`MlaScratch::ensure`];
+    /// the `[H][ctx]` scores are planned with the context).
+    pub fn bytes_per_token(d: &Dims) -> u64 {
+        let hv = d.mla_heads * d.v_head;
+        (d.q_lora + d.mla_heads * d.qk_head() + d.kv_row() + 2 * hv) as u64 * 4
+    }
+
     /// Grows every buffer for `t` tokens attending over at most `ctx` positions.
     pub fn ensure(&mut self, d: &Dims, t: usize, ctx: usize) {
         let (h, hv) = (d.mla_heads, d.mla_heads * d.v_head);

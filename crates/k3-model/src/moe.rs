@@ -47,6 +47,15 @@ pub struct MoeScratch {
 }
 
 impl MoeScratch {
+    /// Bytes each further token adds (the `[T]`-sized buffers of [`MoeScratch::ensure`]:
+    /// ids, weights, flags and union per slot; latent, expert and shared activations).
+    pub fn bytes_per_token(d: &Dims) -> u64 {
+        let (k, l, i, si) = (d.topk, d.latent, d.moe_inter, d.shared_inter);
+        let per_slot = 4 + 4 + 1 + 4 + 4 * l; // idx, wts, filled, union, ybuf row
+        let floats = 4 * l + 3 * i + 3 * si + d.hidden; // z, gz, gy, acc; gg/gu/ga; shared
+        (k * per_slot + 8 + 4 * floats) as u64
+    }
+
     /// Grows every buffer for `t` tokens.
     pub fn ensure(&mut self, d: &Dims, t: usize) {
         let (k, l, i, si) = (d.topk, d.latent, d.moe_inter, d.shared_inter);

@@ -59,6 +59,19 @@ impl LayerScratch {
 }
 
 impl Scratch {
+    /// Bytes each further token of one call adds to the whole scratch (every op's per-token
+    /// buffers live at once): what a prefill chunk costs per token. The planner sizes the
+    /// chunk with it (docs/STREAMING.md "Prefill chunks").
+    pub fn bytes_per_token(d: &Dims) -> u64 {
+        let model = (2 + d.max_blocks) * d.hidden; // h, xn_head, blocks
+        let layer = 3 * d.hidden; // prefix, xn, y
+        (model + layer) as u64 * 4
+            + KdaScratch::bytes_per_token(d)
+            + MlaScratch::bytes_per_token(d)
+            + MoeScratch::bytes_per_token(d)
+            + DenseScratch::bytes_per_token(d)
+    }
+
     /// Scratch for a session of `max_ctx` positions, sized for single-token decode.
     pub fn new(d: &Dims, max_ctx: usize) -> Self {
         let mut s = Scratch::default();

@@ -272,3 +272,34 @@ fn expert_cache_is_capped_at_the_expert_pool() {
         "no slot beyond the pool"
     );
 }
+
+#[test]
+fn prefill_chunk_takes_an_eighth_of_the_budget() {
+    let laptop = preset(Preset::Laptop);
+    assert_eq!(laptop.prefill_chunk, 256, "1 + (3 + 1) GB / 8 / 1.96 MB");
+    assert_eq!(
+        laptop.prefill_scratch_bytes,
+        255 * k3().prefill_bytes_per_token
+    );
+    let total = |gb: u64, ctx: u64| {
+        plan(&k3(), &PlanRequest::new(Budget::Total(gb * GB), ctx))
+            .unwrap()
+            .prefill_chunk
+    };
+    assert_eq!(total(16, 4096), 1023);
+    assert_eq!(total(32, 4096), 2046);
+    assert_eq!(total(32, 300), 300, "never past the context");
+    assert_eq!(total(1000, 100_000), 4096, "never past MAX_PREFILL_CHUNK");
+    // The chunk's scratch is a fixed cost of a total budget: the cache gets the rest.
+    let p = plan(&k3(), &PlanRequest::new(Budget::Total(32 * GB), 4096)).unwrap();
+    assert!(p.total_bytes() <= 32 * GB);
+    assert!(p.table(None).contains("2046 tokens per trunk pass"));
+    // A total just above the smallest plan prefills token by token rather than refusing.
+    let need = match plan(&k3(), &PlanRequest::new(Budget::Total(GB), 4096)) {
+        Err(PlanError::TotalTooSmall { need, .. }) => need,
+        other => panic!("1 GB cannot hold the released model: {other:?}"),
+    };
+    let tight = plan(&k3(), &PlanRequest::new(Budget::Total(need + 1000), 4096)).unwrap();
+    assert_eq!(tight.prefill_chunk, 1);
+    assert!(tight.total_bytes() <= need + 1000);
+}

@@ -26,6 +26,10 @@ const DENSE: u64 = 3 * 33792 * E * BF16;
 /// Widen-area bound per layer (docs/MODEL.md#binding-rules).
 const WIDEN: u64 = (6 * E + 1536 + 512 + 3584 + 896 * E) * F32 + 4096;
 
+/// Prefill scratch per token at released dims (k3-model's `Scratch::bytes_per_token`; a
+/// k3-engine test checks the two agree).
+pub const RELEASED_PREFILL_BYTES_PER_TOKEN: u64 = 1_955_160;
+
 impl ModelSizes {
     /// Kimi K3 as released: 93 layers (layer 0 KDA + dense; MLA at 3, 7, …, 91 and 92),
     /// 17,547,264-byte MXFP4 experts, top-16, embed + lm_head 2 × 2,348,810,240 B, KDA
@@ -50,6 +54,7 @@ impl ModelSizes {
             kda_state_bytes: 93 * 1_683_456 * F32,
             latent_kv_bytes_per_pos: 24 * 576 * F32,
             scratch_bytes: 64 << 20,
+            prefill_bytes_per_token: RELEASED_PREFILL_BYTES_PER_TOKEN,
         }
     }
 }

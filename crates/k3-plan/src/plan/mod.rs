@@ -10,6 +10,7 @@ mod table;
 
 pub use avail::{cgroup_v1_headroom, cgroup_v2_headroom, parse_meminfo, Available};
 pub use error::PlanError;
+pub use k3::RELEASED_PREFILL_BYTES_PER_TOKEN;
 pub use pin::{min_trunk_budget, plan_trunk, plan_trunk_with, LayerCost, PinStrategy, TrunkPlan};
 pub use table::fmt_bytes;
 
@@ -43,8 +44,11 @@ pub struct ModelSizes {
     pub kda_state_bytes: u64,
     /// Latent KV for all MLA layers per position, bytes.
     pub latent_kv_bytes_per_pos: u64,
-    /// Activations, read buffers and other scratch, bytes.
+    /// Activations, read buffers and other scratch of a one-token call, bytes.
     pub scratch_bytes: u64,
+    /// Activation scratch each further token of a prefill chunk adds, bytes (every per-token
+    /// buffer of every op, which all live at once).
+    pub prefill_bytes_per_token: u64,
 }
 
 impl ModelSizes {
@@ -72,6 +76,38 @@ impl ModelSizes {
     pub fn trunk_full_bytes(&self) -> u64 {
         self.layer_costs().iter().map(|l| l.pinned).sum()
     }
+}
+
+/// Longest prefill chunk the planner ever chooses, tokens. Past a few thousand tokens the
+/// trunk read per chunk is a small share of the chunk's compute, so more scratch buys little.
+pub const MAX_PREFILL_CHUNK: u64 = 4096;
+
+/// Share of the budget a prefill chunk's scratch may take: 1/8. At released dims
+/// (1.96 MB of scratch per token, docs/STREAMING.md "Prefill chunks") the laptop preset
+/// then prefills 256 tokens per trunk pass and `--mem-gb 16` 1,023.
+pub const PREFILL_SHARE_DIVISOR: u64 = 8;
+
+/// The prefill chunk for a budget and a context of `ctx`: the most tokens whose further
+/// scratch fits an eighth of the budget (trunk + cache for a preset or split, the total for
+/// `--mem-gb`, where it also never takes what the smallest plan needs), at least 1, at most
+/// `ctx` and [`MAX_PREFILL_CHUNK`].
+pub fn prefill_chunk(sizes: &ModelSizes, budget: Budget, ctx: u64) -> u64 {
+    let share = match budget {
+        Budget::Preset(p) => (p.gb().0 + p.gb().1) * GB / PREFILL_SHARE_DIVISOR,
+        Budget::Split { trunk, cache } => trunk.saturating_add(cache) / PREFILL_SHARE_DIVISOR,
+        Budget::Total(total) => {
+            let kv = sizes.latent_kv_bytes_per_pos * ctx;
+            let smallest = sizes.embed_lm_head_bytes
+                + sizes.kda_state_bytes
+                + kv
+                + sizes.scratch_bytes
+                + min_trunk_budget(&sizes.layer_costs())
+                + sizes.min_expert_slots() * sizes.expert_slot_bytes();
+            (total / PREFILL_SHARE_DIVISOR).min(total.saturating_sub(smallest))
+        }
+    };
+    let further = share / sizes.prefill_bytes_per_token.max(1);
+    (further + 1).min(ctx).min(MAX_PREFILL_CHUNK).max(1)
 }
 
 /// Named budgets (trunk GB / expert-cache GB), as upstream.
@@ -199,8 +235,13 @@ pub struct MemoryPlan {
     pub kda_state_bytes: u64,
     /// Latent KV for `request.ctx` positions, bytes.
     pub latent_kv_bytes: u64,
-    /// Scratch, bytes.
+    /// Scratch of a one-token call, bytes.
     pub scratch_bytes: u64,
+    /// Tokens per prefill pass: a longer prompt is fed in chunks of this many, each reading
+    /// the unpinned trunk once and each routed expert of its union once.
+    pub prefill_chunk: u64,
+    /// Scratch the chunk's further tokens add, bytes.
+    pub prefill_scratch_bytes: u64,
 }
 
 impl MemoryPlan {
@@ -217,6 +258,7 @@ impl MemoryPlan {
             + self.kda_state_bytes
             + self.latent_kv_bytes
             + self.scratch_bytes
+            + self.prefill_scratch_bytes
     }
 
     /// Refuses (with the table and what to change) when the plan exceeds `available`.
@@ -232,7 +274,9 @@ impl MemoryPlan {
 pub fn plan(sizes: &ModelSizes, req: &PlanRequest) -> Result<MemoryPlan, PlanError> {
     let layers = sizes.layer_costs();
     let kv = sizes.latent_kv_bytes_per_pos * req.ctx;
-    let (trunk, cache) = split_budget(sizes, req.budget, &layers, kv)?;
+    let chunk = prefill_chunk(sizes, req.budget, req.ctx);
+    let prefill = (chunk - 1) * sizes.prefill_bytes_per_token;
+    let (trunk, cache) = split_budget(sizes, req.budget, &layers, kv + prefill)?;
     let trunk_plan =
         plan_trunk(&layers, trunk, req.ring_slots).ok_or_else(|| PlanError::TrunkTooSmall {
             budget: trunk,
@@ -266,24 +310,27 @@ pub fn plan(sizes: &ModelSizes, req: &PlanRequest) -> Result<MemoryPlan, PlanErr
         kda_state_bytes: sizes.kda_state_bytes,
         latent_kv_bytes: kv,
         scratch_bytes: sizes.scratch_bytes,
+        prefill_chunk: chunk,
+        prefill_scratch_bytes: prefill,
     })
 }
 
-/// (trunk budget, cache budget). For a total: fixed costs first, then the trunk gets what
-/// it can use while leaving the minimum cache; the cache budget returned is everything
-/// after fixed costs (the caller subtracts what the trunk plan actually takes).
+/// (trunk budget, cache budget). For a total: fixed costs (with `per_ctx`, the latent KV and
+/// prefill scratch) first, then the trunk gets what it can use while leaving the minimum
+/// cache; the cache budget returned is everything after fixed costs (the caller subtracts
+/// what the trunk plan actually takes).
 fn split_budget(
     sizes: &ModelSizes,
     budget: Budget,
     layers: &[LayerCost],
-    kv: u64,
+    per_ctx: u64,
 ) -> Result<(u64, u64), PlanError> {
     match budget {
         Budget::Preset(p) => Ok((p.gb().0 * GB, p.gb().1 * GB)),
         Budget::Split { trunk, cache } => Ok((trunk, cache)),
         Budget::Total(total) => {
             let fixed =
-                sizes.embed_lm_head_bytes + sizes.kda_state_bytes + kv + sizes.scratch_bytes;
+                sizes.embed_lm_head_bytes + sizes.kda_state_bytes + per_ctx + sizes.scratch_bytes;
             let rest = total.saturating_sub(fixed);
             let min_trunk = min_trunk_budget(layers);
             let min_cache = sizes.min_expert_slots() * sizes.expert_slot_bytes();

@@ -75,6 +75,13 @@ impl MemoryPlan {
             "",
         );
         line(&mut s, "scratch", self.scratch_bytes, "");
+        let chunk = format!("{} tokens per trunk pass", self.prefill_chunk);
+        line(
+            &mut s,
+            "prefill chunk scratch",
+            self.prefill_scratch_bytes,
+            &chunk,
+        );
         line(&mut s, "TOTAL", self.total_bytes(), "");
         match available.and_then(|a| a.bytes().map(|b| (b, a.source()))) {
             Some((b, src)) => line(&mut s, "available", b, src),
