@@ -26,13 +26,18 @@ use std::time::Instant;
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  k3 chat fixtures/tiny-k3 --thinking off\n  k3 chat /models/kimi-k3 --preset desktop --system 'Be brief.' --temp 0.7"
+    after_help = "Examples:\n  k3 chat fixtures/tiny-k3 --thinking off -n 64\n  k3 chat -m /models/kimi-k3 --preset desktop --system 'Be brief.' --temp 0.7 -c 8192"
 )]
 pub struct ChatArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Model directory (config.json + *.safetensors + tiktoken.model).
-    pub model_dir: PathBuf,
+    /// Model directory (config.json + *.safetensors + tiktoken.model); or -m DIR; default:
+    /// `model` from the config file.
+    #[arg(value_name = "MODEL_DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// Model directory (instead of the positional MODEL_DIR).
+    #[arg(short = 'm', long = "model", value_name = "DIR")]
+    pub model: Option<PathBuf>,
     /// System message (kept by /reset).
     #[arg(long)]
     pub system: Option<String>,
@@ -42,11 +47,11 @@ pub struct ChatArgs {
     /// Print the think channel (dimmed on a terminal).
     #[arg(long)]
     pub show_thinking: bool,
-    /// Most tokens one reply may generate.
-    #[arg(long, default_value_t = 512)]
+    /// Most tokens one reply may generate (it must fit in -c/--ctx).
+    #[arg(short = 'n', long, visible_alias = "max-tokens", default_value_t = 512)]
     pub max_new: usize,
     /// Context positions for the whole conversation.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
     pub ctx: usize,
     #[command(flatten)]
     pub sampling: SamplingArgs,
@@ -111,17 +116,19 @@ struct Chat<'e> {
 
 pub fn chat(args: ChatArgs) -> Result<(), CliError> {
     let file = crate::config_file::load()?;
+    let model_dir =
+        crate::engine_args::model_dir(args.model.as_deref(), args.model_dir.as_deref(), &file)?;
     let params = args.sampling.params(&file)?;
     let thinking: Thinking = args
         .thinking
         .parse()
         .map_err(|e: k3_engine::EngineError| CliError::usage(e.to_string()))?;
     let options = args.engine.options(&file, args.ctx)?;
-    let engine = crate::engine_args::open_engine(&args.model_dir, options, true)?;
+    let engine = crate::engine_args::open_engine(&model_dir, options, true)?;
     let tok = engine.tokenizer().ok_or_else(|| {
         CliError::usage(format!(
             "{}: no tokenizer (tiktoken.model or tokenizer.json): pass --tok DIR",
-            args.model_dir.display()
+            model_dir.display()
         ))
     })?;
     let tpl = Template::new(tok)?;
@@ -149,6 +156,7 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         stats: Stats::default(),
     };
     c.carry = c.header()?;
+    check_reply_room(c.carry.len(), args.max_new, args.ctx)?;
     ctrlc::set_handler(|| {
         if GENERATING.load(Ordering::SeqCst) {
             CANCEL.store(true, Ordering::SeqCst);
@@ -163,7 +171,7 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
     if interactive {
         eprintln!(
             "k3 chat: {} (thinking {}). {HELP}",
-            args.model_dir.display(),
+            model_dir.display(),
             args.thinking
         );
     }
@@ -197,6 +205,26 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
             continue;
         }
         c.turn(input)?;
+    }
+}
+
+/// Refuses an `-n` that no reply could ever reach: the header, one reply of `max_new` tokens
+/// and the positions kept for closing it must fit the context.
+fn check_reply_room(header: usize, max_new: usize, ctx: usize) -> Result<(), CliError> {
+    let need = header + max_new + TAIL_RESERVE;
+    if need <= ctx {
+        return Ok(());
+    }
+    Err(CliError::usage(format!(
+        "-n {max_new} does not fit the context: the conversation header ({header} tokens), -n {max_new} and {TAIL_RESERVE} positions for closing a reply need {need} but the context has {ctx}: lower -n or raise -c/--ctx to at least {need}"
+    )))
+}
+
+/// Model text as written to stdout: control characters escaped on a terminal.
+fn on_screen(text: &str, tty: bool) -> std::borrow::Cow<'_, str> {
+    match tty {
+        true => crate::escape::escape_str(text, crate::escape::Style::Text),
+        false => text.into(),
     }
 }
 
@@ -281,7 +309,7 @@ impl<'e> Chat<'e> {
         let rendered = chat::render(self.tok, &msgs, self.thinking, false)?;
         if rendered.len() + TAIL_RESERVE >= self.ctx {
             println!(
-                "k3: error: {} needs {} positions; the context has {}: raise --ctx",
+                "k3: error: {} needs {} positions; the context has {}: raise -c/--ctx",
                 path.display(),
                 rendered.len(),
                 self.ctx
@@ -336,7 +364,10 @@ impl<'e> Chat<'e> {
             s.fed_new, s.prefill_s, s.generated, s.decode_s
         );
         if self.engine.plan().is_some() {
-            println!("{}", self.engine.stats().report(0.0));
+            println!(
+                "{}",
+                self.engine.stats().report(None)
+            );
         }
     }
 
@@ -349,13 +380,21 @@ impl<'e> Chat<'e> {
         let before = self.session.tokens().len();
         let room = self.ctx.saturating_sub(before + new.len() + TAIL_RESERVE);
         if room == 0 {
-            println!("k3: error: the context is full ({before} of {} positions): /reset, /undo, or raise --ctx", self.ctx);
+            eprintln!(
+                "k3: no room for a reply: this message needs {} positions and {TAIL_RESERVE} are kept for closing the reply, but {} of {} are free: /reset, /undo, or restart with a larger -c/--ctx",
+                new.len(),
+                self.ctx.saturating_sub(before),
+                self.ctx
+            );
             return Ok(());
         }
         let snapshot = self.session.to_bytes()?;
         CANCEL.store(false, Ordering::SeqCst);
         GENERATING.store(true, Ordering::SeqCst);
         let result = self.reply(&new, room.min(self.max_new));
+        if let Ok((_, _, tail)) = &result {
+            self.note_context_end(room, tail);
+        }
         GENERATING.store(false, Ordering::SeqCst);
         let (reasoning, content, tail) = match result {
             Ok(r) => r,
@@ -385,6 +424,18 @@ impl<'e> Chat<'e> {
         self.stats.turns += 1;
         self.stats.reused += before;
         Ok(())
+    }
+
+    /// Says on stderr when the context, not `-n`, cut the reply (finish reason `length`).
+    fn note_context_end(&self, room: usize, tail: &[u32]) {
+        let cut = !tail.is_empty() && room < self.max_new && self.stats.generated >= room;
+        if cut && !CANCEL.load(Ordering::SeqCst) {
+            eprintln!(
+                "k3: the reply stopped at the end of the context ({} of {} positions used, {TAIL_RESERVE} kept for closing it): /reset, /undo, or restart with a larger -c/--ctx",
+                self.session.tokens().len(),
+                self.ctx
+            );
+        }
     }
 
     /// Feeds `new`, generates up to `n` tokens and prints them; returns the reasoning, the
@@ -428,8 +479,9 @@ impl<'e> Chat<'e> {
                             if show {
                                 let _ = write!(
                                     out,
-                                    "{}{piece}",
-                                    if tty && !shown_thinking { DIM } else { "" }
+                                    "{}{}",
+                                    if tty && !shown_thinking { DIM } else { "" },
+                                    on_screen(&piece, tty)
                                 );
                                 shown_thinking = true;
                             }
@@ -440,7 +492,7 @@ impl<'e> Chat<'e> {
                                 shown_thinking = false;
                             }
                             content.push_str(&piece);
-                            let _ = write!(out, "{piece}");
+                            let _ = write!(out, "{}", on_screen(&piece, tty));
                         }
                     }
                     let _ = out.flush();
@@ -459,7 +511,11 @@ impl<'e> Chat<'e> {
         reasoning.push_str(&think_dec.finish());
         let rest = resp_dec.finish();
         content.push_str(&rest);
-        print!("{rest}{}", if shown_thinking && tty { PLAIN } else { "" });
+        print!(
+            "{}{}",
+            on_screen(&rest, tty),
+            if shown_thinking && tty { PLAIN } else { "" }
+        );
         if !show && content.is_empty() && !reasoning.is_empty() {
             print!("[thinking only, hidden: --show-thinking shows it]");
         }

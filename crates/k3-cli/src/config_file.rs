@@ -22,7 +22,8 @@
 //! (`--preset`, `--mem-gb`, `--trunk-gb`/`--cache-gb`) replaces all of `preset`, `mem_gb`,
 //! `trunk_gb` and `cache_gb` from the file, so a file preset never conflicts with a flag
 //! `--mem-gb`. Every other key is overridden one by one by its own flag (`--threads`,
-//! `--temp`, …); a positional MODEL_DIR overrides `model`.
+//! `--temp`, …); a MODEL_DIR (positional or `-m`) overrides `model`, which `k3 run`, `k3 chat`
+//! and `k3 serve` all use when no model directory is given.
 
 use crate::CliError;
 use clap::{Args, Subcommand};
@@ -174,9 +175,8 @@ pub fn load_with_path() -> Result<(FileConfig, Option<PathBuf>), CliError> {
     Ok((cfg, Some(path)))
 }
 
-/// The config file's values (all `None` when there is no file).
-// Read by `k3 run` and `k3 chat` (flags merged over it, see the module doc).
-#[allow(dead_code)]
+/// The config file's values (all `None` when there is no file), read by `k3 run`, `k3 chat`
+/// and `k3 serve` (flags merged over it, see the module doc).
 pub fn load() -> Result<FileConfig, CliError> {
     load_with_path().map(|(c, _)| c)
 }

@@ -33,7 +33,7 @@ pub struct DoctorArgs {
     /// Model directory (optional: without it only machine facts are printed).
     pub model_dir: Option<PathBuf>,
     /// Context positions to plan latent KV for.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
     pub ctx: usize,
     /// Seconds of read test per queue depth (three depths are tested).
     #[arg(long, default_value_t = 0.6)]

@@ -5,12 +5,12 @@ use crate::config_file::FileConfig;
 use crate::CliError;
 use clap::Args;
 use k3_engine::{Engine, EngineOptions};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct EngineArgs {
     /// Compute threads (default: the physical cores this process may use).
-    #[arg(long)]
+    #[arg(short = 't', long)]
     pub threads: Option<usize>,
     /// Tokenizer directory (default: the model directory's tiktoken.model / tokenizer.json).
     #[arg(long)]
@@ -44,6 +44,31 @@ impl EngineArgs {
             ..EngineOptions::default()
         })
     }
+}
+
+/// The model directory of `chat` and `serve`: `-m/--model` or the positional MODEL_DIR (not
+/// both), else the config file's `model`.
+pub fn model_dir(
+    flag: Option<&Path>,
+    positional: Option<&Path>,
+    file: &FileConfig,
+) -> Result<PathBuf, CliError> {
+    match (flag, positional) {
+        (Some(f), Some(p)) => Err(CliError::usage(format!(
+            "the model directory is given twice (-m {} and {}): give one",
+            f.display(),
+            p.display()
+        ))),
+        (Some(d), None) | (None, Some(d)) => Ok(d.to_path_buf()),
+        (None, None) => file.model.clone().ok_or_else(no_model),
+    }
+}
+
+/// The refusal when no model directory is given anywhere.
+pub fn no_model() -> CliError {
+    CliError::usage(
+        "give the model directory (MODEL_DIR or -m DIR), or set `model` in the config file (see `k3 config path`)",
+    )
 }
 
 /// Opens the engine; with `progress` and stderr on a terminal, a progress bar follows the

@@ -17,7 +17,7 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub budget: BudgetArgs,
     /// Context positions to reserve latent KV for.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
     pub ctx: usize,
 }
 

@@ -1,45 +1,53 @@
-//! `k3 run`: prefill a prompt and generate (greedy by default, sampled with `--temp`), printing
-//! ids (and text when a tokenizer is present), with an optional JSON report and a raw logits
-//! dump. Generation stops at the model's end ids (unless `--ignore-eos`), at a `--stop` text,
-//! or after `-n` tokens.
+//! `k3 run`: prefill a prompt and generate (greedy by default, sampled with `--temp`),
+//! printing the text (the ids, for a model without a tokenizer) on stdout and nothing else,
+//! with an optional JSON report and a raw logits dump. Generation stops at the model's end ids
+//! (unless `--ignore-eos`), at a `--stop` text, or after `-n` tokens; prompt plus `-n` must fit
+//! the context (checked before anything is fed).
 
 use crate::config_file::{self, FileConfig};
 use crate::engine_args::EngineArgs;
-use crate::ids::parse_ids;
+use crate::run_input::{self, check_room, Prompt};
+use crate::run_output::{LiveLines, TextOut};
 use crate::sampling_args::SamplingArgs;
 use crate::CliError;
 use clap::Args;
 use k3_engine::{
-    DecodeMode, Engine, Sampler, SamplingParams, StopConditions, StopScanner, StoreStats,
+    DecodeMode, Engine, Generation, Sampler, SamplingParams, Session, StopConditions, StopScanner,
 };
-use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(Args)]
-#[command(group(clap::ArgGroup::new("prompt_source").required(true).args(["ids", "prompt", "prompt_file"])))]
+#[command(group(clap::ArgGroup::new("prompt_source").multiple(false).args(["ids", "prompt", "prompt_file"])))]
 #[command(
-    after_help = "Examples:\n  k3 run fixtures/tiny-k3 --prompt 'The train left at' -n 16\n  k3 run fixtures/tiny-k3 --ids 637,229,263 -n 16 --mem-gb 0.005 --json out.json\n  k3 run fixtures/tiny-k3 --prompt 'Hello' --temp 0.8 --top-p 0.95 --seed 7 --stop '.'\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 4 --save-session s.k3ss && k3 run fixtures/tiny-k3 --load-session s.k3ss --ids 4 -n 4"
+    after_help = "Examples:\n  k3 run fixtures/tiny-k3 'The train left at' -n 16\n  k3 run -m fixtures/tiny-k3 -p 'Hello' -n 4 -t 2 -c 64\n  echo 'Hello' | k3 run fixtures/tiny-k3 -f -\n  k3 run fixtures/tiny-k3 --ids 637,229,263 -n 16 --mem-gb 0.005 --json out.json --print-ids\n  k3 run fixtures/tiny-k3 -p 'Hello' --temp 0.8 --top-p 0.95 --seed 7 --stop '.'\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 4 --save-session s.k3ss && k3 run fixtures/tiny-k3 --load-session s.k3ss --ids 4 -n 4"
 )]
 pub struct RunArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Model directory (config.json + *.safetensors [+ tiktoken.model]); default: `model`
-    /// from the config file (`k3 config path`).
+    /// Model directory (config.json + *.safetensors [+ tiktoken.model]); or -m DIR; default:
+    /// `model` from the config file (`k3 config path`).
+    #[arg(value_name = "MODEL_DIR")]
     pub model_dir: Option<PathBuf>,
+    /// Prompt text, as with -p (with -m DIR, the first positional is the prompt).
+    #[arg(value_name = "PROMPT")]
+    pub prompt_pos: Option<String>,
+    /// Model directory (instead of the positional MODEL_DIR).
+    #[arg(short = 'm', long = "model", value_name = "DIR")]
+    pub model: Option<PathBuf>,
     /// Prompt as raw token ids, comma-separated (the reproducible channel).
     #[arg(long)]
     pub ids: Option<String>,
     /// Prompt text (needs a tokenizer in the model directory or --tok).
-    #[arg(long)]
+    #[arg(short = 'p', long, allow_hyphen_values = true)]
     pub prompt: Option<String>,
-    /// Prompt read verbatim from a file (needs a tokenizer).
-    #[arg(long)]
+    /// Prompt read verbatim from a file, `-` for stdin (needs a tokenizer).
+    #[arg(short = 'f', long, visible_alias = "file", value_name = "FILE")]
     pub prompt_file: Option<PathBuf>,
     /// Let control-token text in the prompt (e.g. `<|im_end|>`) become control tokens.
     #[arg(long)]
     pub allow_special: bool,
-    /// Tokens to generate at most.
+    /// Tokens to generate at most (prompt + N must fit in -c/--ctx).
     #[arg(
         short = 'n',
         long = "gen",
@@ -59,18 +67,25 @@ pub struct RunArgs {
     /// Re-run the whole sequence every step instead of carrying state (for testing).
     #[arg(long)]
     pub recompute: bool,
-    /// Context positions to allocate (default: prompt + generated tokens).
-    #[arg(long)]
+    /// Context positions to allocate (default: prompt + -n; 4096 with --load-session).
+    #[arg(short = 'c', long, visible_alias = "ctx-size")]
     pub ctx: Option<usize>,
     /// Write a JSON report (prompt_ids, generated_ids, seconds_per_token, peak_rss_bytes…).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also print `generated ids: 1,2,3` on stderr after the text (even with -q).
+    #[arg(long)]
+    pub print_ids: bool,
     /// Write the logits at the last prompt position as raw little-endian f32.
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,
-    /// Print only the generated text and ids (no plan, per-token lines or statistics).
-    #[arg(short, long)]
+    /// Print only the generated text (no plan, statistics or I/O report on stderr).
+    #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
+    /// One line per generated token on stderr (time; bytes read and hit rates when streaming),
+    /// held until the text ends when stdout and stderr are the same terminal.
+    #[arg(short, long)]
+    pub verbose: bool,
     /// Resume a conversation saved with --save-session: its tokens are not prefilled again;
     /// the prompt continues it.
     #[arg(long)]
@@ -83,31 +98,6 @@ pub struct RunArgs {
     /// request; the layout of upstream's trace). Needs a budget flag.
     #[arg(long)]
     pub dump_cache_trace: Option<PathBuf>,
-}
-
-/// Reads the prompt ids from whichever prompt flag was given; text needs the tokenizer.
-fn prompt_ids(args: &RunArgs, engine: &Engine) -> Result<Vec<u32>, CliError> {
-    if let Some(text) = &args.ids {
-        return parse_ids(text).map_err(CliError::usage);
-    }
-    let tok = engine.tokenizer().ok_or_else(|| {
-        CliError::usage(format!(
-            "{}: no tokenizer (tiktoken.model or tokenizer.json) for --prompt/--prompt-file: pass --tok DIR or use --ids",
-            args.dir().display()
-        ))
-    })?;
-    if let Some(text) = &args.prompt {
-        return Ok(tok.encode(text, args.allow_special));
-    }
-    let path = args
-        .prompt_file
-        .as_ref()
-        .ok_or_else(|| CliError::usage("give --ids, --prompt or --prompt-file"))?;
-    // Bytes are read verbatim; invalid UTF-8 is encoded losslessly from its raw bytes.
-    let bytes = std::fs::read(path).map_err(|e| {
-        CliError::usage(format!("{}: cannot read prompt file: {e}", path.display()))
-    })?;
-    Ok(tok.encode_bytes(&bytes, args.allow_special))
 }
 
 /// Prompts longer than this get a prefill progress bar (on a terminal, unless --quiet).
@@ -159,17 +149,6 @@ pub fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// One line per generated token while streaming: time, bytes read, hit rates.
-fn live_line(step: usize, id: u32, secs: f64, now: &StoreStats, before: &StoreStats) -> String {
-    let d = now.since(before);
-    format!(
-        "step {step:>4}  token {id:>7}  {secs:>8.3} s  read {:>9.3} GB  expert hits {:>5.1}%  trunk hits {:>5.1}%",
-        d.bytes_read() as f64 / 1e9,
-        100.0 * d.expert_hit_rate(),
-        100.0 * d.trunk_hit_rate(),
-    )
-}
-
 /// The sampling parameters of the flags over the config file, validated (errors name the flag).
 fn sampling_params(args: &RunArgs, file: &FileConfig) -> Result<SamplingParams, CliError> {
     let params = args.sampling.params(file)?;
@@ -179,189 +158,230 @@ fn sampling_params(args: &RunArgs, file: &FileConfig) -> Result<SamplingParams, 
     Ok(params)
 }
 
-/// The model directory: the positional argument, else the config file's `model`.
-fn resolve_model_dir(args: &mut RunArgs, file: &FileConfig) -> Result<(), CliError> {
-    if args.model_dir.is_none() {
-        args.model_dir = file.model.clone();
-    }
-    match args.model_dir {
-        Some(_) => Ok(()),
-        None => Err(CliError::usage(
-            "give MODEL_DIR (or set `model` in the config file: see `k3 config path`)",
-        )),
+/// The context to allocate: `-c`, else room for prompt and `-n` (4096 with a loaded session,
+/// whose length is not known before it is read).
+fn session_ctx(args: &RunArgs, prompt: usize) -> usize {
+    match (args.ctx, &args.load_session) {
+        (Some(c), _) => c,
+        (None, Some(_)) => 4096,
+        (None, None) => prompt + args.gen.max(1),
     }
 }
 
-impl RunArgs {
-    /// The resolved model directory (after [`resolve_model_dir`]).
-    fn dir(&self) -> &std::path::Path {
-        self.model_dir
-            .as_deref()
-            .unwrap_or(std::path::Path::new("."))
+/// Refusals that need no weights: a zero context, a trace without a budget, and an `--ids`
+/// prompt that cannot fit `-c` with `-n`.
+fn early_checks(args: &RunArgs, prompt: &Prompt, budget: bool) -> Result<(), CliError> {
+    if args.ctx == Some(0) {
+        return Err(CliError::usage("-c/--ctx must be at least 1"));
     }
-}
-
-pub fn run(mut args: RunArgs) -> Result<(), CliError> {
-    if let Some(text) = &args.ids {
-        parse_ids(text).map_err(CliError::usage)?; // usage errors before any loading
-    }
-    let file = config_file::load()?;
-    resolve_model_dir(&mut args, &file)?;
-    let params = sampling_params(&args, &file)?;
-    let options = args.engine.options(&file, args.ctx.unwrap_or(4096))?;
-    let budget = options.budget;
-    if args.dump_cache_trace.is_some() && budget.is_none() {
+    if args.dump_cache_trace.is_some() && !budget {
         return Err(CliError::usage(
             "--dump-cache-trace needs a budget flag (--preset, --mem-gb or --trunk-gb/--cache-gb)",
         ));
     }
-    let engine = crate::engine_args::open_engine(args.dir(), options, !args.quiet)?;
-    let prompt = prompt_ids(&args, &engine)?;
+    match (prompt, args.ctx, &args.load_session) {
+        (Prompt::Ids(ids), Some(ctx), None) => check_room(0, ids.len(), args.gen, ctx),
+        _ => Ok(()),
+    }
+}
+
+/// A fresh session, or the one `--load-session` names; with the prompt tokens it reuses.
+fn open_session<'e>(
+    args: &RunArgs,
+    engine: &'e Engine,
+    ctx: usize,
+) -> Result<(Session<'e>, usize), CliError> {
+    let Some(path) = &args.load_session else {
+        return Ok((engine.new_session(ctx)?, 0));
+    };
+    let (session, info) = engine.load_session_with_info(path, ctx)?;
+    if !args.quiet {
+        eprintln!(
+            "resumed {} tokens from {} ({} prefill tokens saved)",
+            info.tokens,
+            path.display(),
+            info.prefill_tokens_saved
+        );
+    }
+    Ok((session, info.prefill_tokens_saved))
+}
+
+/// The stop conditions of the flags; `--stop` needs a tokenizer.
+fn stop_conditions(
+    args: &RunArgs,
+    engine: &Engine,
+    dir: &Path,
+) -> Result<StopConditions, CliError> {
+    let stop = if args.ignore_eos {
+        StopConditions::none()
+    } else {
+        StopConditions::for_engine(engine)
+    };
+    let stop = stop.with_stop_strings(args.stop.iter().cloned());
+    if !stop.stop_strings.is_empty() && engine.tokenizer().is_none() {
+        return Err(CliError::usage(format!(
+            "--stop needs a tokenizer: {} has no tiktoken.model or tokenizer.json (pass --tok DIR)",
+            dir.display()
+        )));
+    }
+    Ok(stop)
+}
+
+/// Writes the logits at the last prompt position (`--dump-logits`).
+fn dump_logits(path: &Path, session: &Session<'_>) -> Result<(), CliError> {
+    let bytes: Vec<u8> = session
+        .logits()
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    std::fs::write(path, bytes)
+        .map_err(|e| CliError::runtime(format!("{}: cannot write logits: {e}", path.display())))
+}
+
+/// Generates, streaming the text (or ids) to stdout as it decodes; ends stdout with a newline.
+fn generate(
+    args: &RunArgs,
+    engine: &Engine,
+    session: &mut Session<'_>,
+    mode: DecodeMode,
+    sampler: &mut Sampler,
+    stop: &StopConditions,
+) -> Result<Generation, k3_engine::EngineError> {
+    let mut out = TextOut::new();
+    let mut live = LiveLines::new(args.verbose, engine);
+    let mut text = engine.tokenizer().map(|t| t.stream_decoder());
+    // Holds back text that may be the start of a stop string, so none of it is printed.
+    let mut scanner = StopScanner::new(&stop.stop_strings);
+    let mut printed = 0usize;
+    let generated = session.generate_with(args.gen, mode, sampler, stop, |id| {
+        // An end id ends the generation and is not printed (an ids-only model prints it).
+        match text.as_mut() {
+            Some(_) if stop.end_ids.contains(&id) => {}
+            Some(d) => {
+                let piece = scanner.push(&d.push(id).unwrap_or_default()).emit;
+                printed += piece.len();
+                out.text(&piece);
+            }
+            None => out.id(id),
+        }
+        live.token(id, engine);
+        true
+    });
+    // The engine's text is what was printed plus whatever was still held back.
+    if let Ok(g) = &generated {
+        if let Some(rest) = g.text.as_deref().and_then(|t| t.get(printed..)) {
+            out.text(rest);
+        }
+    }
+    out.finish();
+    live.flush();
+    generated
+}
+
+pub fn run(args: RunArgs) -> Result<(), CliError> {
+    let file = config_file::load()?;
+    let inputs = run_input::resolve(&args, &file)?;
+    let params = sampling_params(&args, &file)?;
+    let options = args.engine.options(&file, args.ctx.unwrap_or(4096))?;
+    early_checks(&args, &inputs.prompt, options.budget.is_some())?;
+    let dir = inputs.model_dir.as_path();
+    let engine = crate::engine_args::open_engine(dir, options, !args.quiet)?;
+    let prompt = inputs.prompt.ids(&engine, dir, args.allow_special)?;
     if prompt.is_empty() {
         return Err(CliError::usage(
             "the prompt is empty: give at least one token",
         ));
     }
-    let ctx = match &args.load_session {
-        Some(_) => args.ctx.unwrap_or(4096),
-        None => args.ctx.unwrap_or(prompt.len() + args.gen.max(1)),
-    };
-    let quiet = args.quiet;
-    if let (Some(plan), false) = (engine.plan(), quiet) {
+    let ctx = session_ctx(&args, prompt.len());
+    if let (Some(plan), false) = (engine.plan(), args.quiet) {
         eprintln!(
             "{}",
             plan.table(Some(&k3_store::available_memory())).trim_end()
         );
     }
+    let stop = stop_conditions(&args, &engine, dir)?;
     engine.record_expert_trace(args.dump_cache_trace.is_some());
-    let (mut session, reused) = match &args.load_session {
-        Some(path) => {
-            let (session, info) = engine.load_session_with_info(path, ctx)?;
-            if !quiet {
-                eprintln!(
-                    "resumed {} tokens from {} ({} prefill tokens saved)",
-                    info.tokens,
-                    path.display(),
-                    info.prefill_tokens_saved
-                );
-            }
-            (session, info.prefill_tokens_saved)
-        }
-        None => (engine.new_session(ctx)?, 0),
+    let (mut session, reused) = open_session(&args, &engine, ctx)?;
+    check_room(session.tokens().len(), prompt.len(), args.gen, ctx)?;
+    let mode = match args.recompute {
+        true => DecodeMode::Recompute,
+        false => args.sampling.decode_mode(&engine),
     };
-    let mode = if args.recompute {
-        DecodeMode::Recompute
-    } else {
-        args.sampling.decode_mode(&engine)
-    };
-    let streaming = engine.plan().is_some();
-
     let t0 = Instant::now();
-    prefill(&mut session, &prompt, quiet)?;
+    prefill(&mut session, &prompt, args.quiet)?;
     let prefill_s = t0.elapsed().as_secs_f64();
     if let Some(path) = &args.dump_logits {
-        let bytes: Vec<u8> = session
-            .logits()
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        std::fs::write(path, bytes).map_err(|e| {
-            CliError::runtime(format!("{}: cannot write logits: {e}", path.display()))
-        })?;
+        dump_logits(path, &session)?;
     }
     let mut sampler = Sampler::new(params.clone())?;
-    let mut stop = if args.ignore_eos {
-        StopConditions::none()
-    } else {
-        StopConditions::for_engine(&engine)
-    };
-    stop = stop.with_stop_strings(args.stop.iter().cloned());
-    if !stop.stop_strings.is_empty() && engine.tokenizer().is_none() {
-        return Err(CliError::usage(format!(
-            "--stop needs a tokenizer: {} has no tiktoken.model or tokenizer.json (pass --tok DIR)",
-            args.dir().display()
-        )));
-    }
     let t1 = Instant::now();
-    let mut stdout = std::io::stdout();
-    let mut text = engine.tokenizer().map(|t| t.stream_decoder());
-    // Holds back text that may be the start of a stop string, so none of it is printed.
-    let mut scanner = StopScanner::new(&stop.stop_strings);
-    let mut printed = 0usize;
-    let (mut last_t, mut last_stats, mut step) = (Instant::now(), engine.stats(), 0usize);
-    let generated = session.generate_with(args.gen, mode, &mut sampler, &stop, |id| {
-        // Stream complete UTF-8 characters as they decode; ids when there is no tokenizer.
-        // An end id ends the generation and is not printed.
-        let piece = match text.as_mut() {
-            Some(_) if stop.end_ids.contains(&id) => String::new(),
-            Some(d) => scanner.push(&d.push(id).unwrap_or_default()).emit,
-            None => format!("{id} "),
-        };
-        printed += piece.len();
-        let _ = write!(stdout, "{piece}");
-        let _ = stdout.flush();
-        if streaming && !quiet {
-            let now = engine.stats();
-            eprintln!(
-                "{}",
-                live_line(step, id, last_t.elapsed().as_secs_f64(), &now, &last_stats)
-            );
-            (last_t, last_stats) = (Instant::now(), now);
-        }
-        step += 1;
-        true
-    });
-    let stats = engine.stats();
-    if let Err(e) = &generated {
-        if e.exit_code() == k3_engine::EXIT_EXPERT {
-            eprintln!("{}", stats.report(t0.elapsed().as_secs_f64()));
-        }
-    }
-    let generation = generated?;
-    let generated = &generation.ids;
-    let decode_s = t1.elapsed().as_secs_f64();
-    // The engine's text is what was printed plus whatever was still held back.
-    if let Some(rest) = generation.text.as_deref().and_then(|t| t.get(printed..)) {
-        print!("{rest}");
-    }
-    println!();
-    let ids_text: Vec<String> = generated.iter().map(u32::to_string).collect();
-    println!("generated ids: {}", ids_text.join(","));
-    let per_token = if generated.is_empty() {
-        0.0
-    } else {
-        decode_s / generated.len() as f64
+    let generated = generate(&args, &engine, &mut session, mode, &mut sampler, &stop);
+    let generation = generated.inspect_err(|e| expert_failure_report(e, &engine, t0))?;
+    let done = Done {
+        dir,
+        prompt: &prompt,
+        generation: &generation,
+        params: &params,
+        stop: &stop,
+        mode,
+        reused,
+        prefill_s,
+        decode_s: t1.elapsed().as_secs_f64(),
+        wall: t0.elapsed().as_secs_f64(),
     };
-    let wall = t0.elapsed().as_secs_f64();
-    if !quiet {
-        eprintln!("stopped: {}", generation.stop_reason);
-        eprintln!(
-            "prefill {} tokens in {:.3} s; {} tokens at {:.4} s/token; peak RSS {:.1} MB",
-            prompt.len(),
-            prefill_s,
-            generated.len(),
-            per_token,
-            peak_rss_bytes() as f64 / 1e6
-        );
-        let spec = session.spec_stats();
-        if spec.drafted > 0 {
-            eprintln!(
-                "speculative: {} decode passes for {} tokens (plain decoding: {}); {} of {} drafted tokens accepted ({:.1}%)",
-                spec.passes,
-                generated.len(),
-                generated.len().saturating_sub(1),
-                spec.accepted,
-                spec.drafted,
-                100.0 * spec.acceptance()
-            );
+    finish(&args, &engine, &session, &done)
+}
+
+/// After a routed expert failed to load (exit 4), the I/O report shows what was read.
+fn expert_failure_report(e: &k3_engine::EngineError, engine: &Engine, t0: Instant) {
+    if e.exit_code() == k3_engine::EXIT_EXPERT && engine.plan().is_some() {
+        let wall = t0.elapsed().as_secs_f64();
+        eprintln!("{}", engine.stats().report(Some(wall)));
+    }
+}
+
+/// What a finished run hands to its reports.
+pub struct Done<'a> {
+    pub dir: &'a Path,
+    pub prompt: &'a [u32],
+    pub generation: &'a Generation,
+    pub params: &'a SamplingParams,
+    pub stop: &'a StopConditions,
+    pub mode: DecodeMode,
+    pub reused: usize,
+    pub prefill_s: f64,
+    pub decode_s: f64,
+    pub wall: f64,
+}
+
+impl Done<'_> {
+    /// Seconds per generated token (0 when none was).
+    pub fn per_token(&self) -> f64 {
+        match self.generation.ids.len() {
+            0 => 0.0,
+            n => self.decode_s / n as f64,
         }
-        if streaming {
-            eprintln!("{}", stats.report(wall));
-        }
+    }
+}
+
+/// After the text: `--print-ids`, the summary on stderr, then the files asked for.
+fn finish(
+    args: &RunArgs,
+    engine: &Engine,
+    session: &Session<'_>,
+    done: &Done<'_>,
+) -> Result<(), CliError> {
+    let ids = &done.generation.ids;
+    if args.print_ids {
+        let text: Vec<String> = ids.iter().map(u32::to_string).collect();
+        eprintln!("generated ids: {}", text.join(","));
+    }
+    if !args.quiet {
+        summary(engine, session, done);
     }
     if let Some(path) = &args.save_session {
         let info = session.save(path)?;
-        if !quiet {
+        if !args.quiet {
             eprintln!(
                 "saved {} tokens ({} bytes) to {}",
                 info.tokens,
@@ -371,82 +391,38 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
         }
     }
     if let Some(dir) = &args.dump_cache_trace {
-        write_trace(dir, &engine.take_expert_trace())?;
+        crate::run_report::write_trace(dir, &engine.take_expert_trace())?;
     }
     if let Some(path) = &args.json {
-        let report = serde_json::json!({
-            "model_dir": args.model_dir,
-            "prompt_ids": prompt,
-            "generated_ids": generated,
-            "generated_text": generation.text,
-            "stop_reason": generation.stop_reason.name(),
-            "stop_value": serde_json::to_value(&generation.stop_reason).ok().and_then(|v| v.get("value").cloned()),
-            "sampling": sampling_json(&params, &stop, args.ignore_eos),
-            "prefill_seconds": prefill_s,
-            "prompt_tokens_reused": reused,
-            "seconds_per_token": per_token,
-            "threads": engine.threads(),
-            "mode": match mode {
-                DecodeMode::Recompute => "recompute",
-                DecodeMode::Speculative(_) => "speculative",
-                _ => "incremental",
-            },
-            "draft_passes": session.spec_stats().passes,
-            "draft_tokens": session.spec_stats().drafted,
-            "draft_accepted": session.spec_stats().accepted,
-            "peak_rss_bytes": peak_rss_bytes(),
-            "streaming": streaming,
-            "bytes_read_trunk": stats.trunk_bytes_read,
-            "bytes_read_experts": stats.expert_bytes_read,
-            "expert_requests": stats.expert_requests,
-            "expert_resident_hits": stats.expert_resident_hits,
-            "expert_evictions": stats.expert_evictions,
-            "trunk_binds": stats.trunk_binds,
-            "trunk_pinned_hits": stats.trunk_pinned_hits,
-            "io_seconds": stats.io_seconds,
-            "lookahead_reads": stats.lookahead_reads,
-            "lookahead_useful_reads": stats.lookahead_useful_reads,
-            "lookahead_recall": stats.lookahead_recall(),
-        });
-        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-        std::fs::write(path, text + "\n").map_err(|e| {
-            CliError::runtime(format!("{}: cannot write JSON report: {e}", path.display()))
-        })?;
+        crate::run_report::write_json(path, args, engine, session, done)?;
     }
     Ok(())
 }
 
-/// The `sampling` object of the JSON report: the parameters, stop strings and end ids in force.
-fn sampling_json(
-    params: &SamplingParams,
-    stop: &StopConditions,
-    ignore_eos: bool,
-) -> serde_json::Value {
-    let mut v = serde_json::to_value(params).unwrap_or_default();
-    if let Some(obj) = v.as_object_mut() {
-        obj.insert("greedy".into(), params.is_greedy().into());
-        obj.insert("stop".into(), serde_json::json!(stop.stop_strings));
-        obj.insert("end_ids".into(), serde_json::json!(stop.end_ids));
-        obj.insert("ignore_eos".into(), ignore_eos.into());
-    }
-    v
-}
-
-/// Writes `DIR/expert_trace.bin`: per request, u32 LE layer then u32 LE expert.
-fn write_trace(dir: &std::path::Path, trace: &[(u32, u32)]) -> Result<(), CliError> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| CliError::runtime(format!("{}: {e}", dir.display())))?;
-    let path = dir.join("expert_trace.bin");
-    let bytes: Vec<u8> = trace
-        .iter()
-        .flat_map(|(l, e)| l.to_le_bytes().into_iter().chain(e.to_le_bytes()))
-        .collect();
-    std::fs::write(&path, bytes)
-        .map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
+/// The end-of-run lines on stderr: why it stopped, speeds, drafts, the I/O report.
+fn summary(engine: &Engine, session: &Session<'_>, done: &Done<'_>) {
+    let n = done.generation.ids.len();
+    eprintln!("stopped: {}", done.generation.stop_reason);
     eprintln!(
-        "expert trace: {} requests written to {}",
-        trace.len(),
-        path.display()
+        "prefill {} tokens in {:.3} s; {} tokens at {:.4} s/token; peak RSS {:.1} MB",
+        done.prompt.len(),
+        done.prefill_s,
+        n,
+        done.per_token(),
+        peak_rss_bytes() as f64 / 1e6
     );
-    Ok(())
+    let spec = session.spec_stats();
+    if spec.drafted > 0 {
+        eprintln!(
+            "speculative: {} decode passes for {n} tokens (plain decoding: {}); {} of {} drafted tokens accepted ({:.1}%)",
+            spec.passes,
+            n.saturating_sub(1),
+            spec.accepted,
+            spec.drafted,
+            100.0 * spec.acceptance()
+        );
+    }
+    if engine.plan().is_some() {
+        eprintln!("{}", engine.stats().report(Some(done.wall)));
+    }
 }

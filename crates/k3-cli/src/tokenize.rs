@@ -1,16 +1,18 @@
-//! `k3 tokenize`: encode text to ids, decode ids to text, or export a `tokenizer.json`.
+//! `k3 tokenize`: encode text to ids, decode ids to text (or list each token with its id),
+//! or export a `tokenizer.json`.
 
+use crate::escape::{escape_bytes, Style};
 use crate::ids::parse_ids;
 use crate::CliError;
 use clap::Args;
 use k3_tokenizer::Tokenizer;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["text", "file", "decode", "export"])))]
 #[command(
-    after_help = "Examples:\n  k3 tokenize fixtures/tiny-k3 --text 'Hello, world'\n  k3 tokenize fixtures/tiny-k3 --decode 341,464\n  k3 tokenize fixtures/tiny-k3 --export tokenizer.json"
+    after_help = "Examples:\n  k3 tokenize fixtures/tiny-k3 --text 'Hello, world'\n  k3 tokenize fixtures/tiny-k3 --decode 341,464\n  k3 tokenize fixtures/tiny-k3 --decode 341,464 --show-tokens\n  k3 tokenize fixtures/tiny-k3 --export tokenizer.json"
 )]
 pub struct TokenizeArgs {
     /// Tokenizer directory (tiktoken.model + tokenizer_config.json, or tokenizer.json); a
@@ -31,9 +33,36 @@ pub struct TokenizeArgs {
     /// Encode control-token text (e.g. `<|open|>`) as control tokens.
     #[arg(long)]
     pub allow_special: bool,
+    /// One line per token instead: its id, a tab, and its text in quotes (escapes for
+    /// control characters, quotes, backslashes and bytes that are not UTF-8).
+    #[arg(long, conflicts_with = "export")]
+    pub show_tokens: bool,
     /// Print JSON instead of comma-separated ids.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Prints each token of `ids` with its id (`--show-tokens`), as lines or as JSON.
+fn show_tokens(tok: &Tokenizer, ids: &[u32], json: bool) -> Result<(), CliError> {
+    let mut pieces = Vec::with_capacity(ids.len());
+    for &id in ids {
+        let bytes = tok
+            .decode(&[id])
+            .map_err(|e| CliError::usage(e.to_string()))?;
+        pieces.push((id, escape_bytes(&bytes, Style::Quoted)));
+    }
+    if json {
+        let tokens: Vec<_> = pieces
+            .iter()
+            .map(|(id, p)| serde_json::json!({ "id": id, "piece": p }))
+            .collect();
+        println!("{}", serde_json::json!({ "tokens": tokens }));
+        return Ok(());
+    }
+    for (id, piece) in pieces {
+        println!("{id}\t\"{piece}\"");
+    }
+    Ok(())
 }
 
 pub fn tokenize(args: TokenizeArgs) -> Result<(), CliError> {
@@ -49,6 +78,9 @@ pub fn tokenize(args: TokenizeArgs) -> Result<(), CliError> {
     }
     if let Some(list) = &args.decode {
         let ids = parse_ids(list).map_err(|e| CliError::usage(e.replace("--ids", "--decode")))?;
+        if args.show_tokens {
+            return show_tokens(&tok, &ids, args.json);
+        }
         let bytes = tok
             .decode(&ids)
             .map_err(|e| CliError::usage(e.to_string()))?;
@@ -58,8 +90,13 @@ pub fn tokenize(args: TokenizeArgs) -> Result<(), CliError> {
                 serde_json::json!({ "ids": ids, "text": String::from_utf8_lossy(&bytes) })
             );
         } else {
+            // On a terminal, control characters would be obeyed: show them escaped.
             let mut out = std::io::stdout();
-            out.write_all(&bytes)
+            let shown = match out.is_terminal() {
+                true => escape_bytes(&bytes, Style::Text).into_bytes(),
+                false => bytes,
+            };
+            out.write_all(&shown)
                 .map_err(|e| CliError::runtime(e.to_string()))?;
             println!();
         }
@@ -74,6 +111,9 @@ pub fn tokenize(args: TokenizeArgs) -> Result<(), CliError> {
         }
         (None, None) => return Err(CliError::usage("give --text, --file, --decode or --export")),
     };
+    if args.show_tokens {
+        return show_tokens(&tok, &ids, args.json);
+    }
     if args.json {
         println!("{}", serde_json::json!({ "ids": ids, "count": ids.len() }));
     } else {

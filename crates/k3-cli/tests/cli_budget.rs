@@ -7,8 +7,9 @@ use std::process::Output;
 mod common;
 use common::{k3, tiny_arg as tiny};
 
+/// The `--print-ids` line on stderr.
 fn ids_line(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout)
+    String::from_utf8_lossy(&o.stderr)
         .lines()
         .find(|l| l.starts_with("generated ids:"))
         .unwrap_or("")
@@ -19,7 +20,7 @@ const PROMPT: &str = "637,229,263,638,730,42,197";
 
 #[test]
 fn smallest_budget_and_resident_print_the_same_ids() {
-    let resident = k3(&["run", &tiny(), "--ids", PROMPT, "-n", "16"]);
+    let resident = k3(&["run", &tiny(), "--ids", PROMPT, "-n", "16", "--print-ids"]);
     assert!(
         resident.status.success(),
         "{}",
@@ -37,6 +38,7 @@ fn smallest_budget_and_resident_print_the_same_ids() {
         "0.003",
         "--json",
         json.to_str().unwrap(),
+        "--print-ids",
     ]);
     let err = String::from_utf8_lossy(&streamed.stderr);
     assert!(streamed.status.success(), "{err}");

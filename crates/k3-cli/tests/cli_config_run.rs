@@ -11,16 +11,19 @@ fn tiny() -> String {
         .into_owned()
 }
 
+/// `k3 ARGS --print-ids` with `config` as the config file.
 fn k3_with(config: &std::path::Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_k3"))
         .env("K3_CONFIG", config)
         .args(args)
+        .arg("--print-ids")
         .output()
         .expect("k3 runs")
 }
 
+/// The `--print-ids` line on stderr.
 fn ids(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout)
+    String::from_utf8_lossy(&o.stderr)
         .lines()
         .find(|l| l.starts_with("generated ids:"))
         .unwrap_or("")

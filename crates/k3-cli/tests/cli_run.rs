@@ -33,13 +33,18 @@ fn run_reproduces_expected_ids_and_writes_reports() {
         json.to_str().unwrap(),
         "--dump-logits",
         logits.to_str().unwrap(),
+        "--print-ids",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
-        stdout.contains("391,655,292,730,776,115,719,393,787,679,255,821,638,667,420,461"),
-        "{stdout}"
+        stderr(&o).contains(
+            "generated ids: 391,655,292,730,776,115,719,393,787,679,255,821,638,667,420,461\n"
+        ),
+        "{}",
+        stderr(&o)
     );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(!stdout.contains("generated ids"), "{stdout}");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(
@@ -144,12 +149,13 @@ fn draft_and_lookahead_flags_keep_the_ids_and_report_themselves() {
             "16",
             "--json",
             json.to_str().unwrap(),
+            "--print-ids",
         ];
         a.extend_from_slice(flags);
         let o = k3(&a);
         assert!(o.status.success(), "{flags:?}: {}", stderr(&o));
-        let stdout = String::from_utf8_lossy(&o.stdout);
-        assert!(stdout.contains(want), "{flags:?}: {stdout}");
+        let want = format!("generated ids: {want}\n");
+        assert!(stderr(&o).contains(&want), "{flags:?}: {}", stderr(&o));
         let r: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         assert_eq!(r["mode"], mode, "{flags:?}");

@@ -1,6 +1,6 @@
 //! `k3 run --save-session/--load-session`: a resumed run produces the same tokens as the
 //! uninterrupted sequence without prefilling the history again; `--quiet` prints only the
-//! generated text and ids.
+//! generated text.
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -8,8 +8,9 @@ use std::process::Output;
 mod common;
 use common::{k3, tiny_arg as tiny};
 
+/// The ids of the `--print-ids` line on stderr.
 fn ids(o: &Output) -> Vec<String> {
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let out = String::from_utf8_lossy(&o.stderr).into_owned();
     let line = out
         .lines()
         .find_map(|l| l.strip_prefix("generated ids: "))
@@ -35,6 +36,7 @@ fn resumed_run_equals_uninterrupted_run() {
         "--save-session",
         f,
         "--ignore-eos",
+        "--print-ids",
     ]);
     assert!(
         first.status.success(),
@@ -55,6 +57,7 @@ fn resumed_run_equals_uninterrupted_run() {
         "--ignore-eos",
         "--json",
         &format!("{f}.json"),
+        "--print-ids",
     ]);
     let err = String::from_utf8_lossy(&second.stderr).into_owned();
     assert!(second.status.success(), "{err}");
@@ -64,7 +67,16 @@ fn resumed_run_equals_uninterrupted_run() {
     // 3 prompt tokens + 3 generated were run through the model; the 4th generated was pending.
     assert_eq!(report["prompt_tokens_reused"], 6);
     let whole = format!("637,229,263,{},42,197", g1.join(","));
-    let straight = k3(&["run", &tiny(), "--ids", &whole, "-n", "5", "--ignore-eos"]);
+    let straight = k3(&[
+        "run",
+        &tiny(),
+        "--ids",
+        &whole,
+        "-n",
+        "5",
+        "--ignore-eos",
+        "--print-ids",
+    ]);
     assert_eq!(ids(&second), ids(&straight), "resumed == uninterrupted");
     let _ = std::fs::remove_file(&file);
     let _ = std::fs::remove_file(format!("{f}.json"));
@@ -101,6 +113,7 @@ fn resumed_run_equals_uninterrupted_run() {
 
 #[test]
 fn quiet_prints_only_the_generation() {
+    let json = std::env::temp_dir().join(format!("k3-cli-quiet-{}.json", std::process::id()));
     let o = k3(&[
         "run",
         &tiny(),
@@ -111,6 +124,8 @@ fn quiet_prints_only_the_generation() {
         "--mem-gb",
         "0.003",
         "--quiet",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     assert!(o.status.success());
     assert!(
@@ -118,5 +133,13 @@ fn quiet_prints_only_the_generation() {
         "stderr: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    assert_eq!(ids(&o).len(), 4);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(r["generated_ids"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{}\n", r["generated_text"].as_str().unwrap()),
+        "stdout is the text and its newline"
+    );
 }

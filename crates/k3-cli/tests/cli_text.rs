@@ -50,6 +50,7 @@ fn prompt_text_gives_the_reference_ids() {
         "16",
         "--json",
         json.to_str().unwrap(),
+        "--print-ids",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let report: serde_json::Value =
@@ -58,7 +59,12 @@ fn prompt_text_gives_the_reference_ids() {
     assert_eq!(report["prompt_ids"], serde_json::json!(prompt));
     assert_eq!(report["generated_ids"], serde_json::json!(greedy));
     assert!(
-        String::from_utf8_lossy(&o.stdout).contains(&format!("generated ids: {}", csv(&greedy)))
+        String::from_utf8_lossy(&o.stderr).contains(&format!("generated ids: {}\n", csv(&greedy)))
+    );
+    // stdout is the text and its newline, nothing else.
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{}\n", report["generated_text"].as_str().unwrap())
     );
 
     let file = std::env::temp_dir().join(format!("k3-prompt-{}.txt", std::process::id()));
@@ -70,10 +76,11 @@ fn prompt_text_gives_the_reference_ids() {
         file.to_str().unwrap(),
         "-n",
         "16",
+        "--print-ids",
     ]);
     let _ = std::fs::remove_file(&file);
     assert!(
-        String::from_utf8_lossy(&o.stdout).contains(&format!("generated ids: {}", csv(&greedy)))
+        String::from_utf8_lossy(&o.stderr).contains(&format!("generated ids: {}\n", csv(&greedy)))
     );
 }
 

@@ -33,6 +33,7 @@ fn run_args() -> Vec<String> {
         "0.003",
         "--threads",
         "1",
+        "--print-ids",
     ]
     .iter()
     .map(|s| s.to_string())

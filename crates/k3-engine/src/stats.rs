@@ -106,28 +106,40 @@ impl StoreStats {
         ratio(self.trunk_pinned_hits, self.trunk_binds)
     }
 
-    /// The end-of-run summary; `wall` is the run's wall-clock seconds.
-    pub fn report(&self, wall: f64) -> String {
+    /// The I/O report of a run. The share of wall clock is the time the compute thread
+    /// waited for reads (trunk layers and routed experts), so it cannot pass 100 %; the
+    /// reader threads' busy time is summed over threads and given apart. `wall` is `None`
+    /// where there is no run to compare with (chat's `/stats`).
+    pub fn report(&self, wall: Option<f64>) -> String {
+        let s = self;
+        let waited = s.trunk_wait_seconds + s.expert_wait_seconds;
+        let share = match wall {
+            Some(w) => format!(
+                " of {w:.3} s wall clock ({:.1}%)",
+                (100.0 * waited / w.max(1e-9)).min(100.0)
+            ),
+            None => String::new(),
+        };
         let mut text = format!(
-            "I/O report\n  trunk      {} binds, {:.1}% pinned, {:.3} GB read\n  experts    {} requests, {:.1}% resident hits, {} evictions, {} failed reads, {:.3} GB read\n  I/O time   {:.3} s in reads ({:.1}% of {:.3} s wall clock)",
-            self.trunk_binds,
-            100.0 * self.trunk_hit_rate(),
-            self.trunk_bytes_read as f64 / 1e9,
-            self.expert_requests,
-            100.0 * self.expert_hit_rate(),
-            self.expert_evictions,
-            self.expert_failures,
-            self.expert_bytes_read as f64 / 1e9,
-            self.io_seconds,
-            100.0 * self.io_seconds / wall.max(1e-9),
-            wall,
+            "I/O report\n  trunk      {} binds, {:.1}% pinned, {:.3} GB read\n  experts    {} requests, {:.1}% resident hits, {} evictions, {} failed reads, {:.3} GB read\n  I/O wait   {waited:.3} s{share}: trunk {:.3} s, experts {:.3} s; reader threads busy {:.3} s in all",
+            s.trunk_binds,
+            100.0 * s.trunk_hit_rate(),
+            s.trunk_bytes_read as f64 / 1e9,
+            s.expert_requests,
+            100.0 * s.expert_hit_rate(),
+            s.expert_evictions,
+            s.expert_failures,
+            s.expert_bytes_read as f64 / 1e9,
+            s.trunk_wait_seconds,
+            s.expert_wait_seconds,
+            s.io_seconds,
         );
-        if self.lookahead_requested > 0 {
+        if s.lookahead_requested > 0 {
             text.push_str(&format!(
                 "\n  lookahead  recall {:.1}% of the experts asked for; {} early reads, {} of them used",
-                100.0 * self.lookahead_recall(),
-                self.lookahead_reads,
-                self.lookahead_useful_reads
+                100.0 * s.lookahead_recall(),
+                s.lookahead_reads,
+                s.lookahead_useful_reads
             ));
         }
         text
@@ -139,5 +151,29 @@ fn ratio(a: u64, b: u64) -> f64 {
         0.0
     } else {
         a as f64 / b as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_share_is_the_wait_and_never_passes_100_percent() {
+        let s = StoreStats {
+            io_seconds: 2.881,
+            trunk_wait_seconds: 0.4,
+            expert_wait_seconds: 0.1,
+            ..StoreStats::default()
+        };
+        let r = s.report(Some(1.0));
+        assert!(
+            r.contains("I/O wait   0.500 s of 1.000 s wall clock (50.0%)"),
+            "{r}"
+        );
+        assert!(r.contains("reader threads busy 2.881 s in all"), "{r}");
+        let r = s.report(Some(0.25));
+        assert!(r.contains("(100.0%)"), "{r}");
+        assert!(!s.report(None).contains("wall clock"));
     }
 }

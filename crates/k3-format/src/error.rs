@@ -60,7 +60,7 @@ pub enum FormatError {
         file_offset: u64,
     },
 
-    /// The JSON header does not parse, or an entry lacks `dtype`/`shape`/`data_offsets`.
+    /// The JSON header does not parse, or is not an object of tensor entries.
     #[error(
         "{shard}: malformed JSON header ({header_len} bytes): {detail}: corrupt shard, re-download"
     )]
@@ -73,8 +73,20 @@ pub enum FormatError {
         detail: String,
     },
 
+    /// One tensor's entry is malformed: a field missing, repeated, of the wrong type, or a
+    /// negative or fractional number.
+    #[error("{shard}: tensor {tensor:?}: {detail}: corrupt header, re-download")]
+    TensorEntry {
+        /// The shard file.
+        shard: PathBuf,
+        /// The tensor name.
+        tensor: String,
+        /// What is wrong, naming the field.
+        detail: String,
+    },
+
     /// A tensor uses a dtype string this reader does not know.
-    #[error("{shard}: tensor {tensor:?} has unknown dtype {dtype:?} (known: BF16 F16 F32 F64 U8 I8 U16 I16 U32 I32 U64 I64 BOOL F8_E4M3 F8_E5M2 F8_E8M0)")]
+    #[error("{shard}: tensor {tensor:?}: unknown dtype {dtype:?} (known: BF16 F16 F32 F64 U8 I8 U16 I16 U32 I32 U64 I64 BOOL F8_E4M3 F8_E5M2 F8_E8M0)")]
     UnknownDtype {
         /// The shard file.
         shard: PathBuf,

@@ -72,20 +72,65 @@ impl RawHeader<'_> {
     }
 }
 
-/// Parses header JSON text (already known to be UTF-8).
-pub(crate) fn parse(text: &str) -> Result<RawHeader<'_>, serde_json::Error> {
+/// Why a header did not parse.
+#[derive(Debug)]
+pub(crate) enum HeaderError {
+    /// The header as a whole: not JSON, not an object, text after it.
+    Json(serde_json::Error),
+    /// One tensor's entry: its name and what is wrong with it (no JSON positions).
+    Tensor { name: String, detail: String },
+}
+
+/// Where the parse is: the tensor entry and the field being read, for error messages.
+#[derive(Default)]
+struct Cursor<'de> {
+    tensor: Option<Cow<'de, str>>,
+    field: Option<&'static str>,
+}
+
+/// Parses header JSON text (already known to be UTF-8). A type or value error inside a
+/// tensor's entry is reported as [`HeaderError::Tensor`], naming the tensor.
+pub(crate) fn parse(text: &str) -> Result<RawHeader<'_>, HeaderError> {
     let mut out = RawHeader {
         entries: Vec::with_capacity(text.len() / 96),
         dims: Vec::with_capacity(text.len() / 48),
     };
+    let mut at = Cursor::default();
     let mut de = serde_json::Deserializer::from_str(text);
-    HeaderSeed { out: &mut out }.deserialize(&mut de)?;
-    de.end()?;
-    Ok(out)
+    let parsed = HeaderSeed {
+        out: &mut out,
+        at: &mut at,
+    }
+    .deserialize(&mut de)
+    .and_then(|()| de.end());
+    match parsed {
+        Ok(()) => Ok(out),
+        Err(e) => Err(match at.tensor {
+            Some(name) if e.classify() == serde_json::error::Category::Data => {
+                HeaderError::Tensor {
+                    name: name.into_owned(),
+                    detail: describe(&e, at.field),
+                }
+            }
+            _ => HeaderError::Json(e),
+        }),
+    }
+}
+
+/// The parser's message without its JSON position, after the field it is about.
+fn describe(e: &serde_json::Error, field: Option<&str>) -> String {
+    let full = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    let msg = full.strip_suffix(&suffix).unwrap_or(&full);
+    match field {
+        Some(f) => format!("`{f}`: {msg}"),
+        None => msg.to_string(),
+    }
 }
 
 struct HeaderSeed<'p, 'de> {
     out: &'p mut RawHeader<'de>,
+    at: &'p mut Cursor<'de>,
 }
 
 impl<'de> DeserializeSeed<'de> for HeaderSeed<'_, 'de> {
@@ -107,9 +152,12 @@ impl<'de> Visitor<'de> for HeaderSeed<'_, 'de> {
                 continue;
             }
             let dims_at = self.out.dims.len();
+            self.at.tensor = Some(name.clone());
             let fields = map.next_value_seed(EntrySeed {
                 dims: &mut self.out.dims,
+                field: &mut self.at.field,
             })?;
+            self.at.tensor = None;
             self.out.entries.push(RawEntry {
                 name,
                 dtype: fields.dtype,
@@ -130,6 +178,8 @@ struct EntryFields<'a> {
 
 struct EntrySeed<'p> {
     dims: &'p mut Vec<u64>,
+    /// The field being read (`None` between fields), for error messages.
+    field: &'p mut Option<&'static str>,
 }
 
 impl<'de> DeserializeSeed<'de> for EntrySeed<'_> {
@@ -142,7 +192,7 @@ impl<'de> DeserializeSeed<'de> for EntrySeed<'_> {
 impl<'de> Visitor<'de> for EntrySeed<'_> {
     type Value = EntryFields<'de>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a tensor entry {\"dtype\", \"shape\", \"data_offsets\"}")
+        f.write_str("an object {\"dtype\", \"shape\", \"data_offsets\"}")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut dtype = None;
@@ -151,18 +201,17 @@ impl<'de> Visitor<'de> for EntrySeed<'_> {
         while let Some(CowStr(key)) = map.next_key::<CowStr<'de>>()? {
             match key.as_ref() {
                 "dtype" if dtype.is_none() => {
-                    let CowStr(s) = map.next_value::<CowStr<'de>>()?;
-                    dtype = Some(match Dtype::parse(&s) {
-                        Some(d) => DtypeTok::Known(d),
-                        None => DtypeTok::Unknown(s),
-                    });
+                    *self.field = Some("dtype");
+                    dtype = Some(map.next_value_seed(DtypeSeed)?);
                 }
                 "shape" if !shape_seen => {
+                    *self.field = Some("shape");
                     shape_seen = true;
                     map.next_value_seed(ShapeSeed { dims: self.dims })?;
                 }
                 "data_offsets" if offsets.is_none() => {
-                    offsets = Some(map.next_value::<(u64, u64)>()?);
+                    *self.field = Some("data_offsets");
+                    offsets = Some(map.next_value_seed(OffsetsSeed)?);
                 }
                 "dtype" | "shape" | "data_offsets" => {
                     return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
@@ -171,6 +220,7 @@ impl<'de> Visitor<'de> for EntrySeed<'_> {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
+            *self.field = None;
         }
         let dtype = dtype.ok_or_else(|| de::Error::missing_field("dtype"))?;
         if !shape_seen {
@@ -178,6 +228,90 @@ impl<'de> Visitor<'de> for EntrySeed<'_> {
         }
         let offsets = offsets.ok_or_else(|| de::Error::missing_field("data_offsets"))?;
         Ok(EntryFields { dtype, offsets })
+    }
+}
+
+/// A dtype string, known or not (an unknown one is refused later, by name).
+struct DtypeSeed;
+
+impl<'de> DeserializeSeed<'de> for DtypeSeed {
+    type Value = DtypeTok<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DtypeSeed {
+    type Value = DtypeTok<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a dtype string such as \"BF16\"")
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(dtype_tok(Cow::Borrowed(v)))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(dtype_tok(Cow::Owned(v.to_owned())))
+    }
+}
+
+fn dtype_tok(s: Cow<'_, str>) -> DtypeTok<'_> {
+    match Dtype::parse(&s) {
+        Some(d) => DtypeTok::Known(d),
+        None => DtypeTok::Unknown(s),
+    }
+}
+
+/// Which integer a [`UintSeed`] reads, for messages.
+#[derive(Clone, Copy)]
+enum Uint {
+    Dim(usize),
+    Start,
+    End,
+}
+
+impl fmt::Display for Uint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Uint::Dim(i) => write!(f, "dimension {i}"),
+            Uint::Start => f.write_str("start"),
+            Uint::End => f.write_str("end"),
+        }
+    }
+}
+
+/// One non-negative integer of a shape or of `data_offsets`.
+struct UintSeed(Uint);
+
+impl<'de> DeserializeSeed<'de> for UintSeed {
+    type Value = u64;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
+        d.deserialize_u64(self)
+    }
+}
+
+impl<'de> Visitor<'de> for UintSeed {
+    type Value = u64;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a non-negative integer for {}", self.0)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+        Ok(v)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+        u64::try_from(v).map_err(|_| {
+            E::custom(format_args!(
+                "{} is {v}: it must be a non-negative integer",
+                self.0
+            ))
+        })
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
+        let why = if v.fract() == 0.0 && v >= 0.0 {
+            "larger than 2^64 - 1"
+        } else {
+            "not a non-negative integer"
+        };
+        Err(E::custom(format_args!("{} is {v:?}: {why}", self.0)))
     }
 }
 
@@ -198,10 +332,44 @@ impl<'de> Visitor<'de> for ShapeSeed<'_> {
         f.write_str("a shape: an array of non-negative integers")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(d) = seq.next_element::<u64>()? {
+        let mut i = 0usize;
+        while let Some(d) = seq.next_element_seed(UintSeed(Uint::Dim(i)))? {
             self.dims.push(d);
+            i += 1;
         }
         Ok(())
+    }
+}
+
+/// `data_offsets`: exactly `[start, end]`.
+struct OffsetsSeed;
+
+impl<'de> DeserializeSeed<'de> for OffsetsSeed {
+    type Value = (u64, u64);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(u64, u64), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OffsetsSeed {
+    type Value = (u64, u64);
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[start, end]: two non-negative integers")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(u64, u64), A::Error> {
+        let few = || de::Error::custom("fewer than two numbers: it must be [start, end]");
+        let start = seq
+            .next_element_seed(UintSeed(Uint::Start))?
+            .ok_or_else(few)?;
+        let end = seq
+            .next_element_seed(UintSeed(Uint::End))?
+            .ok_or_else(few)?;
+        if seq.next_element::<IgnoredAny>()?.is_some() {
+            return Err(de::Error::custom(
+                "more than two numbers: it must be [start, end]",
+            ));
+        }
+        Ok((start, end))
     }
 }
 
@@ -227,19 +395,82 @@ mod tests {
     fn rejects_structural_defects() {
         for bad in [
             r#"[]"#,
-            r#"{"a":{"dtype":"F32","shape":[1]}}"#,
-            r#"{"a":{"dtype":"F32","data_offsets":[0,4]}}"#,
-            r#"{"a":{"shape":[1],"data_offsets":[0,4]}}"#,
-            r#"{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}"#,
-            r#"{"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}}"#,
-            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}}"#,
-            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}}"#,
-            r#"{"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
-            r#"{"a":{"dtype":7,"shape":[1],"data_offsets":[0,4]}}"#,
-            r#"{"a":1}"#,
             r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}} x"#,
+            r#"{"a":{"dtype":"F32","#,
         ] {
-            assert!(parse(bad).is_err(), "accepted {bad}");
+            assert!(
+                matches!(parse(bad), Err(HeaderError::Json(_))),
+                "accepted {bad}"
+            );
+        }
+    }
+
+    /// Every defect inside one tensor's entry names the tensor and says what is wrong, in
+    /// words and without JSON positions.
+    #[test]
+    fn per_tensor_defects_name_the_tensor() {
+        for (bad, want) in [
+            (
+                r#"{"a":{"dtype":"F32","shape":[1]}}"#,
+                "missing field `data_offsets`",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","data_offsets":[0,4]}}"#,
+                "missing field `shape`",
+            ),
+            (
+                r#"{"a":{"shape":[1],"data_offsets":[0,4]}}"#,
+                "missing field `dtype`",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[1,-1],"data_offsets":[0,4]}}"#,
+                "`shape`: dimension 1 is -1: it must be a non-negative integer",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}}"#,
+                "`shape`: dimension 0 is 1.5: not a non-negative integer",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,4]}}"#,
+                "larger than 2^64 - 1",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":"1","data_offsets":[0,4]}}"#,
+                "`shape`: invalid type: string \"1\", expected a shape: an array",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}}"#,
+                "`data_offsets`: more than two numbers",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}}"#,
+                "`data_offsets`: fewer than two numbers",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}}"#,
+                "`data_offsets`: start is -4",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+                "duplicate field `dtype`",
+            ),
+            (
+                r#"{"a":{"dtype":7,"shape":[1],"data_offsets":[0,4]}}"#,
+                "`dtype`: invalid type: integer `7`, expected a dtype string",
+            ),
+            (
+                r#"{"a":1}"#,
+                "invalid type: integer `1`, expected an object",
+            ),
+        ] {
+            match parse(bad) {
+                Err(HeaderError::Tensor { name, detail }) => {
+                    assert_eq!(name, "a", "{bad}");
+                    assert!(detail.contains(want), "{bad}: {detail}");
+                    assert!(!detail.contains("line 1"), "{bad}: {detail}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
         }
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! Checks, in order: the file holds the 8-byte prefix; the header fits in the file (any
 //! 64-bit value, including 2^64−1, is compared without overflow or allocation); the header is
-//! UTF-8 and well-formed JSON; every dtype is known; every `data_offsets` has start ≤ end; the
+//! UTF-8 and well-formed JSON; every tensor entry has a string `dtype`, a `shape` of
+//! non-negative integers and a two-number `data_offsets` (a defect there is reported as
+//! [`FormatError::TensorEntry`], naming the tensor); every dtype is known; every `data_offsets` has start ≤ end; the
 //! `dtype × shape` byte size (overflow-checked) equals the span; no two tensors overlap; and the
 //! data section ends exactly at the largest end offset (bytes after it are refused as
 //! [`FormatError::TrailingBytes`], as the reference library does). A header whose tensors tile the data section
@@ -13,7 +15,7 @@
 
 use crate::dtype::Dtype;
 use crate::error::FormatError;
-use crate::header::{self, DtypeTok, RawHeader};
+use crate::header::{self, DtypeTok, HeaderError, RawHeader};
 use std::path::Path;
 
 /// A parsed and validated header of one shard, borrowing names from the file bytes.
@@ -71,10 +73,17 @@ impl<'a> ShardHeader<'a> {
             offset: e.valid_up_to() as u64,
             file_offset: 8 + e.valid_up_to() as u64,
         })?;
-        let raw = header::parse(text).map_err(|e| FormatError::MalformedHeader {
-            shard: shard.into(),
-            header_len,
-            detail: e.to_string(),
+        let raw = header::parse(text).map_err(|e| match e {
+            HeaderError::Json(e) => FormatError::MalformedHeader {
+                shard: shard.into(),
+                header_len,
+                detail: e.to_string(),
+            },
+            HeaderError::Tensor { name, detail } => FormatError::TensorEntry {
+                shard: shard.into(),
+                tensor: name,
+                detail,
+            },
         })?;
         let dtypes = check_entries(shard, &raw)?;
         check_layout(shard, &raw, header_len, file_len)?;

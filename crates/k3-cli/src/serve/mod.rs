@@ -31,8 +31,13 @@ const BODY_LIMIT: usize = 1 << 20;
 pub struct ServeArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Model directory (config.json + *.safetensors + tiktoken.model).
-    pub model_dir: PathBuf,
+    /// Model directory (config.json + *.safetensors + tiktoken.model); or -m DIR; default:
+    /// `model` from the config file.
+    #[arg(value_name = "MODEL_DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// Model directory (instead of the positional MODEL_DIR).
+    #[arg(short = 'm', long = "model", value_name = "DIR")]
+    pub model: Option<PathBuf>,
     /// Address to bind (loopback by default; anything else exposes the model to the network).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -46,7 +51,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8)]
     pub queue: usize,
     /// Context positions per request (prompt + reply).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
     pub ctx: usize,
     /// Do not keep saved sessions for conversation state reuse (every prompt is fed whole).
     #[arg(long)]
@@ -92,23 +97,21 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         return Err(CliError::usage("--queue must be at least 1"));
     }
     if args.ctx < 2 {
-        return Err(CliError::usage("--ctx must be at least 2"));
+        return Err(CliError::usage("-c/--ctx must be at least 2"));
     }
     let file = crate::config_file::load()?;
+    let model_dir =
+        crate::engine_args::model_dir(args.model.as_deref(), args.model_dir.as_deref(), &file)?;
     let options = args.engine.options(&file, args.ctx)?;
-    let engine = Arc::new(crate::engine_args::open_engine(
-        &args.model_dir,
-        options,
-        true,
-    )?);
+    let engine = Arc::new(crate::engine_args::open_engine(&model_dir, options, true)?);
     if engine.tokenizer().is_none() {
         return Err(CliError::usage(format!(
             "{}: no tokenizer (tiktoken.model or tokenizer.json): pass --tok DIR",
-            args.model_dir.display()
+            model_dir.display()
         )));
     }
-    let model_id = std::fs::canonicalize(&args.model_dir)
-        .unwrap_or_else(|_| args.model_dir.clone())
+    let model_id = std::fs::canonicalize(&model_dir)
+        .unwrap_or_else(|_| model_dir.clone())
         .file_name()
         .map_or_else(|| "k3".to_string(), |n| n.to_string_lossy().into_owned());
     let metrics = Arc::new(worker::Metrics::default());

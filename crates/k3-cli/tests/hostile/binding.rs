@@ -163,7 +163,7 @@ fn mismatched_tensors_are_refused_by_name() {
 /// has three, and one more must still run.
 #[test]
 fn mxfp4_nan_scales_still_run() {
-    let run = args(&["run", "{dir}", "--ids", PROMPT, "-n", "4"]);
+    let run = args(&["run", "{dir}", "--ids", PROMPT, "-n", "4", "--print-ids"]);
     check_all(
         "binding-valid",
         vec![

@@ -11,7 +11,8 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The clean model's ids for `--ids 637,229,263,638,730,42,197 -n 4`.
+/// The clean model's ids for `--ids 637,229,263,638,730,42,197 -n 4`, as `--print-ids`
+/// writes them on stderr.
 pub const PROMPT: &str = "637,229,263,638,730,42,197";
 pub const CLEAN_IDS: &str = "generated ids: 391,655,292,730";
 
@@ -243,7 +244,7 @@ pub fn check_all(group: &str, cases: Vec<Case>) {
             ));
         }
         let shown = if c.code == 0 {
-            excerpt(&out, &c.needles, dir.path())
+            excerpt(&both, &c.needles, dir.path())
         } else {
             excerpt(&err, &c.needles, dir.path())
         };

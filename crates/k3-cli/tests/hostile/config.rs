@@ -310,7 +310,7 @@ fn bad_configs_are_refused_naming_the_key() {
 
 #[test]
 fn valid_config_oddities_still_run() {
-    let run = args(&["run", "{dir}", "--ids", PROMPT, "-n", "4"]);
+    let run = args(&["run", "{dir}", "--ids", PROMPT, "-n", "4", "--print-ids"]);
     let flat = fixtures().join("config-shapes/tiny-k3.flat.json");
     check_all(
         "config-valid",

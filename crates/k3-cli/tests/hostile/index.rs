@@ -127,7 +127,7 @@ fn unlisted_shard_tensor_still_runs() {
             "unlisted-shard-tensor-run",
             "a tensor present in shard 1 but absent from weight_map (k3 run)",
             |d| edit_index(d, |m| drop(m.remove(NORM))),
-            args(&["run", "{dir}", "--ids", PROMPT, "-n", "4"]),
+            args(&["run", "{dir}", "--ids", PROMPT, "-n", "4", "--print-ids"]),
             0,
             &[CLEAN_IDS],
         )],

@@ -21,21 +21,40 @@ fn offsets(h: &serde_json::Map<String, Value>, name: &str) -> (u64, u64) {
     (o[0].as_u64().unwrap(), o[1].as_u64().unwrap())
 }
 
-/// Replaces the text `from` (first occurrence) in shard 1's header by `to`, keeping the data.
-fn edit_header_text(dir: &Path, from: &str, to: &str) {
-    let path = dir.join(SHARD1);
-    let (h, data) = split_shard(&path);
-    let text = h.to_string();
-    assert!(text.contains(from), "{from}");
-    join_shard(&path, &text.replacen(from, to, 1), &data);
-}
-
 fn set_field(name: &'static str, field: &'static str, v: Value) -> impl Fn(&Path) {
     move |d: &Path| edit_header(d, SHARD1, |h| h[name][field] = v.clone())
 }
 
+fn drop_field(name: &'static str, field: &'static str) -> impl Fn(&Path) {
+    move |d: &Path| {
+        edit_header(d, SHARD1, |h| {
+            drop(h[name].as_object_mut().unwrap().remove(field))
+        })
+    }
+}
+
+/// In shard 1's header text, replaces the first `from` after tensor `name`'s key by `to`
+/// (for values a JSON number cannot hold, such as 2^64).
+fn edit_entry_text(name: &'static str, from: &'static str, to: &'static str) -> impl Fn(&Path) {
+    move |d: &Path| {
+        let path = d.join(SHARD1);
+        let (h, data) = split_shard(&path);
+        let text = h.to_string();
+        let at = text.find(&format!("\"{name}\":{{")).unwrap();
+        let off = at + text[at..].find(from).unwrap();
+        let text = format!("{}{to}{}", &text[..off], &text[off + from.len()..]);
+        join_shard(&path, &text, &data);
+    }
+}
+
+/// The start of every per-tensor header message: `<shard>: tensor "<name>": `.
+fn at(tensor: &str) -> String {
+    format!("{SHARD1}: tensor \"{tensor}\": ")
+}
+
 fn cases() -> Vec<Case> {
     let r = run_args;
+    let (norm, kproj) = (at(NORM), at(KPROJ));
     vec![
         case(
             "truncated-in-data",
@@ -160,7 +179,7 @@ fn cases() -> Vec<Case> {
             set_field(NORM, "dtype", json!("F4")),
             r(),
             2,
-            &[SHARD1, NORM, "unknown dtype \"F4\""],
+            &[&norm, "unknown dtype \"F4\""],
         ),
         case(
             "dtype-not-string",
@@ -168,7 +187,61 @@ fn cases() -> Vec<Case> {
             set_field(NORM, "dtype", json!(7)),
             r(),
             2,
-            &[SHARD1, "malformed JSON header", "invalid type: integer `7`"],
+            &[
+                &norm,
+                "`dtype`: invalid type: integer `7`, expected a dtype string",
+            ],
+        ),
+        case(
+            "dtype-null",
+            "tensor dtype is null",
+            set_field(NORM, "dtype", json!(null)),
+            r(),
+            2,
+            &[&norm, "`dtype`: invalid type: null"],
+        ),
+        case(
+            "missing-dtype",
+            "tensor entry without dtype",
+            drop_field(NORM, "dtype"),
+            r(),
+            2,
+            &[&norm, "missing field `dtype`"],
+        ),
+        case(
+            "missing-shape",
+            "tensor entry without shape",
+            drop_field(KPROJ, "shape"),
+            r(),
+            2,
+            &[&kproj, "missing field `shape`"],
+        ),
+        case(
+            "shape-not-array",
+            "shape is the string \"64\"",
+            set_field(NORM, "shape", json!("64")),
+            r(),
+            2,
+            &[
+                &norm,
+                "`shape`: invalid type: string \"64\", expected a shape",
+            ],
+        ),
+        case(
+            "shape-dim-string",
+            "shape [\"64\"]",
+            set_field(NORM, "shape", json!(["64"])),
+            r(),
+            2,
+            &[&norm, "expected a non-negative integer for dimension 0"],
+        ),
+        case(
+            "entry-not-object",
+            "a tensor's entry is the number 1",
+            |d| edit_header(d, SHARD1, |h| drop(h.insert(NORM.into(), json!(1)))),
+            r(),
+            2,
+            &[&norm, "invalid type: integer `1`, expected an object"],
         ),
         case(
             "negative-shape",
@@ -176,7 +249,10 @@ fn cases() -> Vec<Case> {
             set_field(KPROJ, "shape", json!([-1, 64])),
             r(),
             2,
-            &[SHARD1, "malformed JSON header", "integer `-1`"],
+            &[
+                &kproj,
+                "`shape`: dimension 0 is -1: it must be a non-negative integer",
+            ],
         ),
         case(
             "fractional-shape",
@@ -184,7 +260,10 @@ fn cases() -> Vec<Case> {
             set_field(NORM, "shape", json!([64.5])),
             r(),
             2,
-            &[SHARD1, "malformed JSON header", "64.5"],
+            &[
+                &norm,
+                "`shape`: dimension 0 is 64.5: not a non-negative integer",
+            ],
         ),
         case(
             "overflowing-shape",
@@ -205,10 +284,13 @@ fn cases() -> Vec<Case> {
         case(
             "shape-beyond-u64",
             "shape [18446744073709551616] (does not fit u64)",
-            |d| edit_header_text(d, "\"shape\":[64]", "\"shape\":[18446744073709551616]"),
+            edit_entry_text(NORM, "\"shape\":[64]", "\"shape\":[18446744073709551616]"),
             r(),
             2,
-            &[SHARD1, "malformed JSON header"],
+            &[
+                &norm,
+                "dimension 0 is 1.8446744073709552e19: larger than 2^64 - 1",
+            ],
         ),
         case(
             "dtype-size-mismatch",
@@ -237,7 +319,7 @@ fn cases() -> Vec<Case> {
             set_field(NORM, "data_offsets", json!([-128, 0])),
             r(),
             2,
-            &[SHARD1, "malformed JSON header", "integer `-128`"],
+            &[&norm, "`data_offsets`: start is -128"],
         ),
         case(
             "reversed-offsets",
@@ -283,19 +365,23 @@ fn cases() -> Vec<Case> {
             set_field(NORM, "data_offsets", json!([0, 128, 256])),
             r(),
             2,
-            &[SHARD1, "malformed JSON header"],
+            &[&norm, "`data_offsets`: more than two numbers"],
+        ),
+        case(
+            "one-offset",
+            "data_offsets with one number",
+            set_field(NORM, "data_offsets", json!([0])),
+            r(),
+            2,
+            &[&norm, "`data_offsets`: fewer than two numbers"],
         ),
         case(
             "missing-data-offsets",
             "tensor entry without data_offsets",
-            |d| {
-                edit_header(d, SHARD1, |h| {
-                    drop(h[NORM].as_object_mut().unwrap().remove("data_offsets"))
-                })
-            },
+            drop_field(NORM, "data_offsets"),
             r(),
             2,
-            &[SHARD1, "missing field `data_offsets`"],
+            &[&norm, "missing field `data_offsets`"],
         ),
         case(
             "duplicate-in-one-header",

@@ -1,0 +1,89 @@
+//! Showing model text safely: control characters (which a terminal would obey) become visible
+//! escapes such as `\x1b`, and bytes that are not UTF-8 become `\xff`.
+
+use std::borrow::Cow;
+
+/// How much of the text's own layout to keep.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// Generated text on a terminal: newlines and tabs are kept, every other control character
+    /// is escaped.
+    Text,
+    /// One token shown in quotes: newlines, tabs, quotes and backslashes are escaped too, so
+    /// the quoted form shows exactly what the token holds.
+    Quoted,
+}
+
+/// `text` with its control characters escaped for `style`; borrowed when nothing changes.
+pub fn escape_str(text: &str, style: Style) -> Cow<'_, str> {
+    if !text.chars().any(|c| needs_escape(c, style)) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        push_char(&mut out, c, style);
+    }
+    Cow::Owned(out)
+}
+
+/// `bytes` shown as text: valid UTF-8 as [`escape_str`] shows it, every byte of an invalid
+/// sequence as `\xNN`.
+pub fn escape_bytes(bytes: &[u8], style: Style) -> String {
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(&escape_str(chunk.valid(), style));
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+fn needs_escape(c: char, style: Style) -> bool {
+    match style {
+        Style::Text => c.is_control() && c != '\n' && c != '\t',
+        Style::Quoted => c.is_control() || c == '"' || c == '\\',
+    }
+}
+
+fn push_char(out: &mut String, c: char, style: Style) {
+    if !needs_escape(c, style) {
+        out.push(c);
+        return;
+    }
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\t' => out.push_str("\\t"),
+        '\r' => out.push_str("\\r"),
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+        c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_keeps_layout_and_escapes_the_rest() {
+        assert!(matches!(
+            escape_str("plain\ttext\n", Style::Text),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            escape_str("a\x1b[2Jb\r\u{7f}\u{9b}\n", Style::Text),
+            "a\\x1b[2Jb\\r\\x7f\\u{9b}\n"
+        );
+    }
+
+    #[test]
+    fn quoted_escapes_layout_quotes_and_invalid_bytes() {
+        assert_eq!(
+            escape_bytes(b"\"a\\\"\n\t\xe4\xb8", Style::Quoted),
+            "\\\"a\\\\\\\"\\n\\t\\xe4\\xb8"
+        );
+        assert_eq!(escape_bytes("é x".as_bytes(), Style::Quoted), "é x");
+    }
+}
