@@ -15,6 +15,8 @@
 //! min_p = 0.05
 //! seed = 42
 //! repeat_penalty = 1.1
+//! presence_penalty = 0.5
+//! frequency_penalty = 0.2
 //! ```
 //!
 //! Precedence (for `k3 run` and friends when they merge this in): a command-line flag always
@@ -73,6 +75,12 @@ pub struct FileConfig {
     /// Repetition penalty (1 = off), > 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repeat_penalty: Option<f64>,
+    /// Presence penalty (0 = off), in [-2, 2].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f64>,
+    /// Frequency penalty (0 = off), in [-2, 2].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f64>,
 }
 
 impl FileConfig {
@@ -136,6 +144,14 @@ impl FileConfig {
         }
         if let Some(r) = self.repeat_penalty.filter(|r| !(r.is_finite() && *r > 0.0)) {
             return bad("repeat_penalty", format!("must be > 0, got {r}"));
+        }
+        for (key, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && (-2.0..=2.0).contains(v))) {
+                return bad(key, format!("must be in [-2, 2], got {v}"));
+            }
         }
         Ok(())
     }
@@ -260,6 +276,8 @@ fn unset_keys(c: &FileConfig) -> Vec<&'static str> {
         ("min_p", c.min_p.is_some()),
         ("seed", c.seed.is_some()),
         ("repeat_penalty", c.repeat_penalty.is_some()),
+        ("presence_penalty", c.presence_penalty.is_some()),
+        ("frequency_penalty", c.frequency_penalty.is_some()),
     ];
     set.iter().filter(|(_, s)| !s).map(|(k, _)| *k).collect()
 }
@@ -284,7 +302,11 @@ mod tests {
 
     #[test]
     fn parses_every_key() {
-        let c = parse("model = \"/m\"\nmem_gb = 48\nthreads = 8\ntemp = 0.7\ntop_k = 40\ntop_p = 0.9\nmin_p = 0.05\nseed = 1\nrepeat_penalty = 1.1\n").unwrap();
+        let c = parse("model = \"/m\"\nmem_gb = 48\nthreads = 8\ntemp = 0.7\ntop_k = 40\ntop_p = 0.9\nmin_p = 0.05\nseed = 1\nrepeat_penalty = 1.1\npresence_penalty = 0.5\nfrequency_penalty = -0.25\n").unwrap();
+        assert_eq!(
+            (c.presence_penalty, c.frequency_penalty),
+            (Some(0.5), Some(-0.25))
+        );
         assert_eq!(c.model.as_deref(), Some(Path::new("/m")));
         assert_eq!(c.mem_gb, Some(48.0));
         assert_eq!((c.threads, c.top_k, c.seed), (Some(8), Some(40), Some(1)));
@@ -299,6 +321,8 @@ mod tests {
             ("preset = \"laptop\"\nmem_gb = 4", "preset"),
             ("threads = 0", "threads"),
             ("temp = -1", "temp"),
+            ("presence_penalty = 2.5", "presence_penalty"),
+            ("frequency_penalty = -3", "frequency_penalty"),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.contains(key) && e.contains("config.toml"), "{text}: {e}");

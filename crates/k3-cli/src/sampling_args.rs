@@ -24,9 +24,18 @@ pub struct SamplingArgs {
     /// greedy too).
     #[arg(long, allow_negative_numbers = true)]
     pub repeat_penalty: Option<f32>,
-    /// How many recent tokens (prompt included) the repeat penalty looks at (default 64; 0 = off).
+    /// How many recent tokens (prompt included) the repeat, presence and frequency penalties
+    /// look at (default 64; 0 = off).
     #[arg(long, allow_negative_numbers = true)]
     pub repeat_last_n: Option<usize>,
+    /// Subtract P from the logit of every token seen in the last --repeat-last-n, in [-2, 2]
+    /// (0 = off, the default; OpenAI's presence_penalty).
+    #[arg(long, allow_negative_numbers = true)]
+    pub presence_penalty: Option<f32>,
+    /// Subtract F × (times seen in the last --repeat-last-n) from a token's logit, in [-2, 2]
+    /// (0 = off, the default; OpenAI's frequency_penalty).
+    #[arg(long, allow_negative_numbers = true)]
+    pub frequency_penalty: Option<f32>,
     /// Seed of the sampler's random stream (splitmix64; default 0); the same seed gives the
     /// same tokens at every budget and thread count. Unused when --temp is 0.
     #[arg(long, allow_negative_numbers = true)]
@@ -96,6 +105,14 @@ impl SamplingArgs {
                 .or(file.repeat_penalty.map(|v| v as f32))
                 .unwrap_or(d.repeat_penalty),
             repeat_last_n: self.repeat_last_n.unwrap_or(d.repeat_last_n),
+            presence_penalty: self
+                .presence_penalty
+                .or(file.presence_penalty.map(|v| v as f32))
+                .unwrap_or(d.presence_penalty),
+            frequency_penalty: self
+                .frequency_penalty
+                .or(file.frequency_penalty.map(|v| v as f32))
+                .unwrap_or(d.frequency_penalty),
             seed: self.seed.or(file.seed).unwrap_or(d.seed),
         };
         params

@@ -61,6 +61,10 @@ fn sampling_flags_are_accepted_and_reported() {
             "32",
             "--seed",
             "7",
+            "--presence-penalty",
+            "0.5",
+            "--frequency-penalty",
+            "-0.25",
             "--max-tokens",
             "12",
         ],
@@ -76,6 +80,8 @@ fn sampling_flags_are_accepted_and_reported() {
     assert!((s["top_p"].as_f64().unwrap() - 0.9).abs() < 1e-6);
     assert!((s["min_p"].as_f64().unwrap() - 0.05).abs() < 1e-6);
     assert!((s["repeat_penalty"].as_f64().unwrap() - 1.1).abs() < 1e-6);
+    assert_eq!(s["presence_penalty"].as_f64(), Some(0.5));
+    assert_eq!(s["frequency_penalty"].as_f64(), Some(-0.25));
     assert_eq!(
         s["end_ids"],
         serde_json::json!([769, 770]),
@@ -138,6 +144,8 @@ fn bad_values_exit_2_naming_the_flag() {
         ("--min-p", "-0.5"),
         ("--repeat-penalty", "0"),
         ("--repeat-penalty", "-2"),
+        ("--presence-penalty", "3"),
+        ("--frequency-penalty", "-2.5"),
         ("--top-k", "-3"),
         ("--repeat-last-n", "x"),
         ("--seed", "-1"),

@@ -2,141 +2,12 @@
 //! bound address is read from the server's `listening on http://ADDR` line). Every request
 //! has a timeout, loops are bounded, and each server is killed when its handle drops.
 
-use reqwest::blocking::{Client, Response};
+mod serve_common;
+
+use reqwest::blocking::Response;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
-
-fn tiny() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/tiny-k3")
-        .to_string_lossy()
-        .into_owned()
-}
-
-struct Server {
-    child: Child,
-    base: String,
-    client: Client,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_k3"))
-            .args(["serve", &tiny(), "--port", "0", "--threads", "2"])
-            .args(extra)
-            .env_remove("K3_CONFIG")
-            .env("XDG_CONFIG_HOME", "/nonexistent/k3-serve-test-xdg")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("k3 serve starts");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(addr) = line.split("listening on ").nth(1) {
-                    let _ = tx.send(addr.trim().to_string());
-                }
-            }
-        });
-        let base = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(b) => b,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("k3 serve did not print its address within 60 s");
-            }
-        };
-        assert!(base.starts_with("http://127.0.0.1:"), "{base}");
-        // No connection reuse: the server may close a connection after an error response
-        // (e.g. 413 before reading the body), and a pooled reuse would race that close.
-        let client = Client::builder()
-            .timeout(Duration::from_secs(120))
-            .pool_max_idle_per_host(0)
-            .no_proxy()
-            .build()
-            .expect("client");
-        Server {
-            child,
-            base,
-            client,
-        }
-    }
-
-    fn post(&self, path: &str, body: &Value) -> Response {
-        self.client
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .expect("request completes")
-    }
-
-    fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
-        let r = self.post(path, body);
-        let status = r.status().as_u16();
-        let text = r.text().expect("body");
-        let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
-        (status, v)
-    }
-
-    fn get(&self, path: &str) -> (u16, String) {
-        let r = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .expect("request completes");
-        (r.status().as_u16(), r.text().expect("body"))
-    }
-}
-
-/// The `data:` payloads of an SSE body, `[DONE]` included.
-fn sse_events(body: &str) -> Vec<String> {
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Concatenated `field` of every chunk's delta, the last JSON chunk, and whether it ended with [DONE].
-fn concat_stream(events: &[String], field: &str) -> (String, Value) {
-    assert_eq!(
-        events.last().map(String::as_str),
-        Some("[DONE]"),
-        "{events:?}"
-    );
-    let chunks: Vec<Value> = events[..events.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str(e).expect("chunk is JSON"))
-        .collect();
-    let text = chunks
-        .iter()
-        .filter_map(|c| c.pointer(&format!("/choices/0/{field}")))
-        .filter_map(Value::as_str)
-        .collect::<String>();
-    (text, chunks.last().cloned().expect("at least one chunk"))
-}
-
-fn chat_body(messages: Value, extra: Value) -> Value {
-    let mut body =
-        json!({"model": "tiny-k3", "messages": messages, "max_tokens": 24, "temperature": 0});
-    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
-        b.extend(e.clone());
-    }
-    body
-}
+use serve_common::{chat_body, concat_stream, error_of, long_job, sse_events, Server};
+use std::io::Read;
 
 #[test]
 fn chat_non_stream_shape_and_stream_agree() {
@@ -248,16 +119,6 @@ fn completions_models_health_metrics() {
     }
 }
 
-fn error_of(v: &Value) -> (&str, Option<&str>, Option<&str>) {
-    let e = &v["error"];
-    assert!(e["message"].as_str().is_some(), "{v}");
-    (
-        e["type"].as_str().unwrap_or(""),
-        e["param"].as_str(),
-        e["code"].as_str(),
-    )
-}
-
 #[test]
 fn bad_requests_are_openai_errors() {
     let s = Server::start(&["--ctx", "64"]);
@@ -287,11 +148,6 @@ fn bad_requests_are_openai_errors() {
         assert_eq!(st, 400, "{field}: {v}");
         assert_eq!(error_of(&v).1, Some(field), "{v}");
     }
-    let (st, v) = s.post_json(
-        "/v1/chat/completions",
-        &chat_body(user.clone(), json!({"model": "gpt-4"})),
-    );
-    assert_eq!((st, error_of(&v).2), (404, Some("model_not_found")), "{v}");
     let long = "word ".repeat(200);
     let (st, v) = s.post_json(
         "/v1/chat/completions",
@@ -356,11 +212,6 @@ fn api_key_is_required_when_set() {
     let v: Value = serde_json::from_str(&r.text().unwrap()).unwrap();
     assert_eq!(error_of(&v).2, Some("invalid_api_key"));
     assert_eq!(s.get("/health").0, 200, "health needs no key");
-}
-
-/// A long generation: end ids ignored, so it runs `max_tokens` tokens.
-fn long_job(max_tokens: u32, stream: bool) -> Value {
-    json!({"prompt": "a", "max_tokens": max_tokens, "ignore_eos": true, "stream": stream})
 }
 
 #[test]

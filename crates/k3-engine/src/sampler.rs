@@ -1,4 +1,4 @@
-//! Token sampling: repeat penalty, temperature, top-k, top-p, min-p, and a seeded PRNG.
+//! Token sampling: repeat, presence and frequency penalties, temperature, top-k, top-p, min-p, and a seeded PRNG.
 //!
 //! Everything here is deterministic: every ordering is fixed (candidates sort by probability
 //! descending, then id ascending), sums run in a fixed order in f64, and the random stream is
@@ -28,9 +28,15 @@ pub struct SamplingParams {
     /// Penalty (> 0) on tokens seen in the last `repeat_last_n` of the history: a positive
     /// logit is divided by it, a negative one multiplied; 1 is off (`--repeat-penalty`).
     pub repeat_penalty: f32,
-    /// How many of the most recent tokens the repeat penalty looks at; 0 is off
-    /// (`--repeat-last-n`).
+    /// How many of the most recent tokens the repeat, presence and frequency penalties look
+    /// at; 0 turns all three off (`--repeat-last-n`).
     pub repeat_last_n: usize,
+    /// Subtracted once from the logit of every token seen in the window, in [-2, 2]; 0 is off
+    /// (`--presence-penalty`, OpenAI's `presence_penalty`).
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per occurrence in the window, in [-2, 2]; 0 is
+    /// off (`--frequency-penalty`, OpenAI's `frequency_penalty`).
+    pub frequency_penalty: f32,
     /// Seed of the random stream (`--seed`). Unused at temperature 0.
     pub seed: u64,
 }
@@ -44,6 +50,8 @@ impl Default for SamplingParams {
             min_p: 0.0,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             seed: 0,
         }
     }
@@ -93,6 +101,27 @@ impl SamplingParams {
                 "must be a finite number > 0 (1 = off)",
                 self.repeat_penalty,
             );
+        }
+        for (flag, field, v) in [
+            (
+                "--presence-penalty",
+                "presence_penalty",
+                self.presence_penalty,
+            ),
+            (
+                "--frequency-penalty",
+                "frequency_penalty",
+                self.frequency_penalty,
+            ),
+        ] {
+            if !(v.is_finite() && (-2.0..=2.0).contains(&v)) {
+                return bad(
+                    flag,
+                    field,
+                    "must be a finite number in [-2, 2] (0 = off)",
+                    v,
+                );
+            }
         }
         Ok(())
     }
@@ -168,7 +197,7 @@ impl Sampler {
     /// Picks the next token from `logits`; `history` is the conversation so far (prompt and
     /// generated tokens), of which the last `repeat_last_n` feed the repeat penalty.
     ///
-    /// Order: repeat penalty; temperature 0 ⇒ argmax; else softmax (f64) of logits /
+    /// Order: repeat penalty, then presence and frequency penalties; temperature 0 ⇒ argmax; else softmax (f64) of logits /
     /// temperature, top-k, renormalise, top-p, min-p, renormalise, draw. Non-finite logits
     /// never win a draw. Empty `logits` give id 0.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
@@ -191,22 +220,31 @@ impl Sampler {
     }
 
     fn penalty_active(&self) -> bool {
-        self.params.repeat_penalty != 1.0 && self.params.repeat_last_n > 0
+        let p = &self.params;
+        p.repeat_last_n > 0
+            && (p.repeat_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0)
     }
 
-    /// llama.cpp semantics: each distinct id among the last `repeat_last_n` history tokens is
-    /// penalised once — a positive logit divided by the penalty, a negative one multiplied.
+    /// llama.cpp semantics over the last `repeat_last_n` history tokens, for each distinct id
+    /// seen there (ids beyond the vocabulary ignored), in ascending id order: first the repeat
+    /// penalty — a positive logit divided by it, a negative one multiplied — then
+    /// `logit -= frequency × count + presence`.
     fn penalise(&self, logits: &[f32], history: &[u32]) -> Vec<f32> {
         let mut out = logits.to_vec();
-        let mut seen = vec![false; logits.len()];
+        let mut counts = std::collections::BTreeMap::<usize, u32>::new();
         let recent = &history[history.len().saturating_sub(self.params.repeat_last_n)..];
-        let r = self.params.repeat_penalty;
         for &id in recent {
-            let i = id as usize;
-            if i < out.len() && !seen[i] {
-                seen[i] = true;
+            if (id as usize) < out.len() {
+                *counts.entry(id as usize).or_insert(0) += 1;
+            }
+        }
+        let r = self.params.repeat_penalty;
+        let (presence, frequency) = (self.params.presence_penalty, self.params.frequency_penalty);
+        for (i, count) in counts {
+            if r != 1.0 {
                 out[i] = if out[i] > 0.0 { out[i] / r } else { out[i] * r };
             }
+            out[i] -= frequency * count as f32 + presence;
         }
         out
     }

@@ -160,7 +160,23 @@ fn repeat_penalty_divides_positive_and_multiplies_negative_once_per_id() {
 
 #[test]
 fn validation_names_the_flag_and_value() {
-    let cases: [(SamplingParams, &str); 9] = [
+    let cases: [(SamplingParams, &str); 13] = [
+        (
+            params(|p| p.presence_penalty = 3.0),
+            "--presence-penalty (presence_penalty) = 3",
+        ),
+        (
+            params(|p| p.presence_penalty = f32::NAN),
+            "presence_penalty",
+        ),
+        (
+            params(|p| p.frequency_penalty = -2.5),
+            "--frequency-penalty (frequency_penalty) = -2.5",
+        ),
+        (
+            params(|p| p.frequency_penalty = f32::INFINITY),
+            "frequency_penalty",
+        ),
         (
             params(|p| p.temperature = -0.5),
             "--temp (temperature) = -0.5",
@@ -220,4 +236,50 @@ fn draws_follow_the_distribution_and_skip_non_finite() {
     }
     assert_eq!(draw(&[(0.5, 3), (0.5, 9)], 0.0), 3);
     assert_eq!(draw(&[(0.5, 3), (0.5, 9)], 0.5), 9);
+}
+
+#[test]
+fn presence_and_frequency_penalties_follow_openai() {
+    let pf = |presence: f32, frequency: f32| SamplingParams {
+        presence_penalty: presence,
+        frequency_penalty: frequency,
+        ..SamplingParams::greedy()
+    };
+    let s = Sampler::new(pf(0.5, 0.25)).unwrap();
+    let logits = [1.0f32, 1.0, 1.0, 1.0];
+    // Id 1 seen twice: 2 × 0.25 + 0.5; id 2 once: 0.25 + 0.5; ids 0 and 3 unseen.
+    assert_eq!(s.penalise(&logits, &[1, 2, 1]), vec![1.0, 0.0, 0.25, 1.0]);
+    // Only the last repeat_last_n tokens count; ids beyond the vocabulary are ignored.
+    let short = Sampler::new(SamplingParams {
+        repeat_last_n: 2,
+        ..pf(0.5, 0.25)
+    })
+    .unwrap();
+    assert_eq!(
+        short.penalise(&logits, &[1, 1, 2, 9]),
+        vec![1.0, 1.0, 0.25, 1.0]
+    );
+    // After the repeat penalty: (4 / 2) − (2 × 0.25 + 0.5) = 1.
+    let both = Sampler::new(SamplingParams {
+        repeat_penalty: 2.0,
+        ..pf(0.5, 0.25)
+    })
+    .unwrap();
+    assert_eq!(both.penalise(&[4.0, 0.0], &[0, 0]), vec![1.0, 0.0]);
+    // Greedy moves off a repeated winner; negative values favour repeats.
+    let mut g = Sampler::new(pf(0.0, 1.0)).unwrap();
+    assert_eq!(
+        g.sample(&[3.0, 2.0], &[0]),
+        0,
+        "3 − 1 = 2 ties; lowest id wins"
+    );
+    assert_eq!(g.sample(&[3.0, 2.0], &[0, 0]), 1, "3 − 2 < 2");
+    let mut fav = Sampler::new(pf(-1.5, 0.0)).unwrap();
+    assert_eq!(fav.sample(&[3.0, 2.0], &[1]), 1);
+    let mut off = Sampler::new(SamplingParams {
+        repeat_last_n: 0,
+        ..pf(2.0, 2.0)
+    })
+    .unwrap();
+    assert_eq!(off.sample(&[3.0, 2.0], &[0, 0]), 0);
 }

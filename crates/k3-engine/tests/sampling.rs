@@ -53,6 +53,8 @@ fn sampled(temperature: f32, seed: u64) -> SamplingParams {
         min_p: 0.01,
         repeat_penalty: 1.1,
         repeat_last_n: 16,
+        presence_penalty: 0.0,
+        frequency_penalty: 0.0,
         seed,
     }
 }

@@ -38,6 +38,8 @@ fn seeded() -> SamplingParams {
         min_p: 0.01,
         repeat_penalty: 1.1,
         repeat_last_n: 16,
+        presence_penalty: 0.3,
+        frequency_penalty: 0.2,
         seed: 7,
     }
 }

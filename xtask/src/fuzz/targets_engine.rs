@@ -122,6 +122,7 @@ impl Target for Serve {
             r#"{"messages":[{"role":"user","content":"q"}],"thinking":{"type":"enabled"},"stop":"."}"#,
             r#"{"prompt":"The train left at","max_tokens":4,"ignore_eos":true,"temperature":0}"#,
             r#"{"prompt":["one"],"stream":false,"seed":7,"top_k":0}"#,
+            r#"{"prompt":"x","stream":true,"stream_options":{"include_usage":false},"presence_penalty":0.5,"frequency_penalty":-1,"user":"u","n":1,"response_format":{"type":"text"}}"#,
         ]
         .iter()
         .map(|s| s.as_bytes().to_vec())
@@ -147,6 +148,13 @@ impl Target for Serve {
             b"reasoning_effort",
             b"seed",
             b"repeat_penalty",
+            b"presence_penalty",
+            b"frequency_penalty",
+            b"stream_options",
+            b"include_usage",
+            b"response_format",
+            b"tools",
+            b"logit_bias",
             b"type",
             b"text",
             b"enabled",

@@ -24,6 +24,19 @@ use tokio::sync::mpsc;
 /// Request bodies larger than this are refused with 413.
 const BODY_LIMIT: usize = 1 << 20;
 
+/// A streaming response with nothing to send for this long gets a `: keep-alive` comment.
+const SSE_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The keep-alive interval: [`SSE_KEEP_ALIVE`], or `K3_SSE_KEEP_ALIVE_MS` (≥ 1) when set (for
+/// tests).
+fn keep_alive_interval() -> std::time::Duration {
+    std::env::var("K3_SSE_KEEP_ALIVE_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map_or(SSE_KEEP_ALIVE, std::time::Duration::from_millis)
+}
+
 #[derive(Args)]
 #[command(
     after_help = "Examples:\n  k3 serve fixtures/tiny-k3 --port 8080\n  k3 serve /models/kimi-k3 --preset server --api-key $KEY\n  curl -s localhost:8080/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}'"
@@ -69,6 +82,8 @@ pub struct Shared {
     pub api_key_digest: Option<[u8; 32]>,
     pub jobs: mpsc::Sender<worker::Job>,
     pub metrics: Arc<worker::Metrics>,
+    /// SSE keep-alive interval.
+    pub keep_alive: std::time::Duration,
 }
 
 /// SHA-256 of an API key: both sides of the comparison get the same length.
@@ -132,11 +147,13 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         api_key_digest: args.api_key.as_deref().map(key_digest),
         jobs: tx,
         metrics,
+        keep_alive: keep_alive_interval(),
     });
     let app = Router::new()
         .route("/v1/chat/completions", post(routes::chat_completions))
         .route("/v1/completions", post(routes::completions))
         .route("/v1/models", get(routes::models))
+        .route("/v1/models/{id}", get(routes::model))
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics))
         .fallback(routes::not_found)

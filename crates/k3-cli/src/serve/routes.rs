@@ -9,14 +9,14 @@ use super::worker::{Event, Job, JobKind, Metrics, Summary};
 use super::Shared;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 
 /// Default most new tokens when the request gives no `max_tokens`.
@@ -64,25 +64,10 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     })
 }
 
-fn check_model(shared: &Shared, model: &Option<String>) -> Result<(), ApiError> {
-    match model {
-        Some(m) if !m.is_empty() && *m != shared.model_id => Err(ApiError {
-            status: StatusCode::NOT_FOUND,
-            message: format!(
-                "the model `{m}` does not exist: this server serves `{}`",
-                shared.model_id
-            ),
-            kind: "invalid_request_error",
-            param: Some("model".into()),
-            code: Some("model_not_found"),
-        }),
-        _ => Ok(()),
-    }
-}
-
 /// Checks the prompt against the context and queues the job; returns its event receiver.
 fn submit(
     shared: &Shared,
+    id: &str,
     kind: JobKind,
     prompt: Vec<u32>,
     settings: GenSettings,
@@ -109,6 +94,8 @@ fn submit(
     let max_new = settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).min(room);
     let (tx, rx) = mpsc::unbounded_channel();
     let job = Job {
+        id: id.to_string(),
+        queued: Instant::now(),
         kind,
         prompt,
         settings,
@@ -194,9 +181,11 @@ async fn collect(
     Err(worker_failed("the engine worker stopped".into()))
 }
 
-/// An SSE body: one `data:` line per worker event, `make` building each chunk.
+/// An SSE body: one `data:` line per worker event, `make` building each chunk, and a
+/// `: keep-alive` comment whenever no event came for `keep_alive` (e.g. while queued).
 fn sse(
     rx: mpsc::UnboundedReceiver<Event>,
+    keep_alive: Duration,
     make: impl Fn(&Event) -> Value + Send + Sync + 'static,
 ) -> Response {
     let make = Arc::new(make);
@@ -204,7 +193,13 @@ fn sse(
         let make = make.clone();
         let out = async move {
             let mut rx = rx?;
-            let event = rx.recv().await?;
+            let event = match tokio::time::timeout(keep_alive, rx.recv()).await {
+                Err(_) => {
+                    let comment = Bytes::from_static(b": keep-alive\n\n");
+                    return Some((Ok::<Bytes, Infallible>(comment), Some(rx)));
+                }
+                Ok(event) => event?,
+            };
             let mut text = format!("data: {}\n\n", make(&event));
             let next = match event {
                 Event::Delta { .. } => Some(rx),
@@ -240,7 +235,6 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     authorize(&shared, &headers)?;
     let req: ChatRequest = parse_body(&body_bytes(body)?)?;
-    check_model(&shared, &req.common.model)?;
     let (settings, thinking, messages) = validate_chat(&req)?;
     let tok = shared
         .engine
@@ -248,13 +242,13 @@ pub async fn chat_completions(
         .ok_or_else(|| worker_failed("the model has no tokenizer".into()))?;
     let prompt = k3_engine::chat_template::render(tok, &messages, thinking, true)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-    let stream = settings.stream;
-    let rx = submit(&shared, JobKind::Chat(thinking), prompt, settings)?;
+    let (stream, with_usage) = (settings.stream, settings.include_usage);
     let id = format!("chatcmpl-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+    let rx = submit(&shared, &id, JobKind::Chat(thinking), prompt, settings)?;
     let (created, model) = (now(), shared.model_id.clone());
     if stream {
         let started = std::sync::atomic::AtomicBool::new(false);
-        return Ok(sse(rx, move |event| {
+        return Ok(sse(rx, shared.keep_alive, move |event| {
             let chunk = |delta: Value, finish: Value| {
                 json!({"id": id, "object": "chat.completion.chunk", "created": created,
                        "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
@@ -275,8 +269,10 @@ pub async fn chat_completions(
                 }
                 Event::Done(s) => {
                     let mut c = chunk(json!({}), json!(s.finish_reason));
-                    c["usage"] = usage(s);
-                    c["timings"] = timings(s);
+                    if with_usage {
+                        c["usage"] = usage(s);
+                        c["timings"] = timings(s);
+                    }
                     c
                 }
                 Event::Failed(m) => error_value(m),
@@ -303,23 +299,22 @@ pub async fn completions(
 ) -> Result<Response, ApiError> {
     authorize(&shared, &headers)?;
     let req: CompletionRequest = parse_body(&body_bytes(body)?)?;
-    check_model(&shared, &req.common.model)?;
     let (settings, text) = validate_completion(&req)?;
     let tok = shared
         .engine
         .tokenizer()
         .ok_or_else(|| worker_failed("the model has no tokenizer".into()))?;
     let prompt = tok.encode(&text, false);
-    let stream = settings.stream;
+    let (stream, with_usage) = (settings.stream, settings.include_usage);
     let kind = JobKind::Completion {
         ignore_eos: req.common.ignore_eos,
     };
-    let rx = submit(&shared, kind, prompt, settings)?;
     let id = format!("cmpl-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+    let rx = submit(&shared, &id, kind, prompt, settings)?;
     let (created, model) = (now(), shared.model_id.clone());
     let choice = |text: &str, finish: Value| json!([{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}]);
     if stream {
-        return Ok(sse(rx, move |event| {
+        return Ok(sse(rx, shared.keep_alive, move |event| {
             let base = |choices: Value| {
                 json!({"id": id, "object": "text_completion", "created": created,
                        "model": model, "choices": choices})
@@ -328,8 +323,10 @@ pub async fn completions(
                 Event::Delta { content, .. } => base(choice(content, Value::Null)),
                 Event::Done(s) => {
                     let mut c = base(choice("", json!(s.finish_reason)));
-                    c["usage"] = usage(s);
-                    c["timings"] = timings(s);
+                    if with_usage {
+                        c["usage"] = usage(s);
+                        c["timings"] = timings(s);
+                    }
                     c
                 }
                 Event::Failed(m) => error_value(m),
@@ -350,11 +347,33 @@ pub async fn models(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     authorize(&shared, &headers)?;
-    Ok(json_response(json!({
-        "object": "list",
-        "data": [{"id": shared.model_id, "object": "model", "created": shared.started, "owned_by": "k3"}],
-    }))
-    .into_response())
+    Ok(json_response(json!({"object": "list", "data": [model_object(&shared)]})).into_response())
+}
+
+fn model_object(shared: &Shared) -> Value {
+    json!({"id": shared.model_id, "object": "model", "created": shared.started, "owned_by": "k3"})
+}
+
+/// `GET /v1/models/{id}`: the served model, or 404 `model_not_found`.
+pub async fn model(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    authorize(&shared, &headers)?;
+    if id != shared.model_id {
+        return Err(ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!(
+                "the model `{id}` does not exist: this server serves `{}`",
+                shared.model_id
+            ),
+            kind: "invalid_request_error",
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+        });
+    }
+    Ok(json_response(model_object(&shared)).into_response())
 }
 
 pub async fn health() -> Response {
@@ -451,6 +470,6 @@ pub async fn not_found() -> ApiError {
         StatusCode::NOT_FOUND,
         "invalid_request_error",
         Some("not_found"),
-        "no such endpoint: see /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics",
+        "no such endpoint: see /v1/chat/completions, /v1/completions, /v1/models, /v1/models/{id}, /health, /metrics",
     )
 }

@@ -11,6 +11,10 @@ use k3_engine::SamplingParams;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+// Beside this file (also when xtask's fuzzer includes this file by path).
+#[path = "fields.rs"]
+mod fields;
+
 /// An API error: HTTP status plus OpenAI's `{"error": {...}}` body.
 #[derive(Debug)]
 pub struct ApiError {
@@ -97,16 +101,26 @@ pub struct SamplingFields {
     pub min_p: Option<f64>,
     pub repeat_penalty: Option<f64>,
     pub repeat_last_n: Option<i64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
     pub seed: Option<i64>,
     pub max_tokens: Option<i64>,
     pub max_completion_tokens: Option<i64>,
     pub stop: Option<StopField>,
     #[serde(default)]
     pub stream: bool,
+    /// `{"include_usage": bool}`; checked by [`fields::include_usage`].
+    pub stream_options: Option<Value>,
     /// Keep generating past end ids (`/v1/completions` only; as in llama.cpp and vLLM).
     #[serde(default)]
     pub ignore_eos: bool,
+    /// Any name is accepted (the one served model answers), as llama-server does; parsed
+    /// only so that it is a known field and must be a string.
+    #[allow(dead_code)]
     pub model: Option<String>,
+    /// Every other field of the body, checked by [`fields::validate_extra`].
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -140,6 +154,8 @@ pub struct GenSettings {
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
     pub stream: bool,
+    /// Streaming: send the final chunk's `usage` and `timings` (`stream_options`).
+    pub include_usage: bool,
 }
 
 /// Parses a JSON body into `T`, mapping syntax and type errors to 400s.
@@ -169,10 +185,31 @@ fn finite(param: &str, v: f64) -> Result<f32, ApiError> {
     Ok(v as f32)
 }
 
+/// A presence or frequency penalty: finite, in [-2, 2].
+fn penalty(param: &str, v: Option<f64>) -> Result<Option<f32>, ApiError> {
+    let Some(v) = v else { return Ok(None) };
+    let v = finite(param, v)?;
+    if !(-2.0..=2.0).contains(&v) {
+        return Err(ApiError::invalid(
+            param,
+            format!("{param} must be in [-2, 2]"),
+        ));
+    }
+    Ok(Some(v))
+}
+
 /// Checks the sampling fields (each error names its field) and builds the engine's params.
 pub fn validate_sampling(f: &SamplingFields) -> Result<GenSettings, ApiError> {
+    fields::validate_extra(&f.extra)?;
+    let include_usage = fields::include_usage(f.stream_options.as_ref(), f.stream)?;
     let d = SamplingParams::default();
     let mut p = d;
+    if let Some(v) = penalty("presence_penalty", f.presence_penalty)? {
+        p.presence_penalty = v;
+    }
+    if let Some(v) = penalty("frequency_penalty", f.frequency_penalty)? {
+        p.frequency_penalty = v;
+    }
     if let Some(t) = f.temperature {
         let t = finite("temperature", t)?;
         if !(0.0..=100.0).contains(&t) {
@@ -241,6 +278,7 @@ pub fn validate_sampling(f: &SamplingFields) -> Result<GenSettings, ApiError> {
         max_tokens,
         stop,
         stream: f.stream,
+        include_usage,
     })
 }
 

@@ -25,8 +25,22 @@ pub enum JobKind {
     Completion { ignore_eos: bool },
 }
 
+impl JobKind {
+    /// The endpoint that queued it.
+    fn endpoint(self) -> &'static str {
+        match self {
+            JobKind::Chat(_) => "/v1/chat/completions",
+            JobKind::Completion { .. } => "/v1/completions",
+        }
+    }
+}
+
 /// One generation request, already rendered to token ids and checked against the context.
 pub struct Job {
+    /// The response's id (`chatcmpl-N`, `cmpl-N`), also in the request's log line.
+    pub id: String,
+    /// When the handler queued it.
+    pub queued: Instant,
     pub kind: JobKind,
     pub prompt: Vec<u32>,
     pub settings: GenSettings,
@@ -55,6 +69,10 @@ pub struct Summary {
     pub completion_tokens: usize,
     pub prompt_seconds: f64,
     pub predicted_seconds: f64,
+    /// From queued to picked up by the worker.
+    pub queue_seconds: f64,
+    /// From queued to the first generated token (0 when none was).
+    pub first_token_seconds: f64,
     pub bytes_read: u64,
     pub expert_hit_rate: f64,
 }
@@ -127,15 +145,45 @@ pub fn run(
     let mut lru = Lru::new(if reuse { LRU_CAPACITY } else { 0 });
     while let Some(job) = jobs.blocking_recv() {
         metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+        let (id, endpoint) = (&job.id, job.kind.endpoint());
         if job.events.is_closed() {
-            continue; // the client left while the job was queued
+            // The client left while the job was queued.
+            eprintln!("k3: request {id} {endpoint}: cancelled while queued");
+            continue;
         }
         let event = match run_job(&engine, &mut lru, ctx, &job, &metrics) {
-            Ok(summary) => Event::Done(summary),
-            Err(e) => Event::Failed(e.to_string()),
+            Ok(summary) => {
+                eprintln!("{}", log_line(&job, &summary));
+                Event::Done(summary)
+            }
+            Err(e) => {
+                eprintln!("k3: request {id} {endpoint}: failed: {e}");
+                Event::Failed(e.to_string())
+            }
         };
         let _ = job.events.send(event);
     }
+}
+
+/// The request's line on stderr (docs/SERVER.md, "Logging").
+fn log_line(job: &Job, s: &Summary) -> String {
+    let per_token = if s.completion_tokens > 0 {
+        s.predicted_seconds / s.completion_tokens as f64
+    } else {
+        0.0
+    };
+    format!(
+        "k3: request {} {}: prompt {} tokens ({} reused), generated {}, queue {:.3} s, first token {:.3} s, {:.4} s/token, finish {}",
+        job.id,
+        job.kind.endpoint(),
+        s.prompt_tokens,
+        s.prompt_tokens_reused,
+        s.completion_tokens,
+        s.queue_seconds,
+        s.first_token_seconds,
+        per_token,
+        s.finish_reason
+    )
 }
 
 /// Restores the longest saved prefix of the prompt (or starts fresh) and feeds the rest.
@@ -170,6 +218,7 @@ fn run_job(
         .ok_or_else(|| EngineError::Invalid("the model has no tokenizer".into()))?;
     let before = engine.stats();
     let t0 = Instant::now();
+    let queue_seconds = t0.duration_since(job.queued).as_secs_f64();
     let (mut session, reused) = prefill(engine, lru, ctx, &job.prompt)?;
     let prompt_seconds = t0.elapsed().as_secs_f64();
     if lru.capacity > 0 {
@@ -221,6 +270,10 @@ fn run_job(
         completion_tokens: n,
         prompt_seconds,
         predicted_seconds,
+        queue_seconds,
+        first_token_seconds: out
+            .first_token
+            .map_or(0.0, |t| t.duration_since(job.queued).as_secs_f64()),
         bytes_read: stats.bytes_read(),
         expert_hit_rate: stats.expert_hit_rate(),
     })
@@ -238,6 +291,8 @@ struct Output<'t> {
     events: mpsc::UnboundedSender<Event>,
     stop_hit: bool,
     cancelled: bool,
+    /// When the first id was generated.
+    first_token: Option<Instant>,
 }
 
 impl<'t> Output<'t> {
@@ -265,6 +320,7 @@ impl<'t> Output<'t> {
             events: job.events.clone(),
             stop_hit: false,
             cancelled: false,
+            first_token: None,
         })
     }
 
@@ -295,6 +351,7 @@ impl<'t> Output<'t> {
 
     /// Handles one generated id; `false` stops the generation.
     fn on_token(&mut self, id: u32) -> bool {
+        self.first_token.get_or_insert_with(Instant::now);
         if self.end_ids.contains(&id) {
             if let Some(p) = self.parser.as_mut() {
                 p.push(id);
