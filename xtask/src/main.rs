@@ -1,9 +1,11 @@
 //! `cargo xtask <command>`: project automation (conformance, generators, benchmarks).
 
+mod bench_compute;
 mod bench_decode;
 mod bench_index;
 mod bench_layers;
 mod bench_lookahead;
+mod bench_model_compute;
 mod bench_prefill;
 mod bench_spec;
 mod bench_util;
@@ -67,6 +69,8 @@ enum Cmd {
     /// Greedy decode s/token at four budgets vs the I/O and compute floors, same run.
     BenchDecode(bench_decode::BenchDecodeArgs),
     /// KDA / MLA / MoE / dense layer 0 at real dims: ms per decode token and prefill chunk.
+    /// f32 FMA peak and DRAM bandwidth, and every hot kernel as a share of them, same run.
+    BenchCompute(bench_compute::BenchComputeArgs),
     BenchLayers(bench_layers::BenchLayersArgs),
     /// Expert bytes per prompt token: one-pass (chunk-union) prefill vs token by token.
     BenchPrefill(bench_prefill::BenchPrefillArgs),
@@ -120,6 +124,7 @@ fn main() -> ExitCode {
         Cmd::BenchLookahead(args) => bench_lookahead::run(&args),
         Cmd::BenchSpec(args) => bench_spec::run(&args),
         Cmd::BenchDecode(args) => bench_decode::run(&args),
+        Cmd::BenchCompute(args) => bench_compute::run(&args),
         Cmd::BenchLayers(args) => bench_layers::run(&args),
         Cmd::BenchPrefill(args) => bench_prefill::run(&args),
         Cmd::GenBench(args) => gen_bench::run(&args),

@@ -364,10 +364,7 @@ impl<'e> Chat<'e> {
             s.fed_new, s.prefill_s, s.generated, s.decode_s
         );
         if self.engine.plan().is_some() {
-            println!(
-                "{}",
-                self.engine.stats().report(None)
-            );
+            println!("{}", self.engine.stats().report(None));
         }
     }
 

@@ -263,7 +263,9 @@ impl Engine {
             .plan
             .as_ref()
             .map_or(usize::MAX, |p| p.prefill_chunk as usize);
-        planned.min(self.max_prefill_chunk.unwrap_or(usize::MAX)).max(1)
+        planned
+            .min(self.max_prefill_chunk.unwrap_or(usize::MAX))
+            .max(1)
     }
 
     /// The memory plan in force (`None` when weights are used in place from the maps).

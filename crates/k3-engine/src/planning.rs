@@ -60,9 +60,9 @@ pub fn model_sizes(cfg: &K3Config, b: &ModelBinding) -> Result<ModelSizes, Engin
             + 64 * widest
             + (cfg.num_experts_per_token * cfg.routed_expert_hidden_size) as u64)
             * F32,
-        prefill_bytes_per_token: k3_model::scratch::Scratch::bytes_per_token(
-            &k3_model::Dims::new(cfg)?,
-        ),
+        prefill_bytes_per_token: k3_model::scratch::Scratch::bytes_per_token(&k3_model::Dims::new(
+            cfg,
+        )?),
     })
 }
 

@@ -7,7 +7,6 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use half::bf16;
 use k3_kernels::simd::{detected_level, set_force_scalar};
 use k3_kernels::{matmul, par_matvec, Matrix};
-use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -130,8 +129,8 @@ fn mat_mat(c: &mut Criterion) {
     g.finish();
 }
 
-/// DRAM read bandwidth: sum a 1 GiB buffer of u64 with wide (auto-vectorised) loads, split
-/// over the pool's threads in 1 MiB chunks.
+/// DRAM read bandwidth: `k3_kernels::probe::read_sum` over a 1 GiB buffer of u64 (wide
+/// auto-vectorised loads, split over the pool's threads in 1 MiB chunks).
 fn dram(c: &mut Criterion) {
     let n = (1usize << 30) / 8;
     let buf: Vec<u64> = (0..n as u64).collect();
@@ -142,13 +141,7 @@ fn dram(c: &mut Criterion) {
     g.throughput(Throughput::BytesDecimal((n * 8) as u64));
     for (threads, pool) in pools() {
         g.bench_function(BenchmarkId::new("sum_u64", format!("{threads}t")), |b| {
-            b.iter(|| {
-                pool.install(|| {
-                    buf.par_chunks(1 << 17)
-                        .map(|ch| ch.iter().fold(0u64, |a, &v| a.wrapping_add(v)))
-                        .reduce(|| 0, u64::wrapping_add)
-                })
-            })
+            b.iter(|| pool.install(|| k3_kernels::probe::read_sum(black_box(&buf))))
         });
     }
     g.finish();

@@ -1,4 +1,5 @@
-//! Elementwise activations (spec §4.0), f32 with separate multiply and add.
+//! Elementwise activations (docs/NUMERICS.md#model-ops, docs/NUMERICS.md#transcendentals),
+//! f32 with separate multiply and add.
 
 /// `σ(x) = 1 / (1 + e^−x)` in f32.
 #[inline(always)]

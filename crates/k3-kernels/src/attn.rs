@@ -1,4 +1,5 @@
-//! Softmax and the block attention-residual mix (spec §4.0, §4.5).
+//! Softmax and the block attention-residual mix (docs/NUMERICS.md#model-ops,
+//! docs/NUMERICS.md#where-f64-stays).
 
 use crate::norm::rms_inv;
 

@@ -1,4 +1,5 @@
-//! Causal depthwise short convolution with SiLU and carried history (spec §4.4 step 2).
+//! Causal depthwise short convolution with SiLU and carried history (docs/NUMERICS.md#model-ops,
+//! "KDA conv").
 
 use crate::act::sigmoid;
 

@@ -1,4 +1,5 @@
-//! One KDA delta-rule recurrence step for one head (spec §4.4 step 6), state `S[d_k][d_v]` f32.
+//! One KDA delta-rule recurrence step for one head (docs/NUMERICS.md#model-ops, "KDA
+//! recurrence"), state `S[d_k][d_v]` f32.
 
 /// Updates `s` (`[dk][dv]`, row-major) with one token and writes `out` (`[dv]`):
 /// 1. decay rows `S[i][:] *= alpha[i]`;

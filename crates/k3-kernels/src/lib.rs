@@ -1,7 +1,8 @@
 //! Numeric kernels for k3: slices in, slices out. No I/O and no knowledge of layers.
 //!
-//! Every reduction has one fixed order (see `docs/NUMERICS.md`), so the scalar path, the SIMD
-//! paths and any thread count produce bit-identical results.
+//! Every reduction has one fixed order (docs/NUMERICS.md#kernels), so the scalar path, the
+//! SIMD paths and any thread count produce bit-identical results. Row dots follow numeric
+//! contract v2: f32 accumulation in 16 fixed lanes (docs/NUMERICS.md#row-dot-contract-v2).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod act;
@@ -12,10 +13,13 @@ pub mod kda;
 pub mod matrix;
 pub mod mxfp4;
 pub mod norm;
+pub mod probe;
+mod scratch;
 
 pub use matrix::{matmul, matvec, par_matvec, Matrix, MatrixData};
 
-/// bf16 → f32 is exact: the bf16 bits become the top half of the f32 (spec §5).
+/// bf16 → f32 is exact: the bf16 bits become the top half of the f32
+/// (docs/NUMERICS.md#row-dot-contract-v2).
 #[inline(always)]
 pub fn bf16_to_f32(b: half::bf16) -> f32 {
     f32::from_bits((b.to_bits() as u32) << 16)

@@ -1,4 +1,5 @@
-//! RMSNorm and L2Norm (spec §4.0): sums of squares in f64, sequential, eps inside the sqrt.
+//! RMSNorm and L2Norm (docs/NUMERICS.md#where-f64-stays): sums of squares in f64, sequential,
+//! eps inside the sqrt.
 
 /// Sequential `Σ (f64)x_i²` (plain multiply and add, no fusion).
 #[inline]

@@ -1,5 +1,6 @@
 //! Property tests: every SIMD level equals the scalar definition BIT FOR BIT, `matmul` equals
-//! per-token `matvec`, and `par_matvec` is the same in pools of 1, 2 and 3 threads.
+//! per-token `matvec`, and `par_matvec` / `matmul` are the same in pools of 1, 2, 3 and 8
+//! threads (numeric contract v2, docs/NUMERICS.md#row-dot-contract-v2).
 
 use half::bf16;
 use k3_kernels::dot::{
@@ -59,7 +60,8 @@ fn to_bf16(v: &[f32]) -> Vec<bf16> {
 fn pools() -> &'static [rayon::ThreadPool] {
     static P: OnceLock<Vec<rayon::ThreadPool>> = OnceLock::new();
     P.get_or_init(|| {
-        (1..=3)
+        [1, 2, 3, 8]
+            .into_iter()
             .map(|n| {
                 rayon::ThreadPoolBuilder::new()
                     .num_threads(n)

@@ -1,19 +1,18 @@
-//! Run-time selected SIMD paths for the hot row dots, bit-identical to the scalar definitions
-//! in [`crate::dot`].
+//! Run-time selected SIMD paths for the row dots, bit-identical to the scalar definitions
+//! in [`crate::dot`] (docs/NUMERICS.md#simd-paths).
 //!
-//! Every path keeps the scalar path's *lane assignment* and *reduction tree*; only the way
-//! the lanes are held differs:
+//! Every path keeps the contract's *lane assignment* (element `i` → lane `i % 16`, one fused
+//! f32 multiply-add per element, ascending) and hands the 16 lanes to the one scalar tree
+//! [`crate::dot::reduce16`]; only the way the lanes are held in registers differs:
 //!
-//! * f32 / bf16 rows (16 f64 lanes, element `i` → lane `i % 16`): AVX2 holds the lanes in four
-//!   `ymm` (lanes 0..4, 4..8, 8..12, 12..16), AVX-512 in two `zmm` (0..8, 8..16), NEON in eight
-//!   `float64x2_t`. Every update is a fused f64 multiply-add, exactly as the scalar
-//!   `f64::mul_add`. The tree `b_j = (a_j + a_{j+4}) + (a_{j+8} + a_{j+12})`,
-//!   `(b0 + b1) + (b2 + b3)` is evaluated with the same pairings, then the tail is fused in
-//!   sequentially.
-//! * MXFP4 rows (per 32-group, 8 f64 lanes, element `i` → lane `i % 8`): the E2M1 codes are
-//!   expanded by a table lookup to exactly the values of [`crate::mxfp4::E2M1`], the lanes are
-//!   reduced `((s0+s4)+(s1+s5)) + ((s2+s6)+(s3+s7))` and the group is added as
-//!   `acc += sub * scale` (separate multiply and add) in group order.
+//! * AVX-512F: one `zmm` (natural order) — `avx512.rs`;
+//! * AVX2 + FMA: two `ymm` (natural order for f32/bf16; MXFP4 decodes each 16-element block
+//!   in the order [`avx2_mx::Q16`], so the activation is read in that order too) —
+//!   `avx2.rs`, `avx2_mx.rs`;
+//! * NEON: four `float32x4_t` (natural order) — `neon.rs`.
+//!
+//! A partial last block is padded with `w = −0`, `x = +0` (product `−0`, the exact additive
+//! identity), so every lane keeps the bits of the scalar definition.
 //!
 //! The path is detected once (`is_x86_feature_detected!` / NEON is baseline on aarch64) and
 //! cached. `K3_FORCE_SCALAR=1` (read once, at first use) or [`set_force_scalar`] selects the
@@ -29,6 +28,7 @@ mod avx2;
 mod avx2_mx;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub(crate) mod gemm;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
@@ -83,7 +83,7 @@ fn detect() -> Vec<Level> {
 
 #[cfg(target_arch = "aarch64")]
 fn detect() -> Vec<Level> {
-    // Advanced SIMD (with f64 lanes and fused multiply-add) is part of the aarch64 baseline.
+    // Advanced SIMD (with fused multiply-add) is part of the aarch64 baseline.
     vec![Level::Neon]
 }
 
@@ -158,37 +158,12 @@ fn check(level: Level) {
     );
 }
 
-/// [`crate::dot::dot_f32`] on a given level. Panics if the CPU lacks the level.
-#[inline]
-pub fn dot_f32_at(level: Level, w: &[f32], x: &[f32]) -> f64 {
-    assert_eq!(w.len(), x.len(), "dot length");
-    check(level);
-    match level {
-        Level::Scalar => crate::dot::dot_f32_scalar(w, x),
-        _ => row_dots(level, Row::F32(w), [x])[0],
-    }
-}
-
-/// [`crate::dot::dot_bf16`] on a given level. Panics if the CPU lacks the level.
-#[inline]
-pub fn dot_bf16_at(level: Level, w: &[bf16], x: &[f32]) -> f64 {
-    assert_eq!(w.len(), x.len(), "dot length");
-    check(level);
-    match level {
-        Level::Scalar => crate::dot::dot_bf16_scalar(w, x),
-        _ => row_dots(level, Row::Bf16(bytemuck::cast_slice(w)), [x])[0],
-    }
-}
-
-/// [`crate::dot::dot_mxfp4`] on a given level. Panics if the CPU lacks the level or the
-/// lengths disagree (`packed.len() == x.len()/2`, `scales.len() == x.len()/32`).
-#[inline]
-pub fn dot_mxfp4_at(level: Level, packed: &[u8], scales: &[u8], x: &[f32]) -> f64 {
-    check(level);
-    match level {
-        Level::Scalar => crate::dot::dot_mxfp4_scalar(packed, scales, x),
-        _ => row_dots(level, Row::Mxfp4(packed, scales), [x])[0],
-    }
+/// The storage of a weight row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    F32,
+    Bf16,
+    Mxfp4,
 }
 
 /// One weight row in its storage (bf16 as raw bits).
@@ -199,230 +174,252 @@ pub(crate) enum Row<'a> {
     Mxfp4(&'a [u8], &'a [u8]),
 }
 
-/// The dots of one weight row with `N` activation rows on a SIMD `level` (each result is the
-/// same bits as the scalar dot of that activation row). Panics on length mismatch, on an
-/// unsupported level and on `Level::Scalar` (callers use the scalar definitions directly).
-#[inline]
-pub(crate) fn row_dots<X, const N: usize>(level: Level, row: Row, xs: [&[X]; N]) -> [f64; N]
-where
-    X: ArchX,
-{
-    let len = match row {
-        Row::F32(w) => w.len(),
-        Row::Bf16(w) => w.len(),
-        Row::Mxfp4(p, s) => {
-            assert!(p.len() * 2 == s.len() * 32, "mxfp4 row lengths");
-            s.len() * 32
+impl<'a> Row<'a> {
+    /// The f32 row (empty for other storages; callers match on the kind first).
+    fn f32s(self) -> &'a [f32] {
+        match self {
+            Row::F32(w) => w,
+            _ => &[],
+        }
+    }
+
+    /// The bf16 bits (empty for other storages).
+    fn bf16s(self) -> &'a [u16] {
+        match self {
+            Row::Bf16(w) => w,
+            _ => &[],
+        }
+    }
+
+    /// The MXFP4 codes and scales (empty for other storages).
+    fn mx(self) -> (&'a [u8], &'a [u8]) {
+        match self {
+            Row::Mxfp4(p, s) => (p, s),
+            _ => (&[], &[]),
+        }
+    }
+
+    fn kind(&self) -> Kind {
+        match self {
+            Row::F32(_) => Kind::F32,
+            Row::Bf16(_) => Kind::Bf16,
+            Row::Mxfp4(..) => Kind::Mxfp4,
+        }
+    }
+
+    /// Elements of the row.
+    fn len(&self) -> usize {
+        match self {
+            Row::F32(w) => w.len(),
+            Row::Bf16(w) => w.len(),
+            Row::Mxfp4(_, s) => s.len() * crate::mxfp4::GROUP,
+        }
+    }
+}
+
+/// How a level's kernels hold the 16 lanes of one block, and so the order they read the
+/// activation in: `Natural`, or `Q16` = every 16-element block in the order
+/// `[0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15]` (AVX2 MXFP4, `avx2_mx::Q16`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Layout {
+    Natural,
+    Q16,
+}
+
+/// The activation layout of `level`'s mat-vec and GEMM kernels for `kind` rows.
+pub(crate) fn layout(level: Level, kind: Kind) -> Layout {
+    match (level, kind) {
+        (Level::Avx2, Kind::Mxfp4) => Layout::Q16,
+        _ => Layout::Natural,
+    }
+}
+
+/// Block element held at register position `p` of a `Q16` block.
+const Q16: [usize; 16] = [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15];
+
+/// Copies `src` into `dst` (same length) in `layout` (a partial last `Q16` block is copied as
+/// is; MXFP4 rows never have one).
+pub(crate) fn copy_in_layout(layout: Layout, src: &[f32], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len(), "layout copy length");
+    let done = match layout {
+        Layout::Natural => 0,
+        Layout::Q16 => {
+            let blocks = src.chunks_exact(16);
+            let done = src.len() - blocks.remainder().len();
+            for (b, d) in blocks.zip(dst.chunks_exact_mut(16)) {
+                for (o, &k) in d.iter_mut().zip(&Q16) {
+                    *o = b[k];
+                }
+            }
+            done
         }
     };
-    assert!(xs.iter().all(|x| x.len() == len), "dot length");
-    check(level);
-    match (level, row) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY (all AVX-512 arms): `check` confirmed AVX-512F, AVX2 and FMA.
-        (Level::Avx512, Row::F32(w)) => unsafe { avx512::dot16(w, xs) },
-        #[cfg(target_arch = "x86_64")]
-        (Level::Avx512, Row::Bf16(w)) => unsafe { avx512::dot16(w, xs) },
-        #[cfg(target_arch = "x86_64")]
-        (Level::Avx512, Row::Mxfp4(p, s)) => unsafe { avx512::dot_mxfp4(p, s, xs) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY (all AVX2 arms): `check` confirmed AVX2 and FMA.
-        (Level::Avx2, Row::F32(w)) => unsafe { avx2::dot16(w, xs) },
-        #[cfg(target_arch = "x86_64")]
-        (Level::Avx2, Row::Bf16(w)) => unsafe { avx2::dot16(w, xs) },
-        #[cfg(target_arch = "x86_64")]
-        (Level::Avx2, Row::Mxfp4(p, s)) => unsafe { avx2::dot_mxfp4(p, s, xs) },
-        #[cfg(target_arch = "aarch64")]
-        // SAFETY (all NEON arms): NEON is baseline on aarch64.
-        (Level::Neon, Row::F32(w)) => unsafe { neon::dot16(w, xs) },
-        #[cfg(target_arch = "aarch64")]
-        (Level::Neon, Row::Bf16(w)) => unsafe { neon::dot16(w, xs) },
-        #[cfg(target_arch = "aarch64")]
-        (Level::Neon, Row::Mxfp4(p, s)) => unsafe { neon::dot_mxfp4(p, s, xs) },
-        _ => unreachable!("no SIMD kernel for level {}", level.name()),
+    dst[done..].copy_from_slice(&src[done..]);
+}
+
+/// Asks for `bytes` bytes at `p` to be brought into L2 (a hint: nothing is read or written;
+/// x86-64 only, a no-op elsewhere).
+#[inline]
+pub(crate) fn prefetch_l2(p: *const u8, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..bytes).step_by(64) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        // SAFETY: SSE is baseline on x86-64; a prefetch never faults or dereferences.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off).cast()) };
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, bytes);
 }
 
-/// An activation vector widened to f64 (exact) once per mat-vec, in the layout the mat-vec
-/// kernels of one level read for one storage kind: plain, or — AVX2 MXFP4 — every 8-element
-/// block pair-swapped (`avx2_mx::PERM8`).
-pub(crate) struct WideX {
-    x: Vec<f64>,
-    perm: bool,
+/// Runs `f` with `x` in `layout` (borrowed when that is its own order).
+pub(crate) fn with_layout<R>(layout: Layout, x: &[f32], f: impl FnOnce(&[f32]) -> R) -> R {
+    if layout == Layout::Natural {
+        return f(x);
+    }
+    crate::scratch::with(&crate::scratch::X, |buf| {
+        buf.clear();
+        buf.resize(x.len(), 0.0);
+        copy_in_layout(layout, x, buf);
+        f(buf)
+    })
 }
 
-impl WideX {
-    /// `x` widened for `level`'s kernels on MXFP4 (`mxfp4`) or f32/bf16 rows.
-    pub(crate) fn new(level: Level, mxfp4: bool, x: &[f32]) -> Self {
-        #[cfg(target_arch = "x86_64")]
-        if level == Level::Avx2 && mxfp4 && x.len().is_multiple_of(32) {
-            let x = x
-                .chunks_exact(8)
-                .flat_map(|b| avx2_mx::PERM8.map(|k| b[k] as f64))
-                .collect();
-            return WideX { x, perm: true };
+/// Lanes stored in register order → lane order of the contract.
+#[inline]
+pub(crate) fn to_lanes(layout: Layout, reg: [f32; 16]) -> [f32; 16] {
+    match layout {
+        Layout::Natural => reg,
+        Layout::Q16 => {
+            let mut out = [0f32; 16];
+            for (&v, &l) in reg.iter().zip(&Q16) {
+                out[l] = v;
+            }
+            out
         }
-        let _ = (level, mxfp4);
-        let x = x.iter().map(|&v| v as f64).collect();
-        WideX { x, perm: false }
     }
 }
 
-/// Weight rows per [`rows_dots`] call on `level` for MXFP4 (`mxfp4`) or f32/bf16 rows.
-pub(crate) fn row_block(level: Level, mxfp4: bool) -> usize {
-    match level {
-        Level::Avx2 if mxfp4 => 4,
-        Level::Avx2 => 2,
+/// [`crate::dot::dot_f32`] on a given level. Panics if the CPU lacks the level or the
+/// lengths differ.
+#[inline]
+pub fn dot_f32_at(level: Level, w: &[f32], x: &[f32]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot length");
+    crate::dot::reduce16(&lanes_natural(level, Row::F32(w), x))
+}
+
+/// [`crate::dot::dot_bf16`] on a given level. Panics if the CPU lacks the level or the
+/// lengths differ.
+#[inline]
+pub fn dot_bf16_at(level: Level, w: &[bf16], x: &[f32]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot length");
+    crate::dot::reduce16(&lanes_natural(level, Row::Bf16(bytemuck::cast_slice(w)), x))
+}
+
+/// [`crate::dot::dot_mxfp4`] on a given level. Panics if the CPU lacks the level or the
+/// lengths disagree (`packed.len() == x.len()/2`, `scales.len() == x.len()/32`).
+#[inline]
+pub fn dot_mxfp4_at(level: Level, packed: &[u8], scales: &[u8], x: &[f32]) -> f32 {
+    assert!(
+        packed.len() * 2 == x.len() && scales.len() * crate::mxfp4::GROUP == x.len(),
+        "mxfp4 row lengths"
+    );
+    crate::dot::reduce16(&lanes_natural(level, Row::Mxfp4(packed, scales), x))
+}
+
+/// The 16 lanes (contract order) of one row with an activation in natural order.
+fn lanes_natural(level: Level, row: Row, x: &[f32]) -> [f32; 16] {
+    check(level);
+    #[cfg(target_arch = "x86_64")]
+    if let (Level::Avx2, Row::Mxfp4(p, s)) = (level, row) {
+        // SAFETY: `check` confirmed AVX2 and FMA.
+        let reg = unsafe { avx2_mx::rows::<1, true>([p], [s], x) }[0];
+        return to_lanes(Layout::Q16, reg);
+    }
+    rows_lanes::<1>(level, [row], x)[0]
+}
+
+/// Weight rows per mat-vec kernel call on `level` for `kind` rows.
+pub(crate) fn matvec_rows(level: Level, kind: Kind) -> usize {
+    match (level, kind) {
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx2, Kind::Mxfp4) => avx2_mx::ROWS,
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx2, _) => 4,
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx512, _) => avx512::ROWS,
+        #[cfg(target_arch = "aarch64")]
+        (Level::Neon, _) => neon::ROWS,
         _ => 1,
     }
 }
 
-/// The dots of `R` rows of one matrix (same storage and length) with one activation vector
-/// widened by [`WideX::new`] for the same level and storage; bit-identical to the scalar dot
-/// of each row. Panics on length or layout mismatch, an unsupported level and
-/// `Level::Scalar`.
-pub(crate) fn rows_dots<const R: usize>(level: Level, rows: [Row; R], x: &WideX) -> [f64; R] {
+/// The 16 lanes (contract order) of `R` rows of one storage and length dotted with `x`, which
+/// is in [`layout`]`(level, kind)`. Panics on mixed storages, length mismatch or an
+/// unsupported level.
+pub(crate) fn rows_lanes<const R: usize>(
+    level: Level,
+    rows: [Row; R],
+    x: &[f32],
+) -> [[f32; 16]; R] {
     check(level);
-    #[cfg(target_arch = "x86_64")]
-    if level == Level::Avx2 {
-        let n = x.x.len();
-        if let [Row::Mxfp4(..), ..] = rows[..] {
-            assert!(x.perm && n.is_multiple_of(32), "mxfp4 activation layout");
-            let mut p = [&[][..]; avx2_mx::ROWS];
-            let mut s = [&[][..]; avx2_mx::ROWS];
-            for k in 0..avx2_mx::ROWS {
-                // Fewer than four rows: repeat the last one (its result is dropped).
-                let Row::Mxfp4(pk, sk) = rows[k.min(R - 1)] else {
-                    panic!("mixed row storages")
-                };
-                assert!(pk.len() * 2 == n && sk.len() * 32 == n, "mxfp4 row lengths");
-                (p[k], s[k]) = (pk, sk);
-            }
-            // SAFETY: `check` confirmed AVX2 and FMA.
-            let v = unsafe { avx2_mx::dot_rows(p, s, &x.x) };
-            return std::array::from_fn(|k| v[k]);
-        }
-        assert!(!x.perm, "activation layout");
-        let row_len = |r: &Row| match r {
-            Row::F32(w) => w.len(),
-            Row::Bf16(w) => w.len(),
-            Row::Mxfp4(..) => usize::MAX,
-        };
-        assert!(rows.iter().all(|r| row_len(r) == n), "dot length");
-        // SAFETY (both arms): `check` confirmed AVX2 and FMA.
-        return match rows[0] {
-            Row::F32(_) => unsafe { avx2::dot16_rows(rows.map(|r| r.f32s()), &x.x) },
-            _ => unsafe { avx2::dot16_rows(rows.map(|r| r.bf16s()), &x.x) },
-        };
+    let kind = rows[0].kind();
+    assert!(
+        rows.iter().all(|r| r.kind() == kind && r.len() == x.len()),
+        "rows of one storage and the activation's length"
+    );
+    if let Row::Mxfp4(p, _) = rows[0] {
+        assert_eq!(p.len() * 2, x.len(), "mxfp4 row lengths");
     }
-    assert!(!x.perm, "activation layout");
-    rows.map(|r| row_dots(level, r, [&x.x[..]])[0])
+    let lay = layout(level, kind);
+    let reg = rows_reg(level, rows, x);
+    reg.map(|r| to_lanes(lay, r))
 }
 
-#[cfg(target_arch = "x86_64")]
-impl<'a> Row<'a> {
-    /// The f32 row (panics for other storages).
-    fn f32s(self) -> &'a [f32] {
-        match self {
-            Row::F32(w) => w,
-            _ => panic!("mixed row storages"),
-        }
-    }
-
-    /// The bf16 row bits (panics for other storages).
-    fn bf16s(self) -> &'a [u16] {
-        match self {
-            Row::Bf16(w) => w,
-            _ => panic!("mixed row storages"),
-        }
-    }
-}
-
-/// Activation element types every compiled SIMD module can load (`f32`, `f64`).
-#[cfg(target_arch = "x86_64")]
-pub(crate) trait ArchX: avx2::Ld4 + avx512::Ld8 {}
-#[cfg(target_arch = "x86_64")]
-impl<X: avx2::Ld4 + avx512::Ld8> ArchX for X {}
-/// Activation element types every compiled SIMD module can load (`f32`, `f64`).
-#[cfg(target_arch = "aarch64")]
-pub(crate) trait ArchX: neon::Ld4 {}
-#[cfg(target_arch = "aarch64")]
-impl<X: neon::Ld4> ArchX for X {}
-/// Activation element types every compiled SIMD module can load (`f32`, `f64`).
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub(crate) trait ArchX: XElem {}
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-impl<X: XElem> ArchX for X {}
-
-/// Activation rows per weight-row pass in `matmul` for a level (fits the accumulators in
-/// registers: 2 per token on AVX-512, 4 on AVX2, 8 on NEON).
-pub(crate) fn token_block(level: Level) -> usize {
+/// [`rows_lanes`] before the reorder to contract order (lengths already checked).
+fn rows_reg<const R: usize>(level: Level, rows: [Row; R], x: &[f32]) -> [[f32; 16]; R] {
+    use crate::dot::{lanes_f32_scalar, lanes_mxfp4_scalar};
+    let kind = rows[0].kind();
     match level {
-        Level::Avx512 => 4,
-        Level::Avx2 | Level::Neon => 2,
-        Level::Scalar => 1,
-    }
-}
-
-/// `(t0 + t1) + (t2 + t3)`: the last two levels of both trees.
-#[inline(always)]
-pub(crate) fn tree4(t: [f64; 4]) -> f64 {
-    (t[0] + t[1]) + (t[2] + t[3])
-}
-
-/// Sequential fused tail `acc = fma(w_j, x_j, acc)` of the 16-lane dot.
-#[inline(always)]
-pub(crate) fn fused_tail<X: XElem>(mut acc: f64, w: impl Iterator<Item = f32>, x: &[X]) -> f64 {
-    for (wj, &xj) in w.zip(x) {
-        acc = (wj as f64).mul_add(xj.wide(), acc);
-    }
-    acc
-}
-
-/// An activation element the kernels read: `f32`, or `f64` already widened from `f32`
-/// (exact, so both give the same products). Sealed to these two types.
-pub(crate) trait XElem: Copy + private::Sealed {
-    /// The value as f64 (exact).
-    fn wide(self) -> f64;
-}
-
-impl XElem for f32 {
-    #[inline(always)]
-    fn wide(self) -> f64 {
-        self as f64
-    }
-}
-
-impl XElem for f64 {
-    #[inline(always)]
-    fn wide(self) -> f64 {
-        self
-    }
-}
-
-mod private {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for f64 {}
-}
-
-/// A weight element of a 16-lane row: f32, or bf16 as raw bits.
-pub(crate) trait WElem: Copy {
-    /// The value as f32 (bf16: bits shifted into the high half, exact).
-    fn f32(self) -> f32;
-}
-
-impl WElem for f32 {
-    #[inline(always)]
-    fn f32(self) -> f32 {
-        self
-    }
-}
-
-impl WElem for u16 {
-    #[inline(always)]
-    fn f32(self) -> f32 {
-        f32::from_bits((self as u32) << 16)
+        Level::Scalar => rows.map(|r| match r {
+            Row::F32(w) => lanes_f32_scalar(w, x),
+            Row::Bf16(w) => crate::dot::lanes_bf16_scalar(bytemuck::cast_slice(w), x),
+            Row::Mxfp4(p, s) => lanes_mxfp4_scalar(p, s, x),
+        }),
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => match kind {
+            // SAFETY: `check` confirmed AVX2 and FMA.
+            Kind::F32 => unsafe { avx2::rows16(rows.map(Row::f32s), x) },
+            // SAFETY: as above.
+            Kind::Bf16 => unsafe { avx2::rows16(rows.map(Row::bf16s), x) },
+            // SAFETY: as above.
+            Kind::Mxfp4 => unsafe {
+                avx2_mx::rows::<R, false>(rows.map(|r| r.mx().0), rows.map(|r| r.mx().1), x)
+            },
+        },
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => match kind {
+            // SAFETY: `check` confirmed AVX-512F (detection requires AVX2 and FMA too).
+            Kind::F32 => unsafe { avx512::rows16(rows.map(Row::f32s), x) },
+            // SAFETY: as above.
+            Kind::Bf16 => unsafe { avx512::rows16(rows.map(Row::bf16s), x) },
+            // SAFETY: as above.
+            Kind::Mxfp4 => unsafe {
+                avx512::rows_mx(rows.map(|r| r.mx().0), rows.map(|r| r.mx().1), x)
+            },
+        },
+        #[cfg(target_arch = "aarch64")]
+        Level::Neon => match kind {
+            // SAFETY: NEON is baseline on aarch64.
+            Kind::F32 => unsafe { neon::rows16(rows.map(Row::f32s), x) },
+            // SAFETY: as above.
+            Kind::Bf16 => unsafe { neon::rows16(rows.map(Row::bf16s), x) },
+            // SAFETY: as above.
+            Kind::Mxfp4 => unsafe {
+                neon::rows_mx(rows.map(|r| r.mx().0), rows.map(|r| r.mx().1), x)
+            },
+        },
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("no SIMD kernel for level {}", level.name()),
     }
 }
 

@@ -1,10 +1,12 @@
-//! Multi-token kernels (`row_dots`, `N` = 1, 2, 3, 4; f32 and pre-widened f64 activations) on
-//! every available SIMD level equal the scalar dot of each token bit for bit; switch API.
+//! Every SIMD level equals the scalar definition bit for bit: single-row dots (natural
+//! activations) and the mat-vec row-block kernels (activations in the level's layout), for
+//! all three storages, every tail length, extreme values and the E8M0 edge bytes.
 
 use super::*;
 use crate::dot::{dot_bf16_scalar, dot_f32_scalar, dot_mxfp4_scalar};
 use proptest::prelude::*;
 
+/// Finite f32 from any bit pattern (subnormal to 3e38), moderate reals, small integers.
 fn val() -> impl Strategy<Value = f32> {
     prop_oneof![
         any::<u32>().prop_map(|b| {
@@ -20,81 +22,201 @@ fn val() -> impl Strategy<Value = f32> {
     ]
 }
 
-/// `(kind, weight bytes/values, 4 activation rows)` with row length `len`.
-fn case() -> impl Strategy<Value = (usize, Vec<f32>, Vec<u8>, Vec<Vec<f32>>)> {
-    (0usize..3, 0usize..300).prop_flat_map(|(kind, n)| {
-        let n = if kind == 2 { n / 32 * 32 } else { n };
-        (
-            Just(kind),
-            prop::collection::vec(val(), n),
-            prop::collection::vec(any::<u8>(), n / 2 + n / 32),
-            prop::collection::vec(prop::collection::vec(val(), n), 4),
-        )
+/// Values including signed zeros, the extremes of f32 and tiny subnormals.
+fn xval() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        6 => val(),
+        1 => prop_oneof![
+            Just(0.0f32),
+            Just(-0.0f32),
+            Just(f32::MAX),
+            Just(f32::MIN),
+            Just(f32::from_bits(1)),
+            Just(-f32::from_bits(1)),
+            Just(f32::MIN_POSITIVE),
+            Just(-1.0e-30f32),
+        ],
+    ]
+}
+
+/// E8M0 bytes with the edges well represented.
+fn scale_byte() -> impl Strategy<Value = u8> {
+    prop_oneof![
+        4 => any::<u8>(),
+        1 => Just(0u8),
+        1 => Just(127u8),
+        1 => Just(200u8),
+        1 => Just(254u8),
+        1 => Just(255u8),
+        3 => 110u8..135,
+    ]
+}
+
+/// Weights and activations of `rows` rows of one storage.
+#[derive(Debug, Clone)]
+pub(crate) struct Rows {
+    pub kind: Kind,
+    pub n: usize,
+    pub f: Vec<Vec<f32>>,
+    pub b: Vec<Vec<u16>>,
+    pub p: Vec<Vec<u8>>,
+    pub s: Vec<Vec<u8>>,
+}
+
+impl Rows {
+    pub fn row(&self, r: usize) -> Row<'_> {
+        match self.kind {
+            Kind::F32 => Row::F32(&self.f[r]),
+            Kind::Bf16 => Row::Bf16(&self.b[r]),
+            Kind::Mxfp4 => Row::Mxfp4(&self.p[r], &self.s[r]),
+        }
+    }
+
+    pub fn scalar(&self, r: usize, x: &[f32]) -> f32 {
+        match self.kind {
+            Kind::F32 => dot_f32_scalar(&self.f[r], x),
+            Kind::Bf16 => dot_bf16_scalar(bytemuck::cast_slice(&self.b[r]), x),
+            Kind::Mxfp4 => dot_mxfp4_scalar(&self.p[r], &self.s[r], x),
+        }
+    }
+}
+
+/// `rows` rows of `kind` with `n` elements (rounded down to whole groups for MXFP4).
+pub(crate) fn rows_of(kind: Kind, n: usize, rows: usize) -> impl Strategy<Value = Rows> {
+    let n = if kind == Kind::Mxfp4 { n / 32 * 32 } else { n };
+    (
+        prop::collection::vec(prop::collection::vec(xval(), n), rows),
+        prop::collection::vec(prop::collection::vec(any::<u8>(), n / 2), rows),
+        prop::collection::vec(prop::collection::vec(scale_byte(), n / 32), rows),
+    )
+        .prop_map(move |(f, p, s)| {
+            let b = f
+                .iter()
+                .map(|r| r.iter().map(|v| (v.to_bits() >> 16) as u16).collect())
+                .collect();
+            Rows {
+                kind,
+                n,
+                f,
+                b,
+                p,
+                s,
+            }
+        })
+}
+
+fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![Just(Kind::F32), Just(Kind::Bf16), Just(Kind::Mxfp4)]
+}
+
+/// Four rows and an activation of a random storage and length (0..300; MXFP4 0..=9 groups).
+fn case() -> impl Strategy<Value = (Rows, Vec<f32>)> {
+    (kind(), 0usize..300).prop_flat_map(|(k, n)| {
+        rows_of(k, n, 4).prop_flat_map(|r| {
+            let n = r.n;
+            (Just(r), prop::collection::vec(xval(), n))
+        })
     })
 }
 
-fn check_n<const N: usize>(
-    kind: usize,
-    wf: &[f32],
-    wb: &[u16],
-    mx: &[u8],
-    xs: &[Vec<f32>],
-) -> Result<(), TestCaseError> {
-    let n = wf.len();
-    let (p, s) = mx.split_at(n / 2);
-    let row = match kind {
-        0 => Row::F32(wf),
-        1 => Row::Bf16(wb),
-        _ => Row::Mxfp4(p, s),
-    };
-    let want: Vec<u64> = xs[..N]
-        .iter()
-        .map(|x| {
-            match kind {
-                0 => dot_f32_scalar(wf, x),
-                1 => dot_bf16_scalar(bytemuck::cast_slice(wb), x),
-                _ => dot_mxfp4_scalar(p, s, x),
-            }
-            .to_bits()
-        })
-        .collect();
-    let x64: Vec<Vec<f64>> = xs
-        .iter()
-        .map(|x| x.iter().map(|&v| v as f64).collect())
-        .collect();
-    for level in available_levels()
+fn simd_levels() -> Vec<Level> {
+    available_levels()
         .into_iter()
         .filter(|&l| l != Level::Scalar)
-    {
-        let a = row_dots(level, row, std::array::from_fn::<&[f32], N, _>(|k| &xs[k]));
-        let b = row_dots(level, row, std::array::from_fn::<&[f64], N, _>(|k| &x64[k]));
-        prop_assert_eq!(
-            a.map(f64::to_bits).to_vec(),
-            want.clone(),
-            "f32 x, level {:?}",
-            level
-        );
-        prop_assert_eq!(
-            b.map(f64::to_bits).to_vec(),
-            want.clone(),
-            "f64 x, level {:?}",
-            level
-        );
+        .collect()
+}
+
+fn check_blocks<const R: usize>(rows: &Rows, x: &[f32], want: &[u32]) -> Result<(), TestCaseError> {
+    for level in available_levels() {
+        let mut xl = vec![0f32; x.len()];
+        copy_in_layout(layout(level, rows.kind), x, &mut xl);
+        let got = rows_lanes::<R>(level, std::array::from_fn(|r| rows.row(r)), &xl);
+        let got: Vec<u32> = got
+            .iter()
+            .map(|l| crate::dot::reduce16(l).to_bits())
+            .collect();
+        prop_assert_eq!(&got[..], &want[..R], "{} rows, level {:?}", R, level);
     }
     Ok(())
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(ProptestConfig::with_cases(400))]
 
+    /// Single-row dots and the 1/2/4-row mat-vec kernels on every level equal the scalar dot.
     #[test]
-    fn multi_token_kernels_are_bit_identical((kind, wf, mx, xs) in case()) {
-        let wb: Vec<u16> = wf.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
-        check_n::<1>(kind, &wf, &wb, &mx, &xs)?;
-        check_n::<2>(kind, &wf, &wb, &mx, &xs)?;
-        check_n::<3>(kind, &wf, &wb, &mx, &xs)?;
-        check_n::<4>(kind, &wf, &wb, &mx, &xs)?;
+    fn every_level_is_bit_identical((rows, x) in case()) {
+        let want: Vec<u32> = (0..4).map(|r| rows.scalar(r, &x).to_bits()).collect();
+        for level in simd_levels() {
+            let got: Vec<u32> = (0..4)
+                .map(|r| match rows.kind {
+                    Kind::F32 => dot_f32_at(level, &rows.f[r], &x),
+                    Kind::Bf16 => dot_bf16_at(level, bytemuck::cast_slice(&rows.b[r]), &x),
+                    Kind::Mxfp4 => dot_mxfp4_at(level, &rows.p[r], &rows.s[r], &x),
+                }
+                .to_bits())
+                .collect();
+            prop_assert_eq!(&got, &want, "single rows, level {:?}", level);
+        }
+        check_blocks::<1>(&rows, &x, &want)?;
+        check_blocks::<2>(&rows, &x, &want)?;
+        check_blocks::<4>(&rows, &x, &want)?;
     }
+}
+
+#[test]
+fn scale_edges_on_every_level() {
+    // One group per scale byte of interest, every code, x = ±1, ±tiny, ±huge.
+    let packed: Vec<u8> = (0..16)
+        .map(|j| (2 * j) as u8 | ((2 * j + 1) as u8) << 4)
+        .collect();
+    for s in [0u8, 1, 127, 200, 252, 253, 254, 255] {
+        for xv in [1.0f32, -1.0, 1.0e-30, -3.0e38, 0.0] {
+            let x: Vec<f32> = (0..32).map(|i| if i % 3 == 0 { xv } else { -xv }).collect();
+            let want = dot_mxfp4_scalar(&packed[..16], &[s], &x).to_bits();
+            for level in simd_levels() {
+                let got = dot_mxfp4_at(level, &packed[..16], &[s], &x).to_bits();
+                assert_eq!(got, want, "scale {s}, x {xv}, level {level:?}");
+            }
+        }
+    }
+}
+
+/// Every lane underflows to `−0`; the padding of a partial last block must keep it (`−0`
+/// product), so the dot is `−0` on every level, for every tail length.
+#[test]
+fn padding_keeps_negative_zero_lanes() {
+    for n in 16..=47 {
+        let w = vec![-1.0e-30f32; n];
+        let x = vec![1.0e-30f32; n];
+        let wb = vec![half::bf16::from_f32(-1.0e-30); n];
+        assert_eq!(dot_f32_scalar(&w, &x).to_bits(), (-0f32).to_bits());
+        for level in available_levels() {
+            assert_eq!(
+                dot_f32_at(level, &w, &x).to_bits(),
+                (-0f32).to_bits(),
+                "{level:?} {n}"
+            );
+            assert_eq!(
+                dot_bf16_at(level, &wb, &x).to_bits(),
+                (-0f32).to_bits(),
+                "{level:?} {n}"
+            );
+        }
+    }
+}
+
+#[test]
+fn q16_layout_round_trips() {
+    let x: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    let mut xl = vec![0f32; 16];
+    copy_in_layout(Layout::Q16, &x, &mut xl);
+    assert_eq!(&xl[..8], &[0.0, 4.0, 8.0, 12.0, 1.0, 5.0, 9.0, 13.0]);
+    let reg: [f32; 16] = std::array::from_fn(|q| xl[q]);
+    assert_eq!(to_lanes(Layout::Q16, reg).to_vec(), x);
+    assert_eq!(to_lanes(Layout::Natural, reg).to_vec(), xl);
+    #[cfg(target_arch = "x86_64")]
+    assert_eq!(Q16, avx2_mx::Q16);
 }
 
 #[test]
@@ -108,158 +230,12 @@ fn force_scalar_switch_and_names() {
     assert_eq!(simd_level(), detected_level().name());
 }
 
-#[cfg(target_arch = "aarch64")]
 #[test]
-fn e2m1_bf16_bytes_rebuild_the_table() {
-    for (c, &v) in crate::mxfp4::E2M1.iter().enumerate() {
-        assert_eq!(v.to_bits() & 0xFFFF, 0);
-        let t = neon::E2M1_BF16_BYTES;
-        let hi16 = (t[1][c] as u32) << 8 | t[0][c] as u32;
-        assert_eq!(f32::from_bits(hi16 << 16).to_bits(), v.to_bits());
-    }
-}
-
-/// E8M0 bytes with the edges 0 and 255 well represented.
-fn scale_byte() -> impl Strategy<Value = u8> {
-    prop_oneof![4 => any::<u8>(), 1 => Just(0u8), 1 => Just(255u8), 2 => 110u8..135]
-}
-
-/// Activation values including signed zeros and the extremes of f32.
-fn xval() -> impl Strategy<Value = f32> {
-    prop_oneof![
-        6 => val(),
-        1 => prop_oneof![
-            Just(0.0f32),
-            Just(-0.0f32),
-            Just(f32::MAX),
-            Just(f32::MIN),
-            Just(f32::from_bits(1)),
-            Just(-f32::from_bits(1)),
-            Just(f32::MIN_POSITIVE),
-        ],
-    ]
-}
-
-/// `(kind, 4 f32 rows, 4 MXFP4 code rows, their scales, x)`.
-type RowsCase = (usize, Vec<Vec<f32>>, Vec<Vec<u8>>, Vec<u8>, Vec<f32>);
-
-/// Four weight rows of one storage (`kind`: f32, bf16, MXFP4) and an activation row.
-fn rows_case() -> impl Strategy<Value = RowsCase> {
-    (0usize..3, 0usize..200, 0usize..=12).prop_flat_map(|(kind, n16, groups)| {
-        let n = if kind == 2 { groups * 32 } else { n16 };
-        (
-            Just(kind),
-            prop::collection::vec(prop::collection::vec(val(), n), 4),
-            prop::collection::vec(prop::collection::vec(any::<u8>(), n / 2), 4),
-            prop::collection::vec(scale_byte(), 4 * (n / 32)),
-            prop::collection::vec(xval(), n),
-        )
-    })
-}
-
-fn check_rows<const R: usize>(
-    kind: usize,
-    wf: &[Vec<f32>],
-    wb: &[Vec<u16>],
-    mx: &[Vec<u8>],
-    sc: &[u8],
-    x: &[f32],
-) -> Result<(), TestCaseError> {
-    let g = x.len() / 32;
-    let row = |r: usize| match kind {
-        0 => Row::F32(&wf[r]),
-        1 => Row::Bf16(&wb[r]),
-        _ => Row::Mxfp4(&mx[r], &sc[r * g..(r + 1) * g]),
-    };
-    let want: Vec<u64> = (0..R)
-        .map(|r| {
-            match kind {
-                0 => dot_f32_scalar(&wf[r], x),
-                1 => dot_bf16_scalar(bytemuck::cast_slice(&wb[r]), x),
-                _ => dot_mxfp4_scalar(&mx[r], &sc[r * g..(r + 1) * g], x),
-            }
-            .to_bits()
-        })
-        .collect();
-    for level in available_levels()
-        .into_iter()
-        .filter(|&l| l != Level::Scalar)
-    {
-        let wx = WideX::new(level, kind == 2, x);
-        let got = rows_dots::<R>(level, std::array::from_fn(row), &wx);
-        prop_assert_eq!(
-            got.map(f64::to_bits).to_vec(),
-            want.clone(),
-            "level {:?}",
-            level
-        );
-    }
-    Ok(())
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
-
-    /// The mat-vec row-block kernels (1..=4 rows, the widened/permuted activation layouts,
-    /// 0..=12 MXFP4 groups, scale bytes 0/255, signed zeros, f32 extremes) equal the scalar
-    /// dot of every row bit for bit.
-    #[test]
-    fn row_block_kernels_are_bit_identical((kind, wf, mx, sc, x) in rows_case()) {
-        let wb: Vec<Vec<u16>> = wf
-            .iter()
-            .map(|r| r.iter().map(|v| (v.to_bits() >> 16) as u16).collect())
-            .collect();
-        check_rows::<1>(kind, &wf, &wb, &mx, &sc, &x)?;
-        check_rows::<2>(kind, &wf, &wb, &mx, &sc, &x)?;
-        check_rows::<3>(kind, &wf, &wb, &mx, &sc, &x)?;
-        check_rows::<4>(kind, &wf, &wb, &mx, &sc, &x)?;
-    }
-}
-
-#[test]
-fn row_block_sizes_divide_the_task_size() {
+fn matvec_row_blocks_divide_the_task_size() {
     for level in [Level::Scalar, Level::Avx2, Level::Avx512, Level::Neon] {
-        for mx in [false, true] {
-            assert_eq!(32 % row_block(level, mx), 0);
+        for kind in [Kind::F32, Kind::Bf16, Kind::Mxfp4] {
+            assert_eq!(32 % matvec_rows(level, kind), 0);
+            assert_eq!(gemm::RB % matvec_rows(level, kind), 0);
         }
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[test]
-fn avx2_mx_tables_rebuild_the_values() {
-    use crate::mxfp4::{e8m0_scale, E2M1};
-    for (c, &v) in E2M1.iter().enumerate() {
-        let bits = (v as f64).to_bits();
-        assert_eq!(bits & ((1 << 48) - 1), 0, "code {c}");
-        let t = avx2_mx::E2M1_TOP;
-        let top = (t[1][c] as u64) << 8 | t[0][c] as u64;
-        assert_eq!(top << 48, bits, "code {c}");
-    }
-    for s in 0..=255u8 {
-        let want = e8m0_scale(s) as f64;
-        assert_eq!(
-            avx2_mx::E8M0_F64[s as usize].to_bits(),
-            want.to_bits(),
-            "scale {s}"
-        );
-    }
-    for (k, &p) in avx2_mx::PERM8.iter().enumerate() {
-        assert_eq!(avx2_mx::PERM8[p], k, "PERM8 is self-inverse");
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[test]
-fn avx2_mx_rejects_an_unpermuted_activation() {
-    if !Level::Avx2.is_supported() {
-        return;
-    }
-    let (p, s, x) = ([0u8; 16], [127u8], [1f32; 32]);
-    let plain = WideX::new(Level::Avx2, false, &x);
-    let r = std::panic::catch_unwind(|| rows_dots::<1>(Level::Avx2, [Row::Mxfp4(&p, &s)], &plain));
-    assert!(r.is_err());
-    let perm = WideX::new(Level::Avx2, true, &x);
-    let got = rows_dots::<1>(Level::Avx2, [Row::Mxfp4(&p, &s)], &perm);
-    assert_eq!(got, [0.0]);
 }

@@ -107,7 +107,7 @@ pub fn prefill_chunk(sizes: &ModelSizes, budget: Budget, ctx: u64) -> u64 {
         }
     };
     let further = share / sizes.prefill_bytes_per_token.max(1);
-    (further + 1).min(ctx).min(MAX_PREFILL_CHUNK).max(1)
+    (further + 1).min(ctx).clamp(1, MAX_PREFILL_CHUNK)
 }
 
 /// Named budgets (trunk GB / expert-cache GB), as upstream.

@@ -1,0 +1,244 @@
+//! `matmul` over T tokens equals `matvec` per token, which equals the scalar row dot, bit for
+//! bit, on every level and in rayon pools of 1, 2, 3 and 8 threads; and the v2 dot stays
+//! within its stated error bound of an exact (f64) reference.
+
+use super::*;
+use crate::simd::available_levels;
+use proptest::prelude::*;
+
+/// Owned weights of one storage.
+#[derive(Debug, Clone)]
+enum Owned {
+    F32(Vec<f32>),
+    Bf16(Vec<bf16>),
+    Mx(Vec<u8>, Vec<u8>),
+}
+
+impl Owned {
+    fn view(&self, rows: usize, cols: usize) -> Matrix<'_> {
+        let m = match self {
+            Owned::F32(d) => Matrix::f32(rows, cols, d),
+            Owned::Bf16(d) => Matrix::bf16(rows, cols, d),
+            Owned::Mx(p, s) => Matrix::mxfp4(rows, cols, p, s),
+        };
+        m.unwrap()
+    }
+}
+
+fn finite(b: u32) -> f32 {
+    let v = f32::from_bits(b);
+    if v.is_finite() {
+        v
+    } else {
+        0.5
+    }
+}
+
+/// Values: mostly moderate (so most outputs are finite), some arbitrary finite bit patterns.
+fn val() -> impl Strategy<Value = f32> {
+    prop_oneof![8 => -4.0f32..4.0, 1 => any::<u32>().prop_map(finite), 1 => Just(-0.0f32)]
+}
+
+/// `(weights, rows, cols, t, x)`: cols 0..80 or 500..560 (crossing a GEMM column chunk),
+/// MXFP4 cols whole groups; rows 0..40; t 1..=20.
+fn case() -> impl Strategy<Value = (Owned, usize, usize, usize, Vec<f32>)> {
+    (
+        0usize..3,
+        0usize..40,
+        prop_oneof![0usize..80, 500usize..560],
+        1usize..=20,
+    )
+        .prop_flat_map(|(k, rows, cols, t)| {
+            let cols = if k == 2 { cols / 32 * 32 } else { cols };
+            let n = rows * cols;
+            let w = match k {
+                0 => prop::collection::vec(val(), n).prop_map(Owned::F32).boxed(),
+                1 => prop::collection::vec(val().prop_map(bf16::from_f32), n)
+                    .prop_map(Owned::Bf16)
+                    .boxed(),
+                _ => (
+                    prop::collection::vec(any::<u8>(), n / 2),
+                    prop::collection::vec(prop_oneof![110u8..135, Just(0u8), Just(255u8)], n / 32),
+                )
+                    .prop_map(|(p, s)| Owned::Mx(p, s))
+                    .boxed(),
+            };
+            (
+                w,
+                Just(rows),
+                Just(cols),
+                Just(t),
+                prop::collection::vec(val(), t * cols),
+            )
+        })
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn matmul_equals_per_token_matvec_and_scalar((w, rows, cols, t, x) in case()) {
+        let m = w.view(rows, cols);
+        // The scalar definition, row by row.
+        let want: Vec<u32> = (0..t)
+            .flat_map(|tok| {
+                let xt = &x[tok * cols..(tok + 1) * cols];
+                (0..rows).map(move |r| (r, xt))
+            })
+            .map(|(r, xt)| {
+                let row = m.row(r);
+                crate::dot::reduce16(&crate::simd::rows_lanes::<1>(Level::Scalar, [row], xt)[0])
+                    .to_bits()
+            })
+            .collect();
+        for level in available_levels() {
+            let mut y = vec![f32::NAN; t * rows];
+            matmul_at(level, &mut y, &m, &x, t);
+            prop_assert_eq!(bits(&y), want.clone(), "matmul, level {:?}", level);
+            for tok in 0..t {
+                let xt = &x[tok * cols..(tok + 1) * cols];
+                let mut yv = vec![f32::NAN; rows];
+                matvec_at(level, &mut yv, &m, xt, false);
+                prop_assert_eq!(bits(&yv), want[tok * rows..(tok + 1) * rows].to_vec());
+                matvec_at(level, &mut yv, &m, xt, true);
+                prop_assert_eq!(bits(&yv), want[tok * rows..(tok + 1) * rows].to_vec());
+            }
+        }
+    }
+}
+
+/// A deterministic matrix of each storage: `[rows × cols]`, values from a xorshift stream.
+fn fixed(kind: usize, rows: usize, cols: usize) -> Owned {
+    let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ kind as u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let v = |n: usize, next: &mut dyn FnMut() -> u64| -> Vec<f32> {
+        (0..n)
+            .map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0)
+            .collect()
+    };
+    match kind {
+        0 => Owned::F32(v(rows * cols, &mut next)),
+        1 => Owned::Bf16(
+            v(rows * cols, &mut next)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect(),
+        ),
+        _ => Owned::Mx(
+            (0..rows * cols / 2).map(|_| next() as u8).collect(),
+            (0..rows * cols / 32)
+                .map(|_| 112 + (next() % 16) as u8)
+                .collect(),
+        ),
+    }
+}
+
+#[test]
+fn results_are_the_same_in_every_pool_size() {
+    let (rows, cols, t) = (203, 544, 13);
+    let x: Vec<f32> = (0..t * cols)
+        .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 997.0)
+        .collect();
+    for kind in 0..3 {
+        let w = fixed(kind, rows, cols);
+        let m = w.view(rows, cols);
+        let mut want = vec![0f32; t * rows];
+        for tok in 0..t {
+            matvec(
+                &mut want[tok * rows..(tok + 1) * rows],
+                &m,
+                &x[tok * cols..(tok + 1) * cols],
+            );
+        }
+        for n in [1, 2, 3, 8] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .unwrap();
+            let mut y = vec![0f32; t * rows];
+            pool.install(|| matmul(&mut y, &m, &x, t));
+            assert_eq!(bits(&y), bits(&want), "matmul, kind {kind}, {n} threads");
+            let mut yv = vec![0f32; rows];
+            pool.install(|| par_matvec(&mut yv, &m, &x[..cols]));
+            assert_eq!(
+                bits(&yv),
+                bits(&want[..rows]),
+                "par_matvec, kind {kind}, {n} threads"
+            );
+        }
+    }
+}
+
+/// The GEMM panels pad with `−0` weights and `+0` activations: lanes that underflowed to `−0`
+/// keep it, so every output is `−0` (as the scalar definition gives).
+#[test]
+fn gemm_padding_keeps_negative_zero_lanes() {
+    for cols in [17usize, 31, 530] {
+        let w = vec![-1.0e-30f32; 5 * cols];
+        let wb: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
+        let x = vec![1.0e-30f32; 3 * cols];
+        for m in [
+            Matrix::f32(5, cols, &w).unwrap(),
+            Matrix::bf16(5, cols, &wb).unwrap(),
+        ] {
+            for level in available_levels() {
+                let mut y = vec![1f32; 15];
+                matmul_at(level, &mut y, &m, &x, 3);
+                assert_eq!(bits(&y), bits(&[-0.0; 15]), "{level:?} cols {cols}");
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_of_empty_rows_is_zero() {
+    let m = Matrix::f32(3, 0, &[]).unwrap();
+    let mut y = vec![1f32; 6];
+    matmul(&mut y, &m, &[], 2);
+    assert_eq!(bits(&y), bits(&[0.0; 6]));
+}
+
+/// `|dot − Σ w·x| ≤ γ(⌈n/16⌉ + 4) · Σ|w·x|` with `γ(k) = k·u / (1 − k·u)`, `u = 2^-24`
+/// (plus `n · 2^-149` for underflow): each lane rounds once per element, the tree four times.
+#[test]
+fn v2_dot_error_is_within_its_bound() {
+    for (kind, cols) in [
+        (0usize, 7168usize),
+        (0, 1000),
+        (0, 37),
+        (1, 7168),
+        (1, 3),
+        (2, 3584),
+    ] {
+        let w = fixed(kind, 4, cols);
+        let m = w.view(4, cols);
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 997.0)
+            .collect();
+        for r in 0..4 {
+            let (mut exact, mut mag) = (0f64, 0f64);
+            for (c, &xc) in x.iter().enumerate() {
+                let p = crate::tmatvec::element(&m, r, c) as f64 * xc as f64;
+                exact += p;
+                mag += p.abs();
+            }
+            let k = (cols.div_ceil(16) + 4) as f64;
+            let u = 2f64.powi(-24);
+            let bound = k * u / (1.0 - k * u) * mag + cols as f64 * 2f64.powi(-149);
+            let got = m.row_dot(r, &x) as f64;
+            assert!(
+                (got - exact).abs() <= bound,
+                "kind {kind} cols {cols} row {r}: |{got} - {exact}| > {bound}"
+            );
+        }
+    }
+}

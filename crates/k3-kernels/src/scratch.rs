@@ -1,0 +1,67 @@
+//! Per-thread scratch buffers, reused across kernel calls (no allocation once warm).
+//!
+//! A buffer already in use on this thread (a rayon worker that, while waiting inside one
+//! kernel call, runs a task of another) is never shared: that caller gets a fresh one.
+
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+thread_local! {
+    /// Activations in a kernel layout (mat-vec / GEMM callers).
+    pub(crate) static X: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// GEMM weight panels (one per task at a time).
+    pub(crate) static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// GEMM lane state (one per task at a time).
+    pub(crate) static STATE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's buffer `key` (or a fresh one if it is in use).
+pub(crate) fn with<T, R>(
+    key: &'static LocalKey<RefCell<Vec<T>>>,
+    f: impl FnOnce(&mut Vec<T>) -> R,
+) -> R {
+    key.with(|c| match c.try_borrow_mut() {
+        Ok(mut v) => f(&mut v),
+        Err(_) => f(&mut Vec::new()),
+    })
+}
+
+/// `len` f32 of `buf` starting at a 64-byte boundary (so vector loads never split a cache
+/// line), all set to `fill`.
+pub(crate) fn aligned(buf: &mut Vec<f32>, len: usize, fill: f32) -> &mut [f32] {
+    buf.clear();
+    buf.resize(len + 16, fill);
+    let off = buf.as_ptr().align_offset(64).min(16);
+    &mut buf[off..off + len]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_use_gets_a_fresh_buffer() {
+        let n = with(&X, |a| {
+            a.clear();
+            a.push(1.0);
+            with(&X, |b| {
+                assert!(b.is_empty());
+                b.push(2.0);
+                b.len()
+            }) + a.len()
+        });
+        assert_eq!(n, 2);
+        with(&X, |a| assert_eq!(a, &[1.0]));
+    }
+
+    #[test]
+    fn aligned_slices_start_on_a_cache_line() {
+        let mut v = Vec::new();
+        for len in [0, 1, 100, 4096] {
+            let s = aligned(&mut v, len, -0.0);
+            assert_eq!(s.len(), len);
+            assert_eq!(s.as_ptr() as usize % 64, 0);
+            assert!(s.iter().all(|x| x.to_bits() == (-0f32).to_bits()));
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! `matmul` (T tokens) on the SIMD levels: register-blocked microkernels over f32 weight
+//! panels (docs/NUMERICS.md#gemm).
+//!
+//! The activations are packed once per call, chunk-major (`[chunk][token][XS]`, in the
+//! level's layout, `+0`-padded). One rayon task owns [`RB`] weight rows and every token. Per
+//! group of ≤ [`TG`] tokens it walks the columns in chunks of [`KC`]: each row's chunk becomes
+//! an f32 panel row (f32 copied, bf16 widened, MXFP4 decoded — once, shared by all the
+//! tokens; `−0`-padded), and the level's microkernel adds the chunk to the 16 lanes of `MR`
+//! rows × `TB` tokens at a time, the lanes living in registers within a chunk and in a
+//! per-task state between chunks; meanwhile the next chunk's weights are prefetched.
+//!
+//! Every (row, token) lane therefore sees exactly the elements, order and fused operations of
+//! the mat-vec — columns ascending, element `i` → lane `i % 16` — and the scalar tree finishes
+//! it, so every output equals that token's `matvec` bit for bit, for any `RB`, `KC`, `TG`,
+//! `MR`, `TB` and thread count.
+
+use super::{copy_in_layout, layout, prefetch_l2, to_lanes, Kind, Layout, Level};
+use crate::dot::reduce16;
+use crate::matrix::{Matrix, MatrixData};
+use crate::mxfp4::GROUP;
+use crate::scratch;
+use rayon::prelude::*;
+
+/// Weight rows per rayon task (a multiple of every level's `MR`).
+pub(crate) const RB: usize = 8;
+/// Columns per panel chunk (a multiple of 32: whole MXFP4 groups).
+const KC: usize = 512;
+/// Tokens per lane-state group (bounds the state at `RB · TG · 64` bytes).
+const TG: usize = 64;
+/// Stride (f32) between panel rows and between packed activation rows: a chunk plus one
+/// cache line, so the rows a microkernel reads never alias in the L1 sets.
+const XS: usize = KC + 16;
+
+/// The output, written by many tasks at disjoint indices.
+struct Out {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: `Out` is only used through `write`, whose callers write disjoint indices (every
+// output element belongs to exactly one row, and every row to exactly one task).
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// Stores `v` at `i` (bounds-checked).
+    ///
+    /// # Safety
+    /// No other thread accesses index `i` during the `matmul` call.
+    unsafe fn write(&self, i: usize, v: f32) {
+        assert!(i < self.len, "matmul output index");
+        // SAFETY: `i < len` (checked) and the caller owns index `i`.
+        unsafe { *self.ptr.add(i) = v };
+    }
+}
+
+/// A level's GEMM kernels.
+trait Isa {
+    /// Widens bf16 bits (`src.len()` a multiple of 16) into `dst`.
+    ///
+    /// # Safety
+    /// The CPU supports the level.
+    unsafe fn widen(src: &[u16], dst: &mut [f32]);
+    /// Decodes whole MXFP4 groups into `dst` in the level's MXFP4 layout.
+    ///
+    /// # Safety
+    /// The CPU supports the level.
+    unsafe fn panel_mx(packed: &[u8], scales: &[u8], dst: &mut [f32]);
+    /// Adds one column chunk (`kc`, a multiple of 16) of the weight rows `w[0 .. nr]` (rows
+    /// `nr .. RB` may repeat the last) to the lanes of those rows × `tg` tokens: token `j` is
+    /// read at `x + j·XS`, the lanes of (row `r`, token `j`) live at `st + (r·tg + j)·16`.
+    ///
+    /// # Safety
+    /// The CPU supports the level; `1 <= nr <= RB`; `kc` f32 readable at every `w[r]` and at
+    /// every `x + j·XS` (`j < tg`); `RB · tg · 16` f32 readable and writable at `st`,
+    /// overlapping no input.
+    unsafe fn sweep(
+        w: &[*const f32; RB],
+        nr: usize,
+        x: *const f32,
+        tg: usize,
+        kc: usize,
+        st: *mut f32,
+        ahead: &mut Ahead,
+    );
+}
+
+/// Defines `$name`, the [`Isa::sweep`] of level module `$m` (its `MR × N` microkernels, `N`
+/// up to its `TB`), compiled with the level's features so the microkernels inline.
+macro_rules! sweep_fn {
+    ($name:ident, $feat:literal, $m:ident, [$($n:literal),+]) => {
+        /// See [`Isa::sweep`].
+        ///
+        /// # Safety
+        /// See [`Isa::sweep`].
+        #[target_feature(enable = $feat)]
+        unsafe fn $name(
+            w: &[*const f32; RB],
+            nr: usize,
+            x: *const f32,
+            tg: usize,
+            kc: usize,
+            st: *mut f32,
+            ahead: &mut Ahead,
+        ) {
+            const MR: usize = super::$m::MR;
+            let per = ahead.lines().div_ceil(tg.div_ceil(super::$m::TB)).max(1);
+            let mut tb0 = 0;
+            while tb0 < tg {
+                ahead.step(per);
+                let nt = (tg - tb0).min(super::$m::TB);
+                let xp = x.wrapping_add(tb0 * XS);
+                let mut rb = 0;
+                while rb < nr {
+                    let mut wr = [w[0]; MR];
+                    wr.copy_from_slice(&w[rb..rb + MR]);
+                    let sp = st.wrapping_add((rb * tg + tb0) * 16);
+                    match nt {
+                        $($n => {
+                            // SAFETY: rows `rb .. rb + MR <= RB` (RB is a multiple of MR) and
+                            // tokens `tb0 .. tb0 + nt <= tg` are inside the caller's
+                            // guarantees; the state slots of distinct (row, token) differ.
+                            unsafe { super::$m::micro::<MR, $n>(wr, xp, XS, kc, sp, tg * 16) }
+                        })+
+                        _ => {}
+                    }
+                    rb += MR;
+                }
+                tb0 += nt;
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+sweep_fn!(sweep_avx2, "avx2,fma", avx2, [1, 2, 3]);
+#[cfg(target_arch = "x86_64")]
+sweep_fn!(sweep_avx512, "avx512f,avx2,fma", avx512, [1, 2, 3, 4]);
+#[cfg(target_arch = "aarch64")]
+sweep_fn!(sweep_neon, "neon", neon, [1, 2]);
+
+/// Implements [`Isa`] for `$isa` from level module `$m`'s kernels and `$sweep`.
+macro_rules! isa_impl {
+    ($isa:ident, $m:ident, $widen:ident, $panel:ident, $sweep:ident) => {
+        struct $isa;
+        impl Isa for $isa {
+            unsafe fn widen(src: &[u16], dst: &mut [f32]) {
+                // SAFETY: the caller guarantees the level's features.
+                unsafe { super::$m::$widen(src, dst) }
+            }
+            unsafe fn panel_mx(packed: &[u8], scales: &[u8], dst: &mut [f32]) {
+                // SAFETY: the caller guarantees the level's features.
+                unsafe { super::$m::$panel(packed, scales, dst) }
+            }
+            unsafe fn sweep(
+                w: &[*const f32; RB],
+                nr: usize,
+                x: *const f32,
+                tg: usize,
+                kc: usize,
+                st: *mut f32,
+                ahead: &mut Ahead,
+            ) {
+                // SAFETY: forwarded from the caller.
+                unsafe { $sweep(w, nr, x, tg, kc, st, ahead) }
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+isa_impl!(Avx2, avx2, widen_bf16, panel_mx, sweep_avx2);
+#[cfg(target_arch = "x86_64")]
+isa_impl!(Avx512, avx512, widen_bf16, panel_mx, sweep_avx512);
+#[cfg(target_arch = "aarch64")]
+isa_impl!(Neon, neon, widen_bf16, panel_mx, sweep_neon);
+
+/// The storage kind of `w`.
+pub(crate) fn kind_of(w: &Matrix) -> Kind {
+    match w.data {
+        MatrixData::F32(_) => Kind::F32,
+        MatrixData::Bf16(_) => Kind::Bf16,
+        MatrixData::Mxfp4 { .. } => Kind::Mxfp4,
+    }
+}
+
+/// Packs the `t` activation rows of `x` (`[t][cols]`) chunk-major into `buf`: chunk `c`,
+/// token `j` at `(c·t + j)·XS`, columns `c·KC ..` in `lay`, `+0` beyond `cols`.
+fn pack_x<'b>(lay: Layout, x: &[f32], t: usize, cols: usize, buf: &'b mut Vec<f32>) -> &'b [f32] {
+    let chunks = cols.div_ceil(KC);
+    let xs = scratch::aligned(buf, chunks * t * XS, 0.0);
+    xs.par_chunks_mut(t * XS).enumerate().for_each(|(c, dst)| {
+        let (k0, end) = (c * KC, cols.min(c * KC + KC));
+        for (j, d) in dst.chunks_mut(XS).enumerate() {
+            copy_in_layout(lay, &x[j * cols + k0..j * cols + end], &mut d[..end - k0]);
+        }
+    });
+    xs
+}
+
+/// `Y[t] = W·X[t]` for `t ≥ 1` tokens on a SIMD `level` (shapes checked by the caller,
+/// `w.cols > 0`).
+pub(crate) fn matmul(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
+    let lay = layout(level, kind_of(w));
+    scratch::with(&scratch::X, |buf| {
+        let xs = pack_x(lay, x, t, w.cols, buf);
+        let out = Out {
+            ptr: y.as_mut_ptr(),
+            len: y.len(),
+        };
+        let job = Job {
+            w,
+            xs,
+            t,
+            k16: w.cols.next_multiple_of(16),
+            lay,
+            out: &out,
+        };
+        (0..w.rows.div_ceil(RB))
+            .into_par_iter()
+            .for_each(|b| job.run(level, b * RB));
+    });
+}
+
+/// Byte ranges to prefetch into L2 a few cache lines at a time (a burst of a hundred
+/// prefetches overflows the miss buffers and most are dropped). Addresses are hints only:
+/// never dereferenced.
+#[derive(Default)]
+pub(crate) struct Ahead {
+    regions: [(usize, usize); 2 * RB],
+    n: usize,
+    /// Next region and byte offset in it.
+    at: (usize, usize),
+}
+
+impl Ahead {
+    fn push(&mut self, p: *const u8, bytes: usize) {
+        if self.n < self.regions.len() && bytes > 0 {
+            self.regions[self.n] = (p as usize, bytes);
+            self.n += 1;
+        }
+    }
+
+    /// Cache lines left to prefetch.
+    fn lines(&self) -> usize {
+        self.regions[..self.n]
+            .iter()
+            .map(|r| r.1.div_ceil(64))
+            .sum()
+    }
+
+    /// Prefetches up to `lines` more cache lines.
+    fn step(&mut self, mut lines: usize) {
+        while lines > 0 && self.at.0 < self.n {
+            let (base, len) = self.regions[self.at.0];
+            prefetch_l2((base + self.at.1) as *const u8, 1);
+            self.at.1 += 64;
+            if self.at.1 >= len {
+                self.at = (self.at.0 + 1, 0);
+            }
+            lines -= 1;
+        }
+    }
+}
+
+/// Everything a task needs.
+struct Job<'a> {
+    w: &'a Matrix<'a>,
+    /// Packed activations ([`pack_x`]).
+    xs: &'a [f32],
+    t: usize,
+    k16: usize,
+    lay: Layout,
+    out: &'a Out,
+}
+
+impl Job<'_> {
+    fn run(&self, level: Level, r0: usize) {
+        match level {
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => self.rows::<Avx2>(r0),
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => self.rows::<Avx512>(r0),
+            #[cfg(target_arch = "aarch64")]
+            Level::Neon => self.rows::<Neon>(r0),
+            _ => unreachable!("no GEMM kernels for level {}", level.name()),
+        }
+    }
+
+    /// Rows `r0 .. r0 + RB` (fewer at the end) for every token.
+    fn rows<I: Isa>(&self, r0: usize) {
+        let nr = RB.min(self.w.rows - r0);
+        scratch::with(&scratch::PANEL, |pbuf| {
+            scratch::with(&scratch::STATE, |sbuf| {
+                let panel = scratch::aligned(pbuf, RB * XS, 0.0);
+                for tok0 in (0..self.t).step_by(TG) {
+                    let tg = TG.min(self.t - tok0);
+                    let state = scratch::aligned(sbuf, RB * tg * 16, 0.0);
+                    for (c, k0) in (0..self.k16).step_by(KC).enumerate() {
+                        let kc = KC.min(self.k16 - k0);
+                        let xoff = (c * self.t + tok0) * XS;
+                        assert!(xoff + tg * XS <= self.xs.len() && state.len() == RB * tg * 16);
+                        let x = self.xs[xoff..].as_ptr();
+                        let st = state.as_mut_ptr();
+                        for (rl, dst) in panel.chunks_mut(XS).take(nr).enumerate() {
+                            self.fill::<I>(r0 + rl, k0, &mut dst[..kc]);
+                        }
+                        let base = panel.as_ptr();
+                        let wp: [*const f32; RB] =
+                            std::array::from_fn(|rl| base.wrapping_add(rl.min(nr - 1) * XS));
+                        let mut ahead = self.next_chunk(r0, k0 + KC);
+                        // SAFETY: the level is supported (`matmul_at` checked it); `kc` is a
+                        // multiple of 16 (`k16` and `KC` are) and `kc <= KC < XS`, so `kc`
+                        // f32 are readable at every panel row (`RB · XS` long) and at every
+                        // `x + j·XS`, `j < tg` (asserted); `state` holds `RB · tg` lanes.
+                        unsafe { I::sweep(&wp, nr, x, tg, kc, st, &mut ahead) };
+                    }
+                    self.emit(r0, nr, tok0, tg, state);
+                }
+            })
+        })
+    }
+
+    /// The weights the next panel fill reads, to prefetch while this chunk's microkernels
+    /// run: columns `k0 .. k0 + KC` of rows `r0 .. r0 + RB`, or — past the last chunk — the
+    /// first chunk of the next row block (usually this thread's next task).
+    fn next_chunk(&self, r0: usize, k0: usize) -> Ahead {
+        let (r0, k0) = if k0 < self.w.cols {
+            (r0, k0)
+        } else {
+            (r0 + RB, 0)
+        };
+        let c = self.w.cols;
+        let end = c.min(k0 + KC);
+        let mut a = Ahead::default();
+        for r in r0..self.w.rows.min(r0 + RB) {
+            match self.w.data {
+                MatrixData::F32(d) => a.push(d[r * c + k0..].as_ptr().cast(), (end - k0) * 4),
+                MatrixData::Bf16(d) => a.push(d[r * c + k0..].as_ptr().cast(), (end - k0) * 2),
+                MatrixData::Mxfp4 { packed, scales } => {
+                    a.push(packed[(r * c + k0) / 2..].as_ptr(), (end - k0) / 2);
+                    a.push(scales[(r * c + k0) / GROUP..].as_ptr(), (end - k0) / GROUP);
+                }
+            }
+        }
+        a
+    }
+
+    /// Columns `k0 .. k0 + dst.len()` of row `r` as f32 into `dst`, `−0` past the row.
+    fn fill<I: Isa>(&self, r: usize, k0: usize, dst: &mut [f32]) {
+        let c = self.w.cols;
+        let end = c.min(k0 + dst.len());
+        match self.w.data {
+            MatrixData::F32(d) => dst[..end - k0].copy_from_slice(&d[r * c + k0..r * c + end]),
+            MatrixData::Bf16(d) => {
+                let row: &[u16] = bytemuck::cast_slice(&d[r * c + k0..r * c + end]);
+                let full = row.len() / 16 * 16;
+                // SAFETY: the task runs on a level the CPU supports (checked by `matmul_at`).
+                unsafe { I::widen(&row[..full], &mut dst[..full]) };
+                for (o, &b) in dst[full..row.len()].iter_mut().zip(&row[full..]) {
+                    *o = f32::from_bits((b as u32) << 16);
+                }
+            }
+            MatrixData::Mxfp4 { packed, scales } => {
+                let p = &packed[(r * c + k0) / 2..(r * c + end) / 2];
+                let s = &scales[(r * c + k0) / GROUP..(r * c + end) / GROUP];
+                // SAFETY: as above.
+                unsafe { I::panel_mx(p, s, dst) };
+            }
+        }
+        dst[end - k0..].fill(-0.0);
+    }
+
+    /// Reduces the lanes and writes the outputs of rows `r0 .. r0 + nr`, tokens
+    /// `tok0 .. tok0 + tg`.
+    fn emit(&self, r0: usize, nr: usize, tok0: usize, tg: usize, state: &[f32]) {
+        for rl in 0..nr {
+            for j in 0..tg {
+                let at = (rl * tg + j) * 16;
+                let lanes: [f32; 16] = std::array::from_fn(|l| state[at + l]);
+                let v = reduce16(&to_lanes(self.lay, lanes));
+                // SAFETY: row `r0 + rl` belongs to this task only.
+                unsafe { self.out.write((tok0 + j) * self.w.rows + r0 + rl, v) };
+            }
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! `cargo run --release -p xtask -- bench-compute [--threads N] [--secs S] [--dram-mib M]`:
+//! the machine's compute and memory limits and every hot kernel against them, in one run.
+//!
+//! * f32 FMA peak per SIMD level (`k3_kernels::probe::fma_loop`: independent vector FMAs,
+//!   registers only) on 1 and N threads;
+//! * DRAM read bandwidth (`k3_kernels::probe::read_sum`, the probe of the criterion bench)
+//!   over a buffer ≫ LLC, on 1 and N threads;
+//! * bf16 / f32 / MXFP4 `matmul` (GEMM) at trunk and expert shapes and bf16 / MXFP4
+//!   `par_matvec` (decode), on 1 and N threads: GFLOP/s, % of the FMA peak of the level the
+//!   kernels run (same thread count), GB/s of weight bytes, % of DRAM (same thread count).
+//!
+//! Weights are synthetic (the criterion bench's generators), several matrices per case in
+//! rotation so the working set exceeds the last-level cache like streamed experts. Each
+//! number is the best of the timed calls (a noisy shared machine only ever slows a call). The
+//! clock and the memory bandwidth of a shared machine drift, so the FMA peak and DRAM
+//! bandwidth are probed before and after all kernels, and the FMA peak again right before and
+//! after each case; "% FMA peak" divides by the best of the global and the adjacent probes,
+//! "% DRAM" by the better global DRAM probe.
+//! docs/NUMERICS.md "Measured" records a run.
+
+use crate::bench_util::{self, machine_facts};
+use clap::Args;
+use half::bf16;
+use k3_kernels::simd::{active_level, available_levels, Level};
+use k3_kernels::{matmul, par_matvec, probe, Matrix};
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[path = "../../crates/k3-kernels/benches/common/mod.rs"]
+mod kernel_data;
+use kernel_data::{bytes, mx_data, vector};
+
+/// Flags of `bench-compute`.
+#[derive(Args, Debug)]
+pub struct BenchComputeArgs {
+    /// The "all threads" pool size (default: available parallelism).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Seconds of timed calls per case and pool (at least 3 calls after one warm-up).
+    #[arg(long, default_value_t = 0.6)]
+    pub secs: f64,
+    /// Size of the DRAM probe buffer in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub dram_mib: usize,
+    /// Also time a model end to end (resident): prefill marginal s/token from two prompt
+    /// lengths and compute-bound decode s/token (docs/PERFORMANCE.md "Compute").
+    #[arg(long)]
+    pub model: Option<std::path::PathBuf>,
+    /// Prompt lengths for the prefill marginal, `SHORT,LONG`.
+    #[arg(long, value_delimiter = ',', default_value = "16,128")]
+    pub prompts: Vec<usize>,
+    /// Decode steps timed after the long prompt.
+    #[arg(long, default_value_t = 6)]
+    pub steps: usize,
+}
+
+/// The model half (`--model DIR`): prefill marginal and compute-bound decode, resident.
+fn bench_model(args: &BenchComputeArgs, dir: &std::path::Path) -> Result<(), String> {
+    let threads = args.threads.unwrap_or(2).max(1);
+    let [short, long] = args.prompts[..] else {
+        return Err("--prompts takes two lengths: SHORT,LONG".into());
+    };
+    let load0 = bench_util::load_average();
+    let r = crate::bench_model_compute::measure(dir, threads, short, long, args.steps)?;
+    println!("model: {} ({threads} threads, resident)", dir.display());
+    println!("| measure | seconds |\n|---|---:|");
+    println!("| prefill {short} tokens | {:.3} |", r.short_s);
+    println!("| prefill {long} tokens | {:.3} |", r.long_s);
+    println!(
+        "| prefill marginal s/token | {:.4} |",
+        r.prefill_marginal_s()
+    );
+    println!(
+        "| decode s/token (median of {}) | {:.4} |",
+        args.steps, r.decode_s
+    );
+    println!("greedy ids: {:?}", r.ids);
+    println!("load average: {load0} → {}", bench_util::load_average());
+    Ok(())
+}
+
+/// Runs the subcommand.
+pub fn run(args: &BenchComputeArgs) -> ExitCode {
+    match bench(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench-compute: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Best seconds of `f` over at least 3 calls and about `secs` seconds, after one warm-up.
+fn best_secs(secs: f64, mut f: impl FnMut()) -> f64 {
+    f();
+    let (start, mut best, mut n) = (Instant::now(), f64::INFINITY, 0);
+    while n < 3 || start.elapsed().as_secs_f64() < secs {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed().as_secs_f64());
+        n += 1;
+    }
+    best
+}
+
+/// Weight storage of a case.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Bf16,
+    F32,
+    Mxfp4,
+}
+
+/// Owned weights of one matrix.
+enum Owned {
+    Bf16(Vec<bf16>),
+    F32(Vec<f32>),
+    Mx(Vec<u8>, Vec<u8>),
+}
+
+impl Owned {
+    fn new(kind: Kind, rows: usize, cols: usize, seed: u64) -> Self {
+        let vals = |n| {
+            bytes(n, seed)
+                .into_iter()
+                .map(|b| (b as f32 - 128.0) / 64.0)
+        };
+        match kind {
+            Kind::Bf16 => Owned::Bf16(vals(rows * cols).map(bf16::from_f32).collect()),
+            Kind::F32 => Owned::F32(vals(rows * cols).collect()),
+            Kind::Mxfp4 => {
+                let (p, s) = mx_data(rows, cols, seed);
+                Owned::Mx(p, s)
+            }
+        }
+    }
+
+    fn view(&self, rows: usize, cols: usize) -> Option<Matrix<'_>> {
+        match self {
+            Owned::Bf16(d) => Matrix::bf16(rows, cols, d),
+            Owned::F32(d) => Matrix::f32(rows, cols, d),
+            Owned::Mx(p, s) => Matrix::mxfp4(rows, cols, p, s),
+        }
+    }
+}
+
+/// One kernel measurement: `t` tokens through `rows × cols` (`t == 1`: `par_matvec`).
+struct Case {
+    name: &'static str,
+    kind: Kind,
+    rows: usize,
+    cols: usize,
+    t: usize,
+}
+
+const fn case(name: &'static str, kind: Kind, rows: usize, cols: usize, t: usize) -> Case {
+    Case {
+        name,
+        kind,
+        rows,
+        cols,
+        t,
+    }
+}
+
+/// Released shapes: q_a_proj-like [1536 × 7168] and its converse, the routed expert's
+/// w1/w3 [3072 × 3584] and w2 [3584 × 3072], a KDA projection [12288 × 7168].
+const CASES: [Case; 14] = [
+    case("bf16 GEMM", Kind::Bf16, 1536, 7168, 32),
+    case("bf16 GEMM", Kind::Bf16, 1536, 7168, 64),
+    case("bf16 GEMM", Kind::Bf16, 7168, 1536, 32),
+    case("bf16 GEMM", Kind::Bf16, 7168, 1536, 64),
+    case("f32 GEMM", Kind::F32, 1536, 7168, 32),
+    case("f32 GEMM", Kind::F32, 7168, 1536, 64),
+    case("MXFP4 GEMM (expert w1/w3)", Kind::Mxfp4, 3072, 3584, 8),
+    case("MXFP4 GEMM (expert w1/w3)", Kind::Mxfp4, 3072, 3584, 16),
+    case("MXFP4 GEMM (expert w1/w3)", Kind::Mxfp4, 3072, 3584, 32),
+    case("MXFP4 GEMM (expert w2)", Kind::Mxfp4, 3584, 3072, 16),
+    case("MXFP4 mat-vec (expert w1/w3)", Kind::Mxfp4, 3072, 3584, 1),
+    case("MXFP4 mat-vec (expert w2)", Kind::Mxfp4, 3584, 3072, 1),
+    case("bf16 mat-vec", Kind::Bf16, 12288, 7168, 1),
+    case("bf16 mat-vec", Kind::Bf16, 7168, 1536, 1),
+];
+
+/// Matrices of a case in rotation: enough for ≥ 96 MB of weights (3× a 32 MB L3), at least 2.
+fn rotation(c: &Case) -> usize {
+    let per = match c.kind {
+        Kind::Bf16 => c.rows * c.cols * 2,
+        Kind::F32 => c.rows * c.cols * 4,
+        Kind::Mxfp4 => c.rows * c.cols / 2 + c.rows * c.cols / 32,
+    };
+    (96_000_000usize).div_ceil(per).clamp(2, 32)
+}
+
+/// Best seconds per call of case `c` on `pool`.
+fn time_case(c: &Case, mats: &[Matrix], pool: &rayon::ThreadPool, secs: f64) -> f64 {
+    let x = vector(c.t * c.cols);
+    let mut y = vec![0f32; c.t * c.rows];
+    let mut k = 0;
+    pool.install(|| {
+        best_secs(secs, || {
+            k = (k + 1) % mats.len();
+            if c.t == 1 {
+                par_matvec(&mut y, &mats[k], black_box(&x));
+            } else {
+                matmul(&mut y, &mats[k], black_box(&x), c.t);
+            }
+        })
+    })
+}
+
+/// Seconds of the FMA probes taken next to every kernel case.
+const PEAK_SECS: f64 = 0.15;
+
+/// GFLOP/s of the FMA loop on `level` in every thread of `pool` at once.
+fn fma_peak(level: Level, pool: &rayon::ThreadPool, secs: f64) -> f64 {
+    let n = pool.current_num_threads();
+    let iters = 4_000_000;
+    let s = best_secs(secs, || {
+        pool.broadcast(|_| black_box(probe::fma_loop(level, iters)));
+    });
+    (probe::fma_loop_flops(level, iters) * n as u64) as f64 / s / 1e9
+}
+
+/// GB/s of the DRAM read probe over `buf` on `pool`.
+fn dram(buf: &[u64], pool: &rayon::ThreadPool, secs: f64) -> f64 {
+    let s = best_secs(secs.max(1.0), || {
+        black_box(pool.install(|| probe::read_sum(black_box(buf))));
+    });
+    (buf.len() * 8) as f64 / s / 1e9
+}
+
+fn bench(args: &BenchComputeArgs) -> Result<(), String> {
+    if let Some(dir) = &args.model {
+        return bench_model(args, dir);
+    }
+    let all = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let load0 = bench_util::load_average();
+    println!("machine: {}", machine_facts());
+    let mut counts = vec![1];
+    if all > 1 {
+        counts.push(all);
+    }
+    let pools: Vec<rayon::ThreadPool> = counts
+        .iter()
+        .map(|&n| bench_util::pool(n))
+        .collect::<Result<_, _>>()?;
+    let level = active_level();
+    let levels: Vec<Level> = available_levels()
+        .into_iter()
+        .filter(|&l| probe::f32_lanes(l).is_some())
+        .collect();
+    // The FMA peak and DRAM bandwidth are probed before and after the kernels (on a shared
+    // machine both drift); the better probe is the reference.
+    let probe_peaks = || -> Vec<(Level, Vec<f64>)> {
+        levels
+            .iter()
+            .map(|&l| (l, pools.iter().map(|p| fma_peak(l, p, args.secs)).collect()))
+            .collect()
+    };
+    let mut peaks = probe_peaks();
+    let buf: Vec<u64> = (0..(args.dram_mib << 17) as u64).collect();
+    let mut drams: Vec<f64> = pools.iter().map(|p| dram(&buf, p, args.secs)).collect();
+
+    let mut rows = Vec::new();
+    for c in &CASES {
+        let owned: Vec<Owned> = (0..rotation(c) as u64)
+            .map(|s| Owned::new(c.kind, c.rows, c.cols, 17 + 31 * s))
+            .collect();
+        let mats: Vec<Matrix> = owned
+            .iter()
+            .map(|o| o.view(c.rows, c.cols).ok_or("matrix shape"))
+            .collect::<Result<_, _>>()?;
+        let wbytes = mats[0].weight_bytes() as f64;
+        let flops = 2.0 * (c.t * c.rows * c.cols) as f64;
+        for (ti, pool) in pools.iter().enumerate() {
+            // A short FMA probe right before and after the case: the clock drifts.
+            let p0 = fma_peak(level, pool, PEAK_SECS);
+            let s = time_case(c, &mats, pool, args.secs);
+            let near = p0.max(fma_peak(level, pool, PEAK_SECS));
+            rows.push((c, ti, s, flops / s / 1e9, wbytes / s / 1e9, near));
+        }
+    }
+    for ((_, a), (_, b)) in peaks.iter_mut().zip(probe_peaks()) {
+        for (x, y) in a.iter_mut().zip(b) {
+            *x = x.max(y);
+        }
+    }
+    for (d, p) in drams.iter_mut().zip(&pools) {
+        *d = d.max(dram(&buf, p, args.secs));
+    }
+    drop(buf);
+    let peak_of = |ti: usize| {
+        peaks
+            .iter()
+            .find(|(l, _)| *l == level)
+            .map_or(f64::NAN, |(_, v)| v[ti])
+    };
+
+    let tcols: Vec<String> = counts.iter().map(|n| format!("{n} thread(s)")).collect();
+    println!("\n| probe | {} |", tcols.join(" | "));
+    println!("|---|{}", "---:|".repeat(counts.len()));
+    for (l, v) in &peaks {
+        let cells: Vec<String> = v.iter().map(|g| format!("{g:.1} GFLOP/s")).collect();
+        println!("| f32 FMA peak, {} | {} |", l.name(), cells.join(" | "));
+    }
+    let cells: Vec<String> = drams.iter().map(|g| format!("{g:.1} GB/s")).collect();
+    println!(
+        "| DRAM read ({} MiB, `probe::read_sum`) | {} |",
+        args.dram_mib,
+        cells.join(" | ")
+    );
+    println!(
+        "\n| kernel | rows × cols | T | threads | ms/call | GFLOP/s | % FMA peak ({}) | weight GB/s | % DRAM |",
+        level.name()
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (c, ti, s, gflops, gbs, near) in rows {
+        println!(
+            "| {} | {} × {} | {} | {} | {:.3} | {:.1} | {:.0} % | {:.2} | {:.0} % |",
+            c.name,
+            c.rows,
+            c.cols,
+            c.t,
+            counts[ti],
+            s * 1e3,
+            gflops,
+            100.0 * gflops / peak_of(ti).max(near),
+            gbs,
+            100.0 * gbs / drams[ti],
+        );
+    }
+    println!(
+        "\nload average (1 min): {load0} before the run, {} after",
+        bench_util::load_average()
+    );
+    Ok(())
+}
