@@ -167,7 +167,8 @@ impl Model {
     }
 
     /// [`Model::forward`], calling `on_layer(l)` after each decoder layer `l` finishes (for
-    /// progress reports; the logits do not depend on it).
+    /// progress reports; the logits do not depend on it). The pass proper: embed → for each
+    /// layer: mix residual, attention, FFN → head.
     pub fn forward_observed(
         &self,
         weights: &dyn WeightProvider,
@@ -178,58 +179,7 @@ impl Model {
         on_layer: &mut dyn FnMut(usize),
     ) -> Result<Logits, ModelError> {
         self.check_call(tokens, state)?;
-        state.poisoned = true;
-        let logits = self.run(weights, experts, tokens, state, mode, on_layer)?;
-        state.advance(tokens.len());
-        state.poisoned = false;
-        Ok(logits)
-    }
-
-    fn check_call(&self, tokens: &[u32], state: &State) -> Result<(), ModelError> {
-        let d = &self.dims;
-        if state.dims != *d {
-            return Err(ModelError::StateMismatch(
-                "state built for another geometry".into(),
-            ));
-        }
-        if state.poisoned {
-            return Err(ModelError::StatePoisoned);
-        }
-        if tokens.is_empty() {
-            return Err(ModelError::NoTokens);
-        }
-        if let Some((index, &id)) = tokens
-            .iter()
-            .enumerate()
-            .find(|(_, &id)| id as usize >= d.vocab)
-        {
-            return Err(ModelError::TokenOutOfRange {
-                id,
-                index,
-                vocab: d.vocab,
-            });
-        }
-        if state.pos() + tokens.len() > state.max_ctx() {
-            let (pos, max_ctx) = (state.pos(), state.max_ctx());
-            return Err(ModelError::ContextOverflow {
-                pos,
-                tokens: tokens.len(),
-                max_ctx,
-            });
-        }
-        Ok(())
-    }
-
-    /// The forward pass proper: embed → for each layer: mix residual, attention, FFN → head.
-    fn run(
-        &self,
-        weights: &dyn WeightProvider,
-        experts: &dyn ExpertProvider,
-        tokens: &[u32],
-        state: &mut State,
-        mode: LogitsMode,
-        on_layer: &mut dyn FnMut(usize),
-    ) -> Result<Logits, ModelError> {
+        state.poisoned = true; // until the pass completes
         let (d, t, pos) = (&self.dims, tokens.len(), state.pos());
         let (kda, mla, sc) = state.split();
         sc.ensure(d, t);
@@ -272,11 +222,48 @@ impl Model {
         let mut data = vec![0f32; rows * d.vocab];
         let hw = weights.head().map_err(|err| weights_err(None, err))?;
         self.head(&hw, sc, n_blocks, t, rows, &mut data)?;
+        state.advance(t);
+        state.poisoned = false;
         Ok(Logits {
             rows,
             vocab: d.vocab,
             data,
         })
+    }
+
+    fn check_call(&self, tokens: &[u32], state: &State) -> Result<(), ModelError> {
+        let d = &self.dims;
+        if state.dims != *d {
+            return Err(ModelError::StateMismatch(
+                "state built for another geometry".into(),
+            ));
+        }
+        if state.poisoned {
+            return Err(ModelError::StatePoisoned);
+        }
+        if tokens.is_empty() {
+            return Err(ModelError::NoTokens);
+        }
+        if let Some((index, &id)) = tokens
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| id as usize >= d.vocab)
+        {
+            return Err(ModelError::TokenOutOfRange {
+                id,
+                index,
+                vocab: d.vocab,
+            });
+        }
+        if state.pos() + tokens.len() > state.max_ctx() {
+            let (pos, max_ctx) = (state.pos(), state.max_ctx());
+            return Err(ModelError::ContextOverflow {
+                pos,
+                tokens: tokens.len(),
+                max_ctx,
+            });
+        }
+        Ok(())
     }
 
     /// Next-layer router lookahead: routes layer `layer`'s router on the CURRENT layer's MoE
