@@ -32,7 +32,10 @@ fn chat_through_a_pty() {
         "--max-new",
         "4000",
         "--ctx",
-        "8192",
+        // Room for the whole transcript at /load however many tokens the Ctrl-C'd reply got
+        // (the greedy "Hello" reply runs ~1900 tokens; a fast machine reaches ~1600 before
+        // the Ctrl-C lands, and the re-rendered history then needs ~9100 positions).
+        "32768",
     ]);
     let mut p = spawn_command(cmd, Some(60_000)).expect("k3 chat starts in a pty");
     p.exp_string("k3 chat:").unwrap();
@@ -48,7 +51,7 @@ fn chat_through_a_pty() {
     p.exp_string("last exchange removed; session restored from its snapshot")
         .unwrap();
     p.send_line("/stats").unwrap();
-    p.exp_regex(r"context\s+0 / 8192").unwrap();
+    p.exp_regex(r"context\s+0 / 32768").unwrap();
     p.exp_regex(r"messages\s+1 ").unwrap();
 
     // Ctrl-C stops a long reply (greedy "Hello" runs for ~1900 tokens) and keeps the turn.
