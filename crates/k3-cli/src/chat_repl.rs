@@ -20,7 +20,7 @@ use k3_engine::chat_template::{
 };
 use k3_engine::{DecodeMode, Engine, Sampler, Session, StopConditions, Tokenizer};
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -31,13 +31,8 @@ use std::time::Instant;
 pub struct ChatArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Model directory (config.json + *.safetensors + tiktoken.model); or -m DIR; default:
-    /// `model` from the config file.
-    #[arg(value_name = "MODEL_DIR")]
-    pub model_dir: Option<PathBuf>,
-    /// Model directory (instead of the positional MODEL_DIR).
-    #[arg(short = 'm', long = "model", value_name = "DIR")]
-    pub model: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: crate::engine_args::ModelArgs,
     /// System message (kept by /reset).
     #[arg(long)]
     pub system: Option<String>,
@@ -116,8 +111,7 @@ struct Chat<'e> {
 
 pub fn chat(args: ChatArgs) -> Result<(), CliError> {
     let file = crate::config_file::load()?;
-    let model_dir =
-        crate::engine_args::model_dir(args.model.as_deref(), args.model_dir.as_deref(), &file)?;
+    let model_dir = args.model.resolve(&file)?;
     let params = args.sampling.params(&file)?;
     let thinking: Thinking = args
         .thinking
@@ -125,12 +119,7 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         .map_err(|e: k3_engine::EngineError| CliError::usage(e.to_string()))?;
     let options = args.engine.options(&file, args.ctx)?;
     let engine = crate::engine_args::open_engine(&model_dir, options, true)?;
-    let tok = engine.tokenizer().ok_or_else(|| {
-        CliError::usage(format!(
-            "{}: no tokenizer (tiktoken.model or tokenizer.json): pass --tok DIR",
-            model_dir.display()
-        ))
-    })?;
+    let tok = crate::engine_args::tokenizer_of(&engine, &model_dir)?;
     let tpl = Template::new(tok)?;
     let session = engine.new_session(args.ctx)?;
     let messages: Vec<ChatMessage> = args

@@ -64,6 +64,38 @@ pub fn model_dir(
     }
 }
 
+/// The model directory of `chat` and `serve`: positional or `-m`, else the config file's.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ModelArgs {
+    /// Model directory (config.json + *.safetensors + tiktoken.model); or -m DIR; default:
+    /// `model` from the config file.
+    #[arg(value_name = "MODEL_DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// Model directory (instead of the positional MODEL_DIR).
+    #[arg(short = 'm', long = "model", value_name = "DIR")]
+    pub model: Option<PathBuf>,
+}
+
+impl ModelArgs {
+    /// The directory to open (refused when given twice or nowhere).
+    pub fn resolve(&self, file: &FileConfig) -> Result<PathBuf, CliError> {
+        model_dir(self.model.as_deref(), self.model_dir.as_deref(), file)
+    }
+}
+
+/// The engine's tokenizer, or the refusal naming `dir` for commands that need text.
+pub fn tokenizer_of<'e>(
+    engine: &'e Engine,
+    dir: &Path,
+) -> Result<&'e k3_engine::Tokenizer, CliError> {
+    engine.tokenizer().ok_or_else(|| {
+        CliError::usage(format!(
+            "{}: no tokenizer (tiktoken.model or tokenizer.json): pass --tok DIR",
+            dir.display()
+        ))
+    })
+}
+
 /// The refusal when no model directory is given anywhere.
 pub fn no_model() -> CliError {
     CliError::usage(

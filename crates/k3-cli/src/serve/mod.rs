@@ -17,7 +17,6 @@ use axum::Router;
 use clap::Args;
 use k3_engine::Engine;
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -44,13 +43,8 @@ fn keep_alive_interval() -> std::time::Duration {
 pub struct ServeArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Model directory (config.json + *.safetensors + tiktoken.model); or -m DIR; default:
-    /// `model` from the config file.
-    #[arg(value_name = "MODEL_DIR")]
-    pub model_dir: Option<PathBuf>,
-    /// Model directory (instead of the positional MODEL_DIR).
-    #[arg(short = 'm', long = "model", value_name = "DIR")]
-    pub model: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: crate::engine_args::ModelArgs,
     /// Address to bind (loopback by default; anything else exposes the model to the network).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -115,16 +109,10 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         return Err(CliError::usage("-c/--ctx must be at least 2"));
     }
     let file = crate::config_file::load()?;
-    let model_dir =
-        crate::engine_args::model_dir(args.model.as_deref(), args.model_dir.as_deref(), &file)?;
+    let model_dir = args.model.resolve(&file)?;
     let options = args.engine.options(&file, args.ctx)?;
     let engine = Arc::new(crate::engine_args::open_engine(&model_dir, options, true)?);
-    if engine.tokenizer().is_none() {
-        return Err(CliError::usage(format!(
-            "{}: no tokenizer (tiktoken.model or tokenizer.json): pass --tok DIR",
-            model_dir.display()
-        )));
-    }
+    crate::engine_args::tokenizer_of(&engine, &model_dir)?;
     let model_id = std::fs::canonicalize(&model_dir)
         .unwrap_or_else(|_| model_dir.clone())
         .file_name()
