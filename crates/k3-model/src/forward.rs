@@ -10,12 +10,13 @@
 
 use crate::dims::{Dims, LayerKind};
 use crate::error::{check_len, check_shape, ModelError};
-use crate::layer::{decoder_layer, AttnState, Residual};
+use crate::layer::{decoder_layer_batch, AttnState, Residual};
 use crate::mla::MlaPath;
-use crate::pass::{Ahead, Pass};
+use crate::pass::{Ahead, Pass, Seq};
 use crate::residual::{fold, mix};
 use crate::router::{route, RouteScratch, RouterParams};
-use crate::state::State;
+use crate::scratch::Scratch;
+use crate::state::{KdaState, MlaCache, State};
 use crate::weights::{ExpertProvider, HeadWeights, WeightProvider};
 use k3_format::K3Config;
 use k3_kernels::norm::rmsnorm;
@@ -167,8 +168,7 @@ impl Model {
     }
 
     /// [`Model::forward`], calling `on_layer(l)` after each decoder layer `l` finishes (for
-    /// progress reports; the logits do not depend on it). The pass proper: embed → for each
-    /// layer: mix residual, attention, FFN → head.
+    /// progress reports; the logits do not depend on it).
     pub fn forward_observed(
         &self,
         weights: &dyn WeightProvider,
@@ -178,57 +178,79 @@ impl Model {
         mode: LogitsMode,
         on_layer: &mut dyn FnMut(usize),
     ) -> Result<Logits, ModelError> {
-        self.check_call(tokens, state)?;
-        state.poisoned = true; // until the pass completes
-        let (d, t, pos) = (&self.dims, tokens.len(), state.pos());
-        let (kda, mla, sc) = state.split();
-        sc.ensure(d, t);
-        let predict = |next: usize, x: &[f32]| self.lookahead(weights, experts, next, x, t);
-        let pass = Pass {
-            d,
-            t,
-            pos,
-            experts,
-            mla_path: self.mla_path,
-            ahead: self.lookahead.then_some(&predict as Ahead<'_>),
-        };
-        let weights_err = |layer, source| ModelError::Weights { layer, source };
-        // 1. embedding rows: h [T][E]
-        let e = d.hidden;
-        for (tok, &id) in tokens.iter().enumerate() {
-            let row = &mut sc.h[tok * e..(tok + 1) * e];
-            weights
-                .embed_row(id, row)
-                .map_err(|err| weights_err(None, err))?;
+        let mut one = [BatchItem {
+            tokens,
+            state,
+            mode,
+        }];
+        let mut logits = self.forward_batch(weights, experts, &mut one, on_layer)?;
+        logits.pop().ok_or(ModelError::NoTokens)
+    }
+
+    /// One pass over several sequences (docs/MODEL.md#decoder-layer; docs/SERVER.md
+    /// "Batching"): each item's tokens run at its own state's position and advance it, the
+    /// trunk and the union of the batch's experts are read once, and every item's logits are
+    /// bit for bit those of running it alone (row-wise ops are per-row exact, the token
+    /// mixers run per sequence). Input errors of any item are reported before anything is
+    /// touched; a later error poisons every item's state. The pass runs in the first item's
+    /// scratch (grown to the batch's rows). The pass proper: embed → for each layer: mix
+    /// residual, attention, FFN → head.
+    pub fn forward_batch(
+        &self,
+        weights: &dyn WeightProvider,
+        experts: &dyn ExpertProvider,
+        items: &mut [BatchItem<'_>],
+        on_layer: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Logits>, ModelError> {
+        if items.is_empty() {
+            return Err(ModelError::NoTokens);
         }
-        // 2.–3. decoder layers over the residual stream; the block stack is rebuilt every call
-        let mut res = Residual {
-            h: &mut sc.h,
-            blocks: &mut sc.blocks,
-            n_blocks: 0,
-        };
-        for l in 0..d.n_layers {
-            let held = weights.layer(l).map_err(|err| weights_err(Some(l), err))?;
-            let attn = match d.kinds[l] {
-                LayerKind::Kda(i) => AttnState::Kda(&mut kda[i]),
-                LayerKind::Mla(i) => AttnState::Mla(&mut mla[i]),
-            };
-            decoder_layer(&pass, l, &held.view(), &mut res, attn, &mut sc.layer)?;
-            on_layer(l);
+        let mut seqs = Vec::with_capacity(items.len());
+        for it in items.iter() {
+            self.check_call(it.tokens, it.state)?;
+            let start = seqs.last().map_or(0, |s: &Seq| s.start + s.len);
+            let (len, pos) = (it.tokens.len(), it.state.pos());
+            seqs.push(Seq { start, len, pos });
         }
-        let n_blocks = res.n_blocks;
-        // 4.–5. output aggregator, final norm, lm_head: logits [rows][V]
-        let rows = mode.rows(t);
-        let mut data = vec![0f32; rows * d.vocab];
-        let hw = weights.head().map_err(|err| weights_err(None, err))?;
-        self.head(&hw, sc, n_blocks, t, rows, &mut data)?;
-        state.advance(t);
-        state.poisoned = false;
-        Ok(Logits {
-            rows,
-            vocab: d.vocab,
-            data,
-        })
+        items.iter_mut().for_each(|it| it.state.poisoned = true); // until the pass completes
+        let tokens: Vec<u32> = items.iter().flat_map(|it| it.tokens).copied().collect();
+        let mut head_rows = Vec::new();
+        for (it, seq) in items.iter().zip(&seqs) {
+            let rows = it.mode.rows(seq.len);
+            head_rows.extend(seq.start + seq.len - rows..seq.start + seq.len);
+        }
+        let mut parts = Vec::with_capacity(items.len());
+        let mut scratch = None;
+        for it in items.iter_mut() {
+            let (kda, mla, sc) = it.state.split();
+            parts.push((kda, mla));
+            scratch.get_or_insert(sc);
+        }
+        let sc = scratch.ok_or(ModelError::NoTokens)?;
+        let batch = if seqs.len() > 1 { &seqs[..] } else { &[] };
+        let call = Call {
+            tokens: &tokens,
+            pos: seqs[0].pos,
+            batch,
+            head_rows: &head_rows,
+        };
+        let data = self.run(weights, experts, &call, &mut parts, sc, on_layer)?;
+        let vocab = self.dims.vocab;
+        let mut out = Vec::with_capacity(items.len());
+        let mut row = 0;
+        for (it, seq) in items.iter_mut().zip(&seqs) {
+            let rows = it.mode.rows(seq.len);
+            let rows_data = data[row * vocab..(row + rows) * vocab].to_vec();
+            row += rows;
+            it.state.advance(seq.len);
+            it.state.poisoned = false;
+            out.push(Logits {
+                rows,
+                vocab,
+                data: rows_data,
+            });
+        }
+        Ok(out)
     }
 
     fn check_call(&self, tokens: &[u32], state: &State) -> Result<(), ModelError> {
@@ -304,14 +326,72 @@ impl Model {
         });
     }
 
-    /// Output aggregator + final norm + lm_head for the last `rows` tokens.
+    /// The pass over `call`'s rows: embed → for each layer: mix residual, attention, FFN →
+    /// head. Returns the logits of `call.head_rows`, `[rows][V]`.
+    fn run(
+        &self,
+        weights: &dyn WeightProvider,
+        experts: &dyn ExpertProvider,
+        call: &Call<'_>,
+        states: &mut [SeqStates<'_>],
+        sc: &mut Scratch,
+        on_layer: &mut dyn FnMut(usize),
+    ) -> Result<Vec<f32>, ModelError> {
+        let (d, t) = (&self.dims, call.tokens.len());
+        sc.ensure(d, t);
+        let predict = |next: usize, x: &[f32]| self.lookahead(weights, experts, next, x, t);
+        let pass = Pass {
+            d,
+            t,
+            pos: call.pos,
+            experts,
+            mla_path: self.mla_path,
+            ahead: self.lookahead.then_some(&predict as Ahead<'_>),
+            batch: call.batch,
+        };
+        let weights_err = |layer, source| ModelError::Weights { layer, source };
+        // 1. embedding rows: h [T][E]
+        let e = d.hidden;
+        for (tok, &id) in call.tokens.iter().enumerate() {
+            let row = &mut sc.h[tok * e..(tok + 1) * e];
+            weights
+                .embed_row(id, row)
+                .map_err(|err| weights_err(None, err))?;
+        }
+        // 2.–3. decoder layers over the residual stream; the block stack is rebuilt every call
+        let mut res = Residual {
+            h: &mut sc.h,
+            blocks: &mut sc.blocks,
+            n_blocks: 0,
+        };
+        for l in 0..d.n_layers {
+            let held = weights.layer(l).map_err(|err| weights_err(Some(l), err))?;
+            // one carried-state handle per sequence (a few pointers per layer)
+            let mut attn: Vec<AttnState<'_>> = states
+                .iter_mut()
+                .map(|(kda, mla)| match d.kinds[l] {
+                    LayerKind::Kda(i) => AttnState::Kda(&mut kda[i]),
+                    LayerKind::Mla(i) => AttnState::Mla(&mut mla[i]),
+                })
+                .collect();
+            decoder_layer_batch(&pass, l, &held.view(), &mut res, &mut attn, &mut sc.layer)?;
+            on_layer(l);
+        }
+        let n_blocks = res.n_blocks;
+        // 4.–5. output aggregator, final norm, lm_head: logits [rows][V]
+        let mut data = vec![0f32; call.head_rows.len() * d.vocab];
+        let hw = weights.head().map_err(|err| weights_err(None, err))?;
+        self.head(&hw, sc, n_blocks, call.head_rows, &mut data)?;
+        Ok(data)
+    }
+
+    /// Output aggregator + final norm + lm_head for the rows `rows` of the call.
     fn head(
         &self,
         hw: &HeadWeights,
-        sc: &mut crate::scratch::Scratch,
+        sc: &mut Scratch,
         n_blocks: usize,
-        t: usize,
-        rows: usize,
+        rows: &[usize],
         out: &mut [f32],
     ) -> Result<(), ModelError> {
         let (d, e) = (&self.dims, self.dims.hidden);
@@ -324,14 +404,13 @@ impl Model {
             (hw.lm_head.rows, hw.lm_head.cols),
             (d.vocab, e),
         )?;
-        if rows == 0 {
+        if rows.is_empty() {
             return Ok(());
         }
         let bs = d.max_blocks * e;
         let fold_q = &mut sc.layer.fold[..e];
         fold(fold_q, hw.out_res_norm, hw.out_res_proj);
-        let first = t - rows;
-        for (r, tok) in (first..t).enumerate() {
+        for (r, &tok) in rows.iter().enumerate() {
             let mixed = &mut sc.layer.xn[..e];
             mix(
                 mixed,
@@ -343,11 +422,39 @@ impl Model {
             );
             rmsnorm(&mut sc.xn_head[r * e..(r + 1) * e], mixed, hw.norm, d.eps);
         }
-        if rows == 1 {
+        let n = rows.len();
+        if n == 1 {
             par_matvec(out, &hw.lm_head, &sc.xn_head[..e]);
         } else {
-            matmul(out, &hw.lm_head, &sc.xn_head[..rows * e], rows);
+            matmul(out, &hw.lm_head, &sc.xn_head[..n * e], n);
         }
         Ok(())
     }
+}
+
+/// One sequence of [`Model::forward_batch`]: its tokens, its carried state (advanced by the
+/// call) and which of its positions get logits.
+pub struct BatchItem<'s> {
+    /// Tokens to run at positions `state.pos()..`.
+    pub tokens: &'s [u32],
+    /// The sequence's carried state.
+    pub state: &'s mut State,
+    /// Which of the item's positions get logits.
+    pub mode: LogitsMode,
+}
+
+/// Every sequence's carried state of one call: its KDA states and MLA caches.
+type SeqStates<'s> = (&'s mut [KdaState], &'s mut [MlaCache]);
+
+/// The rows of one pass: every sequence's tokens back to back, their layout, and which rows
+/// get logits.
+struct Call<'c> {
+    /// `[T]` token ids.
+    tokens: &'c [u32],
+    /// Position of the first sequence (one-sequence calls).
+    pos: usize,
+    /// The sequences (empty for one).
+    batch: &'c [Seq],
+    /// Rows whose logits are returned, ascending.
+    head_rows: &'c [usize],
 }

@@ -7,7 +7,7 @@ use crate::dims::Dims;
 use crate::error::{check_len, check_shape, ModelError};
 use crate::pass::Pass;
 use crate::scratch::grow;
-use crate::state::KdaState;
+use crate::state::{AttnState, KdaState};
 use crate::weights::KdaWeights;
 use k3_kernels::act::sigmoid;
 use k3_kernels::conv::shortconv_step;
@@ -195,12 +195,51 @@ pub fn kda_forward(
     out: &mut [f32],
     sc: &mut KdaScratch,
 ) -> Result<(), ModelError> {
+    let one = Pass {
+        batch: &[],
+        ..*pass
+    };
+    kda_forward_batch(&one, l, w, x, &mut [AttnState::Kda(st)], out, sc)
+}
+
+/// The KDA state of sequence `i` of a batch (a mismatch is a caller's bug, reported).
+fn kda_state<'a>(
+    states: &'a mut [AttnState<'_>],
+    i: usize,
+) -> Result<&'a mut KdaState, ModelError> {
+    match states.get_mut(i) {
+        Some(AttnState::Kda(st)) => Ok(st),
+        _ => Err(ModelError::StateMismatch(format!(
+            "sequence {i} of the batch has no KDA state for this layer"
+        ))),
+    }
+}
+
+/// [`kda_forward`] over the sequences of `pass` (`states[i]` carries `pass.seq(i)`): the
+/// projections, norms, gates and `o_proj` run over all rows at once; the short convs and the
+/// recurrence run per sequence on its own history, so every row equals its solo result.
+pub fn kda_forward_batch(
+    pass: &Pass<'_>,
+    l: usize,
+    w: &KdaWeights,
+    x: &[f32],
+    states: &mut [AttnState<'_>],
+    out: &mut [f32],
+    sc: &mut KdaScratch,
+) -> Result<(), ModelError> {
     let (d, t) = (pass.d, pass.t);
     check_kda(d, w, Some(l))?;
+    if states.len() != pass.n_seqs() {
+        return Err(ModelError::StateMismatch(format!(
+            "layer {l}: {} states for {} sequences",
+            states.len(),
+            pass.n_seqs()
+        )));
+    }
     sc.ensure(d, t);
     let (p, h, dd, k) = (d.kda_proj(), d.kda_heads, d.kda_dim, d.conv_k);
     let tp = t * p;
-    // 1. projections (one weight pass for all T tokens)
+    // 1. projections (one weight pass for all T rows)
     matmul(&mut sc.q[..tp], &w.q_proj, x, t);
     matmul(&mut sc.k[..tp], &w.k_proj, x, t);
     matmul(&mut sc.v[..tp], &w.v_proj, x, t);
@@ -208,11 +247,32 @@ pub fn kda_forward(
     matmul(&mut sc.braw[..t * h], &w.b_proj, x, t);
     matmul(&mut sc.f[..t * dd], &w.f_a_proj, x, t);
     matmul(&mut sc.z[..tp], &w.f_b_proj, &sc.f[..t * dd], t);
-    // 2. causal short convs with carried histories
-    let (s, qh, kh, vh) = st.parts_mut();
-    conv_tokens(&mut sc.qc[..tp], &sc.q[..tp], w.q_conv, qh, p, k, t);
-    conv_tokens(&mut sc.kc[..tp], &sc.k[..tp], w.k_conv, kh, p, k, t);
-    conv_tokens(&mut sc.vc[..tp], &sc.v[..tp], w.v_conv, vh, p, k, t);
+    // 2. causal short convs with each sequence's carried histories
+    for i in 0..pass.n_seqs() {
+        let seq = pass.seq(i);
+        let r = seq.start * p..(seq.start + seq.len) * p;
+        let (_, qh, kh, vh) = kda_state(states, i)?.parts_mut();
+        let n = seq.len;
+        conv_tokens(
+            &mut sc.qc[r.clone()],
+            &sc.q[r.clone()],
+            w.q_conv,
+            qh,
+            p,
+            k,
+            n,
+        );
+        conv_tokens(
+            &mut sc.kc[r.clone()],
+            &sc.k[r.clone()],
+            w.k_conv,
+            kh,
+            p,
+            k,
+            n,
+        );
+        conv_tokens(&mut sc.vc[r.clone()], &sc.v[r], w.v_conv, vh, p, k, n);
+    }
     // 3. per-head L2 norm of q and k; q scaled by 1/sqrt(D)
     let q_scale = 1.0 / (dd as f32).sqrt();
     for head in sc.qc[..tp].chunks_exact_mut(dd) {
@@ -236,26 +296,41 @@ pub fn kda_forward(
             dd,
         );
     }
-    // 6. recurrence, heads in parallel
-    let inputs = KdaInputs {
-        q: &sc.qc[..tp],
-        k: &sc.kc[..tp],
-        v: &sc.vc[..tp],
-        alpha: &sc.alpha[..tp],
-        beta: &sc.braw[..t * h],
-        t,
-        heads: h,
-        dim: dd,
-    };
-    kda_recurrence(s, &inputs, &mut sc.o_hm[..tp], &mut sc.u[..h * dd]);
+    // 6. recurrence per sequence, heads in parallel; o_hm holds each sequence's rows
+    //    head-major (`[H][len][D]` from row `start·P`)
+    for i in 0..pass.n_seqs() {
+        let seq = pass.seq(i);
+        let (r, rh) = (
+            seq.start * p..(seq.start + seq.len) * p,
+            seq.start * h..(seq.start + seq.len) * h,
+        );
+        let inputs = KdaInputs {
+            q: &sc.qc[r.clone()],
+            k: &sc.kc[r.clone()],
+            v: &sc.vc[r.clone()],
+            alpha: &sc.alpha[r.clone()],
+            beta: &sc.braw[rh],
+            t: seq.len,
+            heads: h,
+            dim: dd,
+        };
+        let (s, ..) = kda_state(states, i)?.parts_mut();
+        kda_recurrence(s, &inputs, &mut sc.o_hm[r], &mut sc.u[..h * dd]);
+    }
     // 7. head-wise RMSNorm, 8. sigmoid gate (after the norm)
-    for tok in 0..t {
-        for head in 0..h {
-            let o = &mut sc.o[tok * p + head * dd..tok * p + (head + 1) * dd];
-            o.copy_from_slice(&sc.o_hm[(head * t + tok) * dd..(head * t + tok + 1) * dd]);
-            rmsnorm_inplace(o, w.o_norm, d.eps);
-            let g = &sc.g[tok * p + head * dd..tok * p + (head + 1) * dd];
-            o.iter_mut().zip(g).for_each(|(o, &g)| *o *= sigmoid(g));
+    for i in 0..pass.n_seqs() {
+        let seq = pass.seq(i);
+        let base = seq.start * p;
+        for j in 0..seq.len {
+            let tok = seq.start + j;
+            for head in 0..h {
+                let o = &mut sc.o[tok * p + head * dd..tok * p + (head + 1) * dd];
+                let src = base + (head * seq.len + j) * dd;
+                o.copy_from_slice(&sc.o_hm[src..src + dd]);
+                rmsnorm_inplace(o, w.o_norm, d.eps);
+                let g = &sc.g[tok * p + head * dd..tok * p + (head + 1) * dd];
+                o.iter_mut().zip(g).for_each(|(o, &g)| *o *= sigmoid(g));
+            }
         }
     }
     // 9. output projection

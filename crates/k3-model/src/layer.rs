@@ -12,23 +12,16 @@
 use crate::dense::dense_forward;
 use crate::dims::Dims;
 use crate::error::{check_len, ModelError};
-use crate::kda::kda_forward;
-use crate::mla::mla_forward;
+use crate::kda::kda_forward_batch;
+use crate::mla::mla_forward_batch;
 use crate::moe::moe_forward;
 use crate::pass::Pass;
 use crate::residual::{fold, mix};
 use crate::scratch::LayerScratch;
-use crate::state::{KdaState, MlaCache};
 use crate::weights::{AttnWeights, FfnWeights, LayerWeights};
 use k3_kernels::norm::rmsnorm;
 
-/// The carried state a layer's token mixer reads and updates.
-pub enum AttnState<'s> {
-    /// KDA recurrent + conv state.
-    Kda(&'s mut KdaState),
-    /// MLA latent cache; the call's tokens go to positions `pass.pos..pass.pos + T`.
-    Mla(&'s mut MlaCache),
-}
+pub use crate::state::AttnState;
 
 /// The residual stream of one call: `h` `[T][E]` and the per-token block stack `blocks`
 /// `[T][max_blocks][E]` holding `n_blocks` snapshots.
@@ -113,6 +106,24 @@ pub fn decoder_layer(
     attn: AttnState<'_>,
     sc: &mut LayerScratch,
 ) -> Result<(), ModelError> {
+    let one = Pass {
+        batch: &[],
+        ..*pass
+    };
+    decoder_layer_batch(&one, l, w, res, &mut [attn], sc)
+}
+
+/// [`decoder_layer`] over every sequence of `pass` (`attn[i]` carries `pass.seq(i)`): all
+/// row-wise work runs over the batch's rows at once, the token mixer's carried part per
+/// sequence.
+pub fn decoder_layer_batch(
+    pass: &Pass<'_>,
+    l: usize,
+    w: &LayerWeights,
+    res: &mut Residual<'_>,
+    attn: &mut [AttnState<'_>],
+    sc: &mut LayerScratch,
+) -> Result<(), ModelError> {
     let (d, t) = (pass.d, pass.t);
     check_layer(d, w, l)?;
     let (e, bs) = (d.hidden, d.max_blocks * d.hidden);
@@ -139,18 +150,9 @@ pub fn decoder_layer(
     // token mixer
     norm_tokens(d, &mut sc.xn, h, w.input_norm, t);
     let (xn, y) = (&sc.xn[..te], &mut sc.y[..te]);
-    match (&w.attn, attn) {
-        (AttnWeights::Kda(kw), AttnState::Kda(st)) => {
-            kda_forward(pass, l, kw, xn, st, y, &mut sc.kda)?
-        }
-        (AttnWeights::Mla(mw), AttnState::Mla(cache)) => {
-            mla_forward(pass, l, mw, xn, cache, y, &mut sc.mla)?
-        }
-        _ => {
-            return Err(ModelError::StateMismatch(format!(
-                "layer {l}: attention kind differs from the state"
-            )))
-        }
+    match &w.attn {
+        AttnWeights::Kda(kw) => kda_forward_batch(pass, l, kw, xn, attn, y, &mut sc.kda)?,
+        AttnWeights::Mla(mw) => mla_forward_batch(pass, l, mw, xn, attn, y, &mut sc.mla)?,
     }
     if cleared {
         prefix.copy_from_slice(y);

@@ -39,7 +39,7 @@ mod tests;
 
 pub use dims::{Dims, LayerKind};
 pub use error::ModelError;
-pub use forward::{argmax, Logits, LogitsMode, Model, LOOKAHEAD_DEFAULT};
+pub use forward::{argmax, BatchItem, Logits, LogitsMode, Model, LOOKAHEAD_DEFAULT};
 pub use mla::MlaPath;
-pub use pass::{Ahead, Pass};
+pub use pass::{Ahead, Pass, Seq};
 pub use state::{KdaState, MlaCache, Snapshot, State};

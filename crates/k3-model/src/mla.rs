@@ -18,9 +18,9 @@
 
 use crate::dims::Dims;
 use crate::error::{check_len, check_shape, ModelError};
-use crate::pass::Pass;
+use crate::pass::{Pass, Seq};
 use crate::scratch::grow;
-use crate::state::MlaCache;
+use crate::state::{AttnState, MlaCache};
 use crate::weights::MlaWeights;
 use k3_kernels::act::sigmoid;
 use k3_kernels::attn::softmax_inplace;
@@ -125,16 +125,65 @@ pub fn mla_forward(
     out: &mut [f32],
     sc: &mut MlaScratch,
 ) -> Result<(), ModelError> {
-    let (d, t, pos) = (pass.d, pass.t, pass.pos);
-    check_mla(d, w, Some(l))?;
-    if pos + t > cache.capacity() {
+    let one = Pass {
+        batch: &[],
+        ..*pass
+    };
+    mla_forward_batch(&one, l, w, x, &mut [AttnState::Mla(cache)], out, sc)
+}
+
+/// The latent cache of sequence `i` of a batch, checked to hold its new rows.
+fn seq_cache<'a>(
+    states: &'a mut [AttnState<'_>],
+    i: usize,
+    seq: Seq,
+) -> Result<&'a mut MlaCache, ModelError> {
+    let cache = match states.get_mut(i) {
+        Some(AttnState::Mla(c)) => c,
+        _ => {
+            return Err(ModelError::StateMismatch(format!(
+                "sequence {i} of the batch has no MLA cache for this layer"
+            )))
+        }
+    };
+    if seq.pos + seq.len > cache.capacity() {
         return Err(ModelError::ContextOverflow {
-            pos,
-            tokens: t,
+            pos: seq.pos,
+            tokens: seq.len,
             max_ctx: cache.capacity(),
         });
     }
-    sc.ensure(d, t, pos + t);
+    Ok(cache)
+}
+
+/// [`mla_forward`] over the sequences of `pass` (`states[i]` carries `pass.seq(i)`): the
+/// projections, gate and `o_proj` run over all rows at once; each sequence's latent rows go
+/// to its own cache and its queries attend over that cache only.
+pub fn mla_forward_batch(
+    pass: &Pass<'_>,
+    l: usize,
+    w: &MlaWeights,
+    x: &[f32],
+    states: &mut [AttnState<'_>],
+    out: &mut [f32],
+    sc: &mut MlaScratch,
+) -> Result<(), ModelError> {
+    let (d, t) = (pass.d, pass.t);
+    check_mla(d, w, Some(l))?;
+    if states.len() != pass.n_seqs() {
+        return Err(ModelError::StateMismatch(format!(
+            "layer {l}: {} states for {} sequences",
+            states.len(),
+            pass.n_seqs()
+        )));
+    }
+    let mut longest = 0;
+    for i in 0..pass.n_seqs() {
+        let seq = pass.seq(i);
+        seq_cache(states, i, seq)?;
+        longest = longest.max(seq.pos + seq.len);
+    }
+    sc.ensure(d, t, longest);
     let (kvr, hv, qw) = (
         d.kv_row(),
         d.mla_heads * d.v_head,
@@ -146,28 +195,37 @@ pub fn mla_forward(
         rmsnorm_inplace(row, w.q_a_norm, d.mla_norm_eps);
     }
     matmul(&mut sc.q[..t * qw], &w.q_b_proj, &sc.cq[..t * d.q_lora], t);
-    // 2. latent: kv_a → RMSNorm on the latent part only → cache rows pos..pos+t
+    // 2. latent: kv_a → RMSNorm on the latent part only
     matmul(&mut sc.ckv[..t * kvr], &w.kv_a_proj, x, t);
     for row in sc.ckv[..t * kvr].chunks_exact_mut(kvr) {
         rmsnorm_inplace(&mut row[..d.kv_lora], w.kv_a_norm, d.mla_norm_eps);
     }
-    cache.rows_mut(pos + t)[pos * kvr..].copy_from_slice(&sc.ckv[..t * kvr]);
-    // 3.–4. causal attention, token by token, heads in parallel
-    let rows = cache.rows(pos + t);
-    for tok in 0..t {
-        let p = pos + tok;
-        let q_t = &sc.q[tok * qw..(tok + 1) * qw];
-        let o_t = &mut sc.o[tok * hv..(tok + 1) * hv];
-        match pass.mla_path {
-            MlaPath::Latent => {
-                let scratch = LatentScratch {
-                    q_lat: &mut sc.q_lat,
-                    ctx: &mut sc.ctx,
-                    scores: &mut sc.scores,
-                };
-                attend_latent(d, &w.kv_b_proj, &rows[..(p + 1) * kvr], q_t, o_t, scratch)
+    // 3.–4. per sequence: its rows into its cache at pos..pos+len, then causal attention,
+    //       token by token, heads in parallel
+    for i in 0..pass.n_seqs() {
+        let seq = pass.seq(i);
+        let (pos, n) = (seq.pos, seq.len);
+        let cache = seq_cache(states, i, seq)?;
+        let new_rows = &sc.ckv[seq.start * kvr..(seq.start + n) * kvr];
+        cache.rows_mut(pos + n)[pos * kvr..].copy_from_slice(new_rows);
+        let rows = cache.rows(pos + n);
+        for j in 0..n {
+            let (tok, p) = (seq.start + j, pos + j);
+            let q_t = &sc.q[tok * qw..(tok + 1) * qw];
+            let o_t = &mut sc.o[tok * hv..(tok + 1) * hv];
+            match pass.mla_path {
+                MlaPath::Latent => {
+                    let scratch = LatentScratch {
+                        q_lat: &mut sc.q_lat,
+                        ctx: &mut sc.ctx,
+                        scores: &mut sc.scores,
+                    };
+                    attend_latent(d, &w.kv_b_proj, &rows[..(p + 1) * kvr], q_t, o_t, scratch)
+                }
+                MlaPath::Expanded => {
+                    attend_expanded(d, &w.kv_b_proj, &rows[..(p + 1) * kvr], q_t, o_t)
+                }
             }
-            MlaPath::Expanded => attend_expanded(d, &w.kv_b_proj, &rows[..(p + 1) * kvr], q_t, o_t),
         }
     }
     // 5. output gate on the concatenated heads (no norm), 6. o_proj

@@ -12,15 +12,31 @@ use crate::weights::ExpertProvider;
 /// starts queue behind them. The result of the forward never depends on it.
 pub type Ahead<'a> = &'a dyn Fn(usize, &[f32]);
 
+/// One sequence of a batched call: rows `start..start + len` of every `[T][…]` buffer, at
+/// absolute positions `pos..pos + len` of that sequence's own carried state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seq {
+    /// First row of the call that belongs to the sequence.
+    pub start: usize,
+    /// Rows (tokens) of the sequence in the call.
+    pub len: usize,
+    /// Absolute position of the sequence's first token in this call.
+    pub pos: usize,
+}
+
 /// Facts every layer of one call reads.
 #[derive(Clone, Copy)]
 pub struct Pass<'p> {
     /// The model's widths and constants.
     pub d: &'p Dims,
-    /// Tokens in the call (T).
+    /// Rows in the call (T): the tokens of every sequence, back to back.
     pub t: usize,
-    /// Absolute position of the call's first token.
+    /// Absolute position of the call's first token (one-sequence calls).
     pub pos: usize,
+    /// The sequences of a batched call, in row order; empty = one sequence of all `t` rows at
+    /// `pos`. Row-wise ops (projections, router, experts, norms) run over all `t` rows at once;
+    /// the token mixers' recurrence, conv and attention run per sequence against its state.
+    pub batch: &'p [Seq],
     /// The routed-expert store.
     pub experts: &'p dyn ExpertProvider,
     /// MLA formulation (latent cache with absorbed weights, or the expanded test reference).
@@ -39,6 +55,24 @@ impl<'p> Pass<'p> {
             experts,
             mla_path: MlaPath::Latent,
             ahead: None,
+            batch: &[],
+        }
+    }
+
+    /// Sequences in the call (1 unless batched).
+    pub fn n_seqs(&self) -> usize {
+        self.batch.len().max(1)
+    }
+
+    /// Sequence `i` of the call (`i < n_seqs()`).
+    pub fn seq(&self, i: usize) -> Seq {
+        match self.batch.get(i) {
+            Some(&s) => s,
+            None => Seq {
+                start: 0,
+                len: self.t,
+                pos: self.pos,
+            },
         }
     }
 }

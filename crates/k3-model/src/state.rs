@@ -12,6 +12,14 @@
 use crate::dims::Dims;
 use crate::scratch::Scratch;
 
+/// The carried state one sequence's token mixer reads and updates in one layer.
+pub enum AttnState<'s> {
+    /// KDA recurrent + conv state.
+    Kda(&'s mut KdaState),
+    /// MLA latent cache; the sequence's tokens go to positions `seq.pos..seq.pos + seq.len`.
+    Mla(&'s mut MlaCache),
+}
+
 /// Carried state of one KDA layer.
 #[derive(Clone, Debug)]
 pub struct KdaState {

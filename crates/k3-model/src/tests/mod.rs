@@ -1,5 +1,6 @@
 //! Determinism and equivalence tests of the whole model on random weights.
 
+mod batch;
 mod ops;
 
 use crate::testing::*;
