@@ -22,6 +22,7 @@
 // Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod batch;
 pub mod chat_template;
 mod error;
 mod gather;
@@ -37,6 +38,7 @@ pub mod stats;
 mod stop;
 mod streaming;
 
+pub use batch::BatchFeed;
 pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
 pub use k3_format::K3Config;
 pub use k3_plan::{Budget, MemoryPlan, Preset};

@@ -115,7 +115,7 @@ impl<'e> Session<'e> {
         self.logits.clear();
     }
 
-    fn check_ids(&self, ids: &[u32]) -> Result<(), EngineError> {
+    pub(crate) fn check_ids(&self, ids: &[u32]) -> Result<(), EngineError> {
         let vocab = self.engine.config.vocab_size;
         if let Some((i, id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
             return Err(EngineError::Invalid(format!(
@@ -305,17 +305,32 @@ impl<'e> Session<'e> {
     }
 
     /// The engine this session runs on (for `generate_with`).
+    /// Takes the pending token (to run it first) for a batched feed.
+    pub(crate) fn take_pending(&mut self) -> Option<u32> {
+        self.pending.take()
+    }
+
+    /// Records tokens a batched pass ran, and the logits it left (when it gave any).
+    pub(crate) fn record_batched(&mut self, ran: &[u32], logits: Option<Vec<f32>>) {
+        self.fed.extend_from_slice(ran);
+        if let Some(l) = logits {
+            self.logits = l;
+        }
+    }
+
     pub(crate) fn owner(&self) -> &'e Engine {
         self.engine
     }
 
-    /// The tokens fed so far (excludes a pending token).
-    pub(crate) fn history(&self) -> &[u32] {
+    /// The tokens fed so far (excludes a pending token): what a [`crate::Sampler`]'s
+    /// penalties look back on.
+    pub fn history(&self) -> &[u32] {
         &self.fed
     }
 
     /// Ends a generation at `id`: kept pending (fed lazily by the next call), logits cleared.
-    pub(crate) fn keep_pending(&mut self, id: u32) -> Result<(), EngineError> {
+    /// [`Session::tokens`] includes it, so a saved session is exactly the conversation.
+    pub fn keep_pending(&mut self, id: u32) -> Result<(), EngineError> {
         self.check_ids(&[id])?;
         self.pending = Some(id);
         self.logits.clear();
