@@ -91,6 +91,9 @@ pub struct EngineOptions {
     /// without a budget). Fewer tokens per pass use less scratch and read the unpinned trunk
     /// more often; the logits are the same.
     pub max_prefill_chunk: Option<usize>,
+    /// Sessions whose carried state (KDA state + latent KV for `ctx`) the memory plan
+    /// reserves at once (default 1; `k3 serve` passes `--parallel` plus its saved sessions).
+    pub sessions: usize,
 }
 
 impl Default for EngineOptions {
@@ -107,6 +110,7 @@ impl Default for EngineOptions {
             open_progress: None,
             lookahead: k3_model::LOOKAHEAD_DEFAULT,
             max_prefill_chunk: None,
+            sessions: 1,
         }
     }
 }
@@ -193,7 +197,7 @@ impl Engine {
             Some(budget) => {
                 let ckpt = Checkpoint::open(dir)?;
                 let binding = bind_model(&ckpt, &config)?;
-                let plan = planning::plan_checked(&config, &binding, budget, options.ctx)?;
+                let plan = planning::plan_checked(&config, &binding, budget, options.ctx, options.sessions)?;
                 let mut files = match options.readers {
                     Some(r) => r,
                     None => streaming::open_files(&ckpt, options.direct_io)?,

@@ -73,9 +73,11 @@ pub fn plan_checked(
     b: &ModelBinding,
     budget: Budget,
     ctx: usize,
+    sessions: usize,
 ) -> Result<MemoryPlan, EngineError> {
     let sizes = model_sizes(cfg, b)?;
-    let plan = k3_plan::plan::plan(&sizes, &PlanRequest::new(budget, ctx as u64))?;
+    let req = PlanRequest::new(budget, ctx as u64).with_sessions(sessions as u64);
+    let plan = k3_plan::plan::plan(&sizes, &req)?;
     plan.check(&sizes, &available_memory())?;
     Ok(plan)
 }

@@ -303,3 +303,27 @@ fn prefill_chunk_takes_an_eighth_of_the_budget() {
     assert_eq!(tight.prefill_chunk, 1);
     assert!(tight.total_bytes() <= need + 1000);
 }
+
+#[test]
+fn every_reserved_session_gets_its_state_inside_the_budget() {
+    let s = k3();
+    let one = plan(&s, &PlanRequest::new(Budget::Total(16 * GB), 4096)).unwrap();
+    let four = PlanRequest::new(Budget::Total(16 * GB), 4096).with_sessions(4);
+    let p = plan(&s, &four).unwrap();
+    assert_eq!(p.kda_state_bytes, 4 * one.kda_state_bytes);
+    assert_eq!(p.latent_kv_bytes, 4 * one.latent_kv_bytes);
+    assert!(p.total_bytes() <= 16 * GB, "never over the total");
+    let weights = |p: &k3_plan::MemoryPlan| p.trunk.total_bytes() + p.expert_cache_bytes();
+    assert!(
+        weights(&p) < weights(&one),
+        "the extra sessions' state comes out of the trunk pins and the cache"
+    );
+    assert!(p.table(None).contains("4 sessions"));
+    // A preset keeps its trunk and cache budgets; the sessions' state is reported beside them.
+    let laptop = PlanRequest::new(Budget::Preset(Preset::Laptop), 4096).with_sessions(4);
+    let l = plan(&s, &laptop).unwrap();
+    assert_eq!(l.kda_state_bytes, 4 * preset(Preset::Laptop).kda_state_bytes);
+    // Too many sessions for the total: refused with the need, never over budget.
+    let crowd = PlanRequest::new(Budget::Total(16 * GB), 4096).with_sessions(4000);
+    assert!(matches!(plan(&s, &crowd), Err(PlanError::TotalTooSmall { .. })));
+}

@@ -92,13 +92,19 @@ pub const PREFILL_SHARE_DIVISOR: u64 = 8;
 /// `--mem-gb`, where it also never takes what the smallest plan needs), at least 1, at most
 /// `ctx` and [`MAX_PREFILL_CHUNK`].
 pub fn prefill_chunk(sizes: &ModelSizes, budget: Budget, ctx: u64) -> u64 {
+    prefill_chunk_for(sizes, &PlanRequest::new(budget, ctx))
+}
+
+/// [`prefill_chunk`] for a whole request (its sessions' state counts as fixed cost).
+pub fn prefill_chunk_for(sizes: &ModelSizes, req: &PlanRequest) -> u64 {
+    let (budget, ctx) = (req.budget, req.ctx);
+    let (kda_state, kv) = req.session_bytes(sizes);
     let share = match budget {
         Budget::Preset(p) => (p.gb().0 + p.gb().1) * GB / PREFILL_SHARE_DIVISOR,
         Budget::Split { trunk, cache } => trunk.saturating_add(cache) / PREFILL_SHARE_DIVISOR,
         Budget::Total(total) => {
-            let kv = sizes.latent_kv_bytes_per_pos * ctx;
             let smallest = sizes.embed_lm_head_bytes
-                + sizes.kda_state_bytes
+                + kda_state
                 + kv
                 + sizes.scratch_bytes
                 + min_trunk_budget(&sizes.layer_costs())
@@ -201,16 +207,35 @@ pub struct PlanRequest {
     pub ctx: u64,
     /// Ring slots wanted when streaming (2: one computing, one being read).
     pub ring_slots: usize,
+    /// Sessions whose carried state (KDA state + latent KV for `ctx`) is reserved at once:
+    /// 1 for `run`/`chat`, the server's `--parallel` plus its saved sessions.
+    pub sessions: u64,
 }
 
 impl PlanRequest {
-    /// A request with the default 2-slot ring.
+    /// A request for one session with the default 2-slot ring.
     pub fn new(budget: Budget, ctx: u64) -> Self {
         Self {
             budget,
             ctx,
             ring_slots: 2,
+            sessions: 1,
         }
+    }
+
+    /// The same request reserving state for `n` sessions (at least 1).
+    pub fn with_sessions(mut self, n: u64) -> Self {
+        self.sessions = n.max(1);
+        self
+    }
+
+    /// Carried state of every reserved session: `(KDA state, latent KV)` bytes.
+    pub fn session_bytes(&self, sizes: &ModelSizes) -> (u64, u64) {
+        let n = self.sessions.max(1);
+        (
+            sizes.kda_state_bytes * n,
+            sizes.latent_kv_bytes_per_pos * self.ctx * n,
+        )
     }
 }
 
@@ -231,9 +256,9 @@ pub struct MemoryPlan {
     pub n_routed_experts: u64,
     /// `embed_tokens` + `lm_head`, bytes.
     pub embed_lm_head_bytes: u64,
-    /// KDA state, bytes.
+    /// KDA state of every reserved session, bytes.
     pub kda_state_bytes: u64,
-    /// Latent KV for `request.ctx` positions, bytes.
+    /// Latent KV for `request.ctx` positions of every reserved session, bytes.
     pub latent_kv_bytes: u64,
     /// Scratch of a one-token call, bytes.
     pub scratch_bytes: u64,
@@ -273,10 +298,10 @@ impl MemoryPlan {
 /// Plans memory for `sizes` under `req`. Errors name the flag to change and by how much.
 pub fn plan(sizes: &ModelSizes, req: &PlanRequest) -> Result<MemoryPlan, PlanError> {
     let layers = sizes.layer_costs();
-    let kv = sizes.latent_kv_bytes_per_pos * req.ctx;
-    let chunk = prefill_chunk(sizes, req.budget, req.ctx);
+    let (kda_state, kv) = req.session_bytes(sizes);
+    let chunk = prefill_chunk_for(sizes, req);
     let prefill = (chunk - 1) * sizes.prefill_bytes_per_token;
-    let (trunk, cache) = split_budget(sizes, req.budget, &layers, kv + prefill)?;
+    let (trunk, cache) = split_budget(sizes, req.budget, &layers, kda_state + kv + prefill)?;
     let trunk_plan =
         plan_trunk(&layers, trunk, req.ring_slots).ok_or_else(|| PlanError::TrunkTooSmall {
             budget: trunk,
@@ -307,7 +332,7 @@ pub fn plan(sizes: &ModelSizes, req: &PlanRequest) -> Result<MemoryPlan, PlanErr
         expert_slot_bytes: slot,
         n_routed_experts: sizes.n_routed_experts,
         embed_lm_head_bytes: sizes.embed_lm_head_bytes,
-        kda_state_bytes: sizes.kda_state_bytes,
+        kda_state_bytes: kda_state,
         latent_kv_bytes: kv,
         scratch_bytes: sizes.scratch_bytes,
         prefill_chunk: chunk,
@@ -315,22 +340,21 @@ pub fn plan(sizes: &ModelSizes, req: &PlanRequest) -> Result<MemoryPlan, PlanErr
     })
 }
 
-/// (trunk budget, cache budget). For a total: fixed costs (with `per_ctx`, the latent KV and
-/// prefill scratch) first, then the trunk gets what it can use while leaving the minimum
+/// (trunk budget, cache budget). For a total: fixed costs (with `per_session`, every
+/// session's KDA state and latent KV, and the prefill scratch) first, then the trunk gets what it can use while leaving the minimum
 /// cache; the cache budget returned is everything after fixed costs (the caller subtracts
 /// what the trunk plan actually takes).
 fn split_budget(
     sizes: &ModelSizes,
     budget: Budget,
     layers: &[LayerCost],
-    per_ctx: u64,
+    per_session: u64,
 ) -> Result<(u64, u64), PlanError> {
     match budget {
         Budget::Preset(p) => Ok((p.gb().0 * GB, p.gb().1 * GB)),
         Budget::Split { trunk, cache } => Ok((trunk, cache)),
         Budget::Total(total) => {
-            let fixed =
-                sizes.embed_lm_head_bytes + sizes.kda_state_bytes + per_ctx + sizes.scratch_bytes;
+            let fixed = sizes.embed_lm_head_bytes + per_session + sizes.scratch_bytes;
             let rest = total.saturating_sub(fixed);
             let min_trunk = min_trunk_budget(layers);
             let min_cache = sizes.min_expert_slots() * sizes.expert_slot_bytes();

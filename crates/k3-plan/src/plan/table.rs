@@ -67,12 +67,16 @@ impl MemoryPlan {
             fmt_bytes(self.expert_slot_bytes)
         );
         line(&mut s, "expert cache", self.expert_cache_bytes(), &slots);
-        line(&mut s, "KDA state", self.kda_state_bytes, "");
+        let sessions = match self.request.sessions {
+            0 | 1 => String::new(),
+            n => format!("{n} sessions"),
+        };
+        line(&mut s, "KDA state", self.kda_state_bytes, &sessions);
         line(
             &mut s,
             &format!("latent KV for ctx {}", self.request.ctx),
             self.latent_kv_bytes,
-            "",
+            &sessions,
         );
         line(&mut s, "scratch", self.scratch_bytes, "");
         let chunk = format!("{} tokens per trunk pass", self.prefill_chunk);
