@@ -137,7 +137,8 @@ fn unsupported_fields_are_refused_by_name_and_informational_ones_accepted() {
         ("function_call", json!("auto")),
         ("response_format", json!({"type": "json_object"})),
         ("logit_bias", json!({"42": 5})),
-        ("n", json!(2)),
+        ("n", json!(0)),
+        ("n", json!(17)),
         ("logprobs", json!(true)),
         ("top_logprobs", json!(2)),
         ("parallel_tool_calls", json!(true)),
@@ -244,7 +245,10 @@ fn each_request_logs_one_line() {
 
 #[test]
 fn a_queued_stream_gets_keep_alive_comments() {
-    let s = Server::start_env(&["--ctx", "8192"], &[("K3_SSE_KEEP_ALIVE_MS", "50")]);
+    let s = Server::start_env(
+        &["--ctx", "8192", "--parallel", "1"],
+        &[("K3_SSE_KEEP_ALIVE_MS", "50")],
+    );
     let mut first = s.post("/v1/completions", &long_job(8000, true));
     let mut buf = [0u8; 256];
     assert!(first.read(&mut buf).expect("the first stream runs") > 0);
@@ -256,4 +260,49 @@ fn a_queued_stream_gets_keep_alive_comments() {
     drop(queued);
     drop(first);
     log_line(&s, "cancelled while queued");
+}
+
+#[test]
+fn n_choices_run_as_one_batch() {
+    let s = Server::start(&["--parallel", "4"]);
+    let body = chat_body(
+        user(),
+        json!({"max_tokens": 6, "n": 3, "temperature": 1.0, "seed": 9}),
+    );
+    let (st, v) = s.post_json("/v1/chat/completions", &body);
+    assert_eq!(st, 200, "{v}");
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3, "{v}");
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], json!(i));
+        assert!(c["message"]["content"].is_string(), "{c}");
+    }
+    let total: u64 = v["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(total >= 3 && total <= 18, "{v}");
+    // choice 0 is the request alone with the same seed; choice 1 is seed + 1
+    let one = |seed: u64| {
+        let (_, v) = s.post_json(
+            "/v1/chat/completions",
+            &chat_body(user(), json!({"max_tokens": 6, "temperature": 1.0, "seed": seed})),
+        );
+        v["choices"][0]["message"]["content"].clone()
+    };
+    assert_eq!(choices[0]["message"]["content"], one(9));
+    assert_eq!(choices[1]["message"]["content"], one(10));
+    // streamed: every choice's chunks carry its index, one [DONE] at the end
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let text = s.post("/v1/chat/completions", &streamed).text().unwrap();
+    let events = sse_events(&text);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    assert_eq!(events.iter().filter(|e| *e == "[DONE]").count(), 1);
+    let mut finished = [false; 3];
+    for e in events.iter().filter(|e| *e != "[DONE]") {
+        let v: Value = serde_json::from_str(e).unwrap();
+        let c = &v["choices"][0];
+        if !c["finish_reason"].is_null() {
+            finished[c["index"].as_u64().unwrap() as usize] = true;
+        }
+    }
+    assert_eq!(finished, [true; 3], "{text}");
 }

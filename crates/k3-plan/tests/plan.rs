@@ -322,8 +322,14 @@ fn every_reserved_session_gets_its_state_inside_the_budget() {
     // A preset keeps its trunk and cache budgets; the sessions' state is reported beside them.
     let laptop = PlanRequest::new(Budget::Preset(Preset::Laptop), 4096).with_sessions(4);
     let l = plan(&s, &laptop).unwrap();
-    assert_eq!(l.kda_state_bytes, 4 * preset(Preset::Laptop).kda_state_bytes);
+    assert_eq!(
+        l.kda_state_bytes,
+        4 * preset(Preset::Laptop).kda_state_bytes
+    );
     // Too many sessions for the total: refused with the need, never over budget.
     let crowd = PlanRequest::new(Budget::Total(16 * GB), 4096).with_sessions(4000);
-    assert!(matches!(plan(&s, &crowd), Err(PlanError::TotalTooSmall { .. })));
+    assert!(matches!(
+        plan(&s, &crowd),
+        Err(PlanError::TotalTooSmall { .. })
+    ));
 }

@@ -49,7 +49,6 @@ const FIELDS: &[(&str, Accepts, &str)] = &[
         empty_object,
         "logit_bias is not supported (only an empty object is accepted)",
     ),
-    ("n", one, "n: only 1 choice per request is supported"),
     (
         "logprobs",
         no_logprobs,
@@ -77,10 +76,6 @@ fn text_format(v: &Value) -> bool {
 
 fn empty_object(v: &Value) -> bool {
     v.is_null() || v.as_object().is_some_and(Map::is_empty)
-}
-
-fn one(v: &Value) -> bool {
-    v.is_null() || v.as_u64() == Some(1)
 }
 
 fn zero(v: &Value) -> bool {
@@ -170,7 +165,7 @@ mod tests {
         );
         assert_eq!(
             check(
-                json!({"response_format": {"type": "text"}, "n": 1, "logprobs": false, "top_logprobs": 0, "logit_bias": {}, "tools": null})
+                json!({"response_format": {"type": "text"}, "logprobs": false, "top_logprobs": 0, "logit_bias": {}, "tools": null})
             ),
             Ok(())
         );
@@ -182,7 +177,6 @@ mod tests {
             ("parallel_tool_calls", json!(false)),
             ("response_format", json!({"type": "json_object"})),
             ("logit_bias", json!({"5": 10})),
-            ("n", json!(2)),
             ("logprobs", json!(true)),
             ("top_logprobs", json!(3)),
             ("best_of", json!(2)),

@@ -1,11 +1,13 @@
 //! `k3 serve`: an OpenAI-compatible HTTP server with the model resident in-process.
 //!
-//! The engine runs on ONE dedicated OS thread (the worker, [`worker::run`]); handlers on a
-//! small tokio runtime parse and validate requests, render the prompt with the shared
-//! engine's tokenizer, and queue jobs on a bounded channel (`--queue`; full ⇒ 429). One
-//! generation runs at a time. See docs/SERVER.md.
+//! The engine runs on ONE dedicated OS thread (the scheduler, [`scheduler::run`]); handlers
+//! on a small tokio runtime parse and validate requests, render the prompt with the shared
+//! engine's tokenizer, and queue jobs on a bounded channel (`--queue`; full ⇒ 429). Up to
+//! `--parallel` generations run together, batched into one forward pass per step
+//! (continuous batching). See docs/SERVER.md.
 
 mod routes;
+mod scheduler;
 mod types;
 mod worker;
 
@@ -54,9 +56,18 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1/* and /metrics.
     #[arg(long)]
     pub api_key: Option<String>,
-    /// Requests that may wait for the engine while one generates; more ⇒ 429.
+    /// Requests that may wait while `--parallel` others generate; more ⇒ 429.
     #[arg(long, default_value_t = 8)]
     pub queue: usize,
+    /// Generations batched together at most (continuous batching; llama-server's name). The
+    /// memory plan reserves each one's state (KDA state + latent KV for `--ctx`).
+    #[arg(long, visible_alias = "np", default_value_t = 4)]
+    pub parallel: usize,
+    /// Prompt tokens fed per step while other requests are generating: bounds the time
+    /// between their tokens when a long prompt arrives (alone, a prompt is fed in planner
+    /// chunks).
+    #[arg(long, visible_alias = "ubatch-size", default_value_t = 64)]
+    pub ubatch: usize,
     /// Context positions per request (prompt + reply).
     #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
     pub ctx: usize,
@@ -110,7 +121,19 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     }
     let file = crate::config_file::load()?;
     let model_dir = args.model.resolve(&file)?;
-    let options = args.engine.options(&file, args.ctx)?;
+    if args.parallel == 0 || args.ubatch == 0 {
+        return Err(CliError::usage(
+            "--parallel and --ubatch must be at least 1",
+        ));
+    }
+    let mut options = args.engine.options(&file, args.ctx)?;
+    // every batched session's state, and every saved one, inside the budget
+    let saved = if args.no_reuse {
+        0
+    } else {
+        worker::LRU_CAPACITY
+    };
+    options.sessions = args.parallel + saved;
     let engine = Arc::new(crate::engine_args::open_engine(&model_dir, options, true)?);
     crate::engine_args::tokenizer_of(&engine, &model_dir)?;
     let model_id = std::fs::canonicalize(&model_dir)
@@ -119,11 +142,16 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         .map_or_else(|| "k3".to_string(), |n| n.to_string_lossy().into_owned());
     let metrics = Arc::new(worker::Metrics::default());
     let (tx, rx) = mpsc::channel(args.queue);
-    let (w_engine, w_metrics, ctx, reuse) =
-        (engine.clone(), metrics.clone(), args.ctx, !args.no_reuse);
+    let limits = scheduler::Limits {
+        ctx: args.ctx,
+        parallel: args.parallel,
+        ubatch: args.ubatch,
+        reuse: !args.no_reuse,
+    };
+    let (w_engine, w_metrics) = (engine.clone(), metrics.clone());
     std::thread::Builder::new()
         .name("k3-engine".into())
-        .spawn(move || worker::run(w_engine, rx, w_metrics, ctx, reuse))
+        .spawn(move || scheduler::run(w_engine, rx, w_metrics, limits))
         .map_err(|e| CliError::runtime(format!("cannot start the engine thread: {e}")))?;
     let shared = Arc::new(Shared {
         engine,

@@ -65,13 +65,17 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
 }
 
 /// Checks the prompt against the context and queues the job; returns its event receiver.
+/// Queues one job per choice (`settings.n`; choice i > 0 samples from seed + i) and returns
+/// their events merged on one channel, tagged with the choice index. All or nothing: when
+/// the queue cannot take every choice, none runs (the queued ones are cancelled) and the
+/// request gets 429.
 fn submit(
     shared: &Shared,
     id: &str,
     kind: JobKind,
     prompt: Vec<u32>,
     settings: GenSettings,
-) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+) -> Result<mpsc::UnboundedReceiver<(usize, Event)>, ApiError> {
     let ctx = shared.ctx;
     let param = match kind {
         JobKind::Chat(_) => "messages",
@@ -92,23 +96,26 @@ fn submit(
     }
     let room = ctx - prompt.len();
     let max_new = settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).min(room);
-    let (tx, rx) = mpsc::unbounded_channel();
-    let job = Job {
-        id: id.to_string(),
-        queued: Instant::now(),
-        kind,
-        prompt,
-        settings,
-        max_new,
-        events: tx,
-    };
-    shared.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
     shared.metrics.requests.fetch_add(1, Ordering::Relaxed);
-    match shared.jobs.try_send(job) {
-        Ok(()) => Ok(rx),
-        Err(e) => {
+    let mut receivers = Vec::with_capacity(settings.n);
+    for index in 0..settings.n {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut settings = settings.clone();
+        settings.params.seed = settings.params.seed.wrapping_add(index as u64);
+        let job = Job {
+            id: id.to_string(),
+            queued: Instant::now(),
+            kind,
+            prompt: prompt.clone(),
+            settings,
+            max_new,
+            index,
+            events: tx,
+        };
+        shared.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
+        if let Err(e) = shared.jobs.try_send(job) {
             shared.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
-            Err(match e {
+            return Err(match e {
                 mpsc::error::TrySendError::Full(_) => ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     "rate_limit_error",
@@ -121,9 +128,39 @@ fn submit(
                     None,
                     "the engine worker has stopped",
                 ),
-            })
+            });
         }
+        receivers.push(rx);
     }
+    Ok(merge(receivers))
+}
+
+/// Every choice's events on one channel, tagged with the choice index. A forwarder ends as
+/// soon as the merged receiver is dropped (the client left), dropping its job's receiver so
+/// the scheduler cancels the job — queued or running.
+fn merge(
+    receivers: Vec<mpsc::UnboundedReceiver<Event>>,
+) -> mpsc::UnboundedReceiver<(usize, Event)> {
+    let (tx, merged) = mpsc::unbounded_channel();
+    for (index, mut rx) in receivers.into_iter().enumerate() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tx.closed() => break,
+                    event = rx.recv() => match event {
+                        Some(e) => {
+                            if tx.send((index, e)).is_err() {
+                                break;
+                            }
+                        }
+                        None => break,
+                    },
+                }
+            }
+        });
+    }
+    merged
 }
 
 fn usage(s: &Summary) -> Value {
@@ -133,6 +170,15 @@ fn usage(s: &Summary) -> Value {
         "total_tokens": s.prompt_tokens + s.completion_tokens,
         "prompt_tokens_reused": s.prompt_tokens_reused,
     })
+}
+
+/// Usage of a whole request: the prompt once, every choice's completion tokens.
+fn usage_all(all: &[Choice]) -> Value {
+    let mut u = usage(&all[0].summary);
+    let completion: usize = all.iter().map(|c| c.summary.completion_tokens).sum();
+    u["completion_tokens"] = json!(completion);
+    u["total_tokens"] = json!(all[0].summary.prompt_tokens + completion);
+    u
 }
 
 fn timings(s: &Summary) -> Value {
@@ -145,6 +191,8 @@ fn timings(s: &Summary) -> Value {
         "predicted_n": s.completion_tokens,
         "predicted_ms": s.predicted_seconds * 1e3,
         "predicted_per_second": rate(s.completion_tokens, s.predicted_seconds),
+        "max_token_gap_ms": s.max_token_gap_seconds * 1e3,
+        "mean_batch": s.mean_batch,
         "bytes_read": s.bytes_read,
         "expert_hit_rate": s.expert_hit_rate,
     })
@@ -159,58 +207,78 @@ fn worker_failed(message: String) -> ApiError {
     )
 }
 
-/// Collects a whole generation (non-streaming). Dropping this future (client gone) drops the
-/// receiver, which cancels the generation at the next token.
+/// One finished choice of a non-streaming request.
+struct Choice {
+    content: String,
+    reasoning: String,
+    summary: Summary,
+}
+
+/// Waits for all `n` choices; the first failure fails the request.
 async fn collect(
-    mut rx: mpsc::UnboundedReceiver<Event>,
-) -> Result<(String, String, Summary), ApiError> {
-    let (mut content, mut reasoning) = (String::new(), String::new());
-    while let Some(event) = rx.recv().await {
+    mut rx: mpsc::UnboundedReceiver<(usize, Event)>,
+    n: usize,
+) -> Result<Vec<Choice>, ApiError> {
+    let mut text = vec![(String::new(), String::new()); n];
+    let mut done: Vec<Option<Summary>> = vec![None; n];
+    while let Some((i, event)) = rx.recv().await {
         match event {
-            Event::Delta {
-                content: c,
-                reasoning: r,
-            } => {
-                content.push_str(&c);
-                reasoning.push_str(&r);
+            Event::Delta { content, reasoning } => {
+                text[i].0.push_str(&content);
+                text[i].1.push_str(&reasoning);
             }
-            Event::Done(s) => return Ok((content, reasoning, s)),
+            Event::Done(s) => done[i] = Some(s),
             Event::Failed(m) => return Err(worker_failed(m)),
+        }
+        if done.iter().all(Option::is_some) {
+            return Ok(text
+                .into_iter()
+                .zip(done)
+                .filter_map(|((content, reasoning), s)| {
+                    s.map(|summary| Choice {
+                        content,
+                        reasoning,
+                        summary,
+                    })
+                })
+                .collect());
         }
     }
     Err(worker_failed("the engine worker stopped".into()))
 }
 
-/// An SSE body: one `data:` line per worker event, `make` building each chunk, and a
-/// `: keep-alive` comment whenever no event came for `keep_alive` (e.g. while queued).
+/// The SSE body: one `data:` event per choice event, `: keep-alive` comments while nothing
+/// comes, `[DONE]` after every one of the `n` choices has finished (or one failed).
 fn sse(
-    rx: mpsc::UnboundedReceiver<Event>,
+    rx: mpsc::UnboundedReceiver<(usize, Event)>,
+    n: usize,
     keep_alive: Duration,
-    make: impl Fn(&Event) -> Value + Send + Sync + 'static,
+    make: impl Fn(usize, &Event) -> Value + Send + Sync + 'static,
 ) -> Response {
     let make = Arc::new(make);
-    let stream = futures_util::stream::unfold(Some(rx), move |rx| {
+    let stream = futures_util::stream::unfold(Some((rx, n)), move |state| {
         let make = make.clone();
-        let out = async move {
-            let mut rx = rx?;
-            let event = match tokio::time::timeout(keep_alive, rx.recv()).await {
+        async move {
+            let (mut rx, mut left) = state?;
+            let (index, event) = match tokio::time::timeout(keep_alive, rx.recv()).await {
                 Err(_) => {
                     let comment = Bytes::from_static(b": keep-alive\n\n");
-                    return Some((Ok::<Bytes, Infallible>(comment), Some(rx)));
+                    return Some((Ok::<Bytes, Infallible>(comment), Some((rx, left))));
                 }
                 Ok(event) => event?,
             };
-            let mut text = format!("data: {}\n\n", make(&event));
-            let next = match event {
-                Event::Delta { .. } => Some(rx),
-                Event::Done(_) | Event::Failed(_) => {
-                    text.push_str("data: [DONE]\n\n");
-                    None
-                }
-            };
-            Some((Ok::<Bytes, Infallible>(Bytes::from(text)), next))
-        };
-        out
+            let mut text = format!("data: {}\n\n", make(index, &event));
+            match event {
+                Event::Delta { .. } => {}
+                Event::Done(_) => left -= 1,
+                Event::Failed(_) => left = 0,
+            }
+            if left == 0 {
+                text.push_str("data: [DONE]\n\n");
+                return Some((Ok::<Bytes, Infallible>(Bytes::from(text)), None));
+            }
+            Some((Ok::<Bytes, Infallible>(Bytes::from(text)), Some((rx, left))))
+        }
     });
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -219,7 +287,6 @@ fn sse(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-/// A 200 response with a JSON body.
 pub fn json_response(v: Value) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
 }
@@ -242,21 +309,25 @@ pub async fn chat_completions(
         .ok_or_else(|| worker_failed("the model has no tokenizer".into()))?;
     let prompt = k3_engine::chat_template::render(tok, &messages, thinking, true)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-    let (stream, with_usage) = (settings.stream, settings.include_usage);
+    let (stream, with_usage, n) = (settings.stream, settings.include_usage, settings.n);
     let id = format!("chatcmpl-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
     let rx = submit(&shared, &id, JobKind::Chat(thinking), prompt, settings)?;
     let (created, model) = (now(), shared.model_id.clone());
     if stream {
-        let started = std::sync::atomic::AtomicBool::new(false);
-        return Ok(sse(rx, shared.keep_alive, move |event| {
+        let started = std::sync::Mutex::new(vec![false; n]);
+        return Ok(sse(rx, n, shared.keep_alive, move |index, event| {
             let chunk = |delta: Value, finish: Value| {
                 json!({"id": id, "object": "chat.completion.chunk", "created": created,
-                       "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                       "model": model, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]})
             };
             match event {
                 Event::Delta { content, reasoning } => {
                     let mut delta = serde_json::Map::new();
-                    if !started.swap(true, Ordering::Relaxed) {
+                    let first = started
+                        .lock()
+                        .map(|mut s| !std::mem::replace(&mut s[index], true))
+                        .unwrap_or(false);
+                    if first {
                         delta.insert("role".into(), json!("assistant"));
                     }
                     if !content.is_empty() {
@@ -279,15 +350,21 @@ pub async fn chat_completions(
             }
         }));
     }
-    let (content, reasoning, s) = collect(rx).await?;
-    let mut message = json!({"role": "assistant", "content": content});
-    if !reasoning.is_empty() {
-        message["reasoning_content"] = json!(reasoning);
-    }
+    let all = collect(rx, n).await?;
+    let choices: Vec<Value> = all
+        .iter()
+        .enumerate()
+        .map(|(index, c)| {
+            let mut message = json!({"role": "assistant", "content": c.content});
+            if !c.reasoning.is_empty() {
+                message["reasoning_content"] = json!(c.reasoning);
+            }
+            json!({"index": index, "message": message, "finish_reason": c.summary.finish_reason})
+        })
+        .collect();
     Ok(json_response(json!({
         "id": id, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": s.finish_reason}],
-        "usage": usage(&s), "timings": timings(&s),
+        "choices": choices, "usage": usage_all(&all), "timings": timings(&all[0].summary),
     }))
     .into_response())
 }
@@ -305,24 +382,24 @@ pub async fn completions(
         .tokenizer()
         .ok_or_else(|| worker_failed("the model has no tokenizer".into()))?;
     let prompt = tok.encode(&text, false);
-    let (stream, with_usage) = (settings.stream, settings.include_usage);
+    let (stream, with_usage, n) = (settings.stream, settings.include_usage, settings.n);
     let kind = JobKind::Completion {
         ignore_eos: req.common.ignore_eos,
     };
     let id = format!("cmpl-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
     let rx = submit(&shared, &id, kind, prompt, settings)?;
     let (created, model) = (now(), shared.model_id.clone());
-    let choice = |text: &str, finish: Value| json!([{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}]);
+    let choice = |index: usize, text: &str, finish: Value| json!({"index": index, "text": text, "logprobs": null, "finish_reason": finish});
     if stream {
-        return Ok(sse(rx, shared.keep_alive, move |event| {
-            let base = |choices: Value| {
+        return Ok(sse(rx, n, shared.keep_alive, move |index, event| {
+            let base = |choice: Value| {
                 json!({"id": id, "object": "text_completion", "created": created,
-                       "model": model, "choices": choices})
+                       "model": model, "choices": [choice]})
             };
             match event {
-                Event::Delta { content, .. } => base(choice(content, Value::Null)),
+                Event::Delta { content, .. } => base(choice(index, content, Value::Null)),
                 Event::Done(s) => {
-                    let mut c = base(choice("", json!(s.finish_reason)));
+                    let mut c = base(choice(index, "", json!(s.finish_reason)));
                     if with_usage {
                         c["usage"] = usage(s);
                         c["timings"] = timings(s);
@@ -333,11 +410,15 @@ pub async fn completions(
             }
         }));
     }
-    let (content, _, s) = collect(rx).await?;
+    let all = collect(rx, n).await?;
+    let choices: Vec<Value> = all
+        .iter()
+        .enumerate()
+        .map(|(i, c)| choice(i, &c.content, json!(c.summary.finish_reason)))
+        .collect();
     Ok(json_response(json!({
         "id": id, "object": "text_completion", "created": created, "model": model,
-        "choices": choice(&content, json!(s.finish_reason)),
-        "usage": usage(&s), "timings": timings(&s),
+        "choices": choices, "usage": usage_all(&all), "timings": timings(&all[0].summary),
     }))
     .into_response())
 }
@@ -394,7 +475,7 @@ fn metrics_text(shared: &Shared) -> String {
     let m: &Metrics = &shared.metrics;
     let stats = shared.engine.stats();
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let lines: [(&str, &str, &str, String); 8] = [
+    let lines: [(&str, &str, &str, String); 10] = [
         (
             "k3_tokens_generated_total",
             "counter",
@@ -424,6 +505,18 @@ fn metrics_text(shared: &Shared) -> String {
             "counter",
             "Weight bytes read from disk.",
             stats.bytes_read().to_string(),
+        ),
+        (
+            "k3_sessions_active",
+            "gauge",
+            "Sessions generating or prefilling now (the batch).",
+            load(&m.active_sessions).to_string(),
+        ),
+        (
+            "k3_max_token_gap_seconds",
+            "gauge",
+            "Longest wait between two tokens of the last finished request.",
+            f64::from_bits(load(&m.max_token_gap_bits)).to_string(),
         ),
         (
             "k3_expert_hit_rate",

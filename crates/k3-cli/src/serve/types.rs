@@ -106,6 +106,8 @@ pub struct SamplingFields {
     pub seed: Option<i64>,
     pub max_tokens: Option<i64>,
     pub max_completion_tokens: Option<i64>,
+    /// Choices to generate (run as one batch).
+    pub n: Option<i64>,
     pub stop: Option<StopField>,
     #[serde(default)]
     pub stream: bool,
@@ -156,7 +158,12 @@ pub struct GenSettings {
     pub stream: bool,
     /// Streaming: send the final chunk's `usage` and `timings` (`stream_options`).
     pub include_usage: bool,
+    /// Choices to generate, 1..=[`MAX_CHOICES`].
+    pub n: usize,
 }
+
+/// Most choices one request may ask for (`n`).
+pub const MAX_CHOICES: usize = 16;
 
 /// Parses a JSON body into `T`, mapping syntax and type errors to 400s.
 pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
@@ -273,12 +280,23 @@ pub fn validate_sampling(f: &SamplingFields) -> Result<GenSettings, ApiError> {
         return Err(ApiError::invalid("stop", "at most 16 stop strings"));
     }
     let stop = stop.into_iter().filter(|s| !s.is_empty()).collect();
+    let n = match f.n {
+        None => 1,
+        Some(v) if (1..=MAX_CHOICES as i64).contains(&v) => v as usize,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "n",
+                format!("n must be an integer from 1 to {MAX_CHOICES}"),
+            ))
+        }
+    };
     Ok(GenSettings {
         params: p,
         max_tokens,
         stop,
         stream: f.stream,
         include_usage,
+        n,
     })
 }
 

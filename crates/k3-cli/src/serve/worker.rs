@@ -1,17 +1,15 @@
-//! The engine worker: one dedicated OS thread that runs every generation, one at a time, and
-//! keeps the saved-session LRU for conversation state reuse.
+//! What the handlers and the scheduler ([`super::scheduler`]) exchange: jobs, their events and
+//! summaries, the `/metrics` counters, the saved-session LRU for conversation state reuse,
+//! and the per-job output that turns ids into text deltas.
 //!
-//! Handlers send [`Job`]s over a bounded channel; the worker answers each on the job's own
+//! Handlers send [`Job`]s over a bounded channel; the scheduler answers each on the job's own
 //! unbounded event channel. A job whose event receiver is gone (the client disconnected, its
-//! response future or SSE body was dropped) is cancelled at the next token.
+//! response future or SSE body was dropped) is cancelled at the next step.
 
 use super::types::GenSettings;
 use k3_engine::chat_template::{Channel, ReplyParser, Template, Thinking};
-use k3_engine::{
-    Engine, EngineError, Sampler, Session, StopConditions, StopReason, StopScanner, Tokenizer,
-};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use k3_engine::{EngineError, StopReason, StopScanner, Tokenizer};
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 use tokio::sync::mpsc;
 
@@ -27,7 +25,7 @@ pub enum JobKind {
 
 impl JobKind {
     /// The endpoint that queued it.
-    fn endpoint(self) -> &'static str {
+    pub fn endpoint(self) -> &'static str {
         match self {
             JobKind::Chat(_) => "/v1/chat/completions",
             JobKind::Completion { .. } => "/v1/completions",
@@ -46,6 +44,8 @@ pub struct Job {
     pub settings: GenSettings,
     /// New tokens to generate at most (already clamped to the context).
     pub max_new: usize,
+    /// Which choice of the request this job generates (`n` > 1 queues one job per choice).
+    pub index: usize,
     pub events: mpsc::UnboundedSender<Event>,
 }
 
@@ -73,6 +73,10 @@ pub struct Summary {
     pub queue_seconds: f64,
     /// From queued to the first generated token (0 when none was).
     pub first_token_seconds: f64,
+    /// Longest wait between two of this job's tokens (0 with fewer than two).
+    pub max_token_gap_seconds: f64,
+    /// Sessions that shared this job's decode steps, on average (1 when it ran alone).
+    pub mean_batch: f64,
     pub bytes_read: u64,
     pub expert_hit_rate: f64,
 }
@@ -87,17 +91,21 @@ pub struct Metrics {
     pub seconds_per_token_bits: AtomicU64,
     pub queue_depth: AtomicU64,
     pub requests: AtomicU64,
+    /// Sessions generating or prefilling now (the scheduler's batch).
+    pub active_sessions: AtomicU64,
+    /// `f64` bits of the longest wait between two tokens of the last finished job.
+    pub max_token_gap_bits: AtomicU64,
 }
 
 /// Saved sessions keyed by their exact token sequence, least recently used evicted first.
-struct Lru {
-    capacity: usize,
+pub struct Lru {
+    pub capacity: usize,
     tick: u64,
     entries: Vec<(Vec<u32>, Vec<u8>, u64)>,
 }
 
 impl Lru {
-    fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize) -> Self {
         Lru {
             capacity,
             tick: 0,
@@ -107,7 +115,7 @@ impl Lru {
 
     /// The longest saved sequence that is a strict prefix of `prompt` (at least one prompt
     /// token is left to feed, so the restored session gets fresh logits).
-    fn lookup(&mut self, prompt: &[u32]) -> Option<(usize, &[u8])> {
+    pub fn lookup(&mut self, prompt: &[u32]) -> Option<(usize, &[u8])> {
         self.tick += 1;
         let tick = self.tick;
         let best = self
@@ -119,7 +127,7 @@ impl Lru {
         Some((best.0.len(), best.1.as_slice()))
     }
 
-    fn insert(&mut self, key: Vec<u32>, bytes: Vec<u8>) {
+    pub fn insert(&mut self, key: Vec<u32>, bytes: Vec<u8>) {
         if self.capacity == 0 || key.is_empty() {
             return;
         }
@@ -134,169 +142,25 @@ impl Lru {
     }
 }
 
-/// Runs jobs until every sender is gone.
-pub fn run(
-    engine: Arc<Engine>,
-    mut jobs: mpsc::Receiver<Job>,
-    metrics: Arc<Metrics>,
-    ctx: usize,
-    reuse: bool,
-) {
-    let mut lru = Lru::new(if reuse { LRU_CAPACITY } else { 0 });
-    while let Some(job) = jobs.blocking_recv() {
-        metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
-        let (id, endpoint) = (&job.id, job.kind.endpoint());
-        if job.events.is_closed() {
-            // The client left while the job was queued.
-            eprintln!("k3: request {id} {endpoint}: cancelled while queued");
-            continue;
-        }
-        let event = match run_job(&engine, &mut lru, ctx, &job, &metrics) {
-            Ok(summary) => {
-                eprintln!("{}", log_line(&job, &summary));
-                Event::Done(summary)
-            }
-            Err(e) => {
-                eprintln!("k3: request {id} {endpoint}: failed: {e}");
-                Event::Failed(e.to_string())
-            }
-        };
-        let _ = job.events.send(event);
-    }
-}
-
-/// The request's line on stderr (docs/SERVER.md, "Logging").
-fn log_line(job: &Job, s: &Summary) -> String {
-    let per_token = if s.completion_tokens > 0 {
-        s.predicted_seconds / s.completion_tokens as f64
-    } else {
-        0.0
-    };
-    format!(
-        "k3: request {} {}: prompt {} tokens ({} reused), generated {}, queue {:.3} s, first token {:.3} s, {:.4} s/token, finish {}",
-        job.id,
-        job.kind.endpoint(),
-        s.prompt_tokens,
-        s.prompt_tokens_reused,
-        s.completion_tokens,
-        s.queue_seconds,
-        s.first_token_seconds,
-        per_token,
-        s.finish_reason
-    )
-}
-
-/// Restores the longest saved prefix of the prompt (or starts fresh) and feeds the rest.
-fn prefill<'e>(
-    engine: &'e Engine,
-    lru: &mut Lru,
-    ctx: usize,
-    prompt: &[u32],
-) -> Result<(Session<'e>, usize), EngineError> {
-    let restored = match lru.lookup(prompt) {
-        Some((len, bytes)) => engine.session_from_bytes(bytes, ctx).ok().map(|s| (s, len)),
-        None => None,
-    };
-    let (mut session, reused) = match restored {
-        // A saved state must be exactly the effect of its key (never rewound into).
-        Some((s, len)) if s.tokens() == prompt[..len] => (s, len),
-        _ => (engine.new_session(ctx)?, 0),
-    };
-    session.feed(&prompt[reused..])?;
-    Ok((session, reused))
-}
-
-fn run_job(
-    engine: &Engine,
-    lru: &mut Lru,
-    ctx: usize,
-    job: &Job,
-    metrics: &Metrics,
-) -> Result<Summary, EngineError> {
-    let tok = engine
-        .tokenizer()
-        .ok_or_else(|| EngineError::Invalid("the model has no tokenizer".into()))?;
-    let before = engine.stats();
-    let t0 = Instant::now();
-    let queue_seconds = t0.duration_since(job.queued).as_secs_f64();
-    let (mut session, reused) = prefill(engine, lru, ctx, &job.prompt)?;
-    let prompt_seconds = t0.elapsed().as_secs_f64();
-    if lru.capacity > 0 {
-        // The state after the last prompt token: a prefix of the next turn of this conversation.
-        lru.insert(job.prompt.clone(), session.to_bytes()?);
-    }
-    let mut sampler = Sampler::new(job.settings.params.clone())?;
-    let mut out = Output::new(tok, job)?;
-    let stop = StopConditions {
-        end_ids: out.end_ids.clone(),
-        stop_strings: Vec::new(),
-    };
-    let t1 = Instant::now();
-    // Speculative only where it wins (the trunk streams); same tokens either way.
-    let generation = session.generate_with(
-        job.max_new,
-        engine.auto_decode_mode(),
-        &mut sampler,
-        &stop,
-        |id| out.on_token(id),
-    )?;
-    let predicted_seconds = t1.elapsed().as_secs_f64();
-    let finish_reason = out.finish(&generation.stop_reason);
-    if lru.capacity > 0 && !out.cancelled {
-        // The state at the end of the reply (its last id pending, as `Session` keeps it).
-        lru.insert(session.tokens(), session.to_bytes()?);
-    }
-    let n = generation.ids.len();
-    let stats = engine.stats().since(&before);
-    metrics
-        .tokens_generated
-        .fetch_add(n as u64, Ordering::Relaxed);
-    metrics
-        .prompt_tokens
-        .fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
-    metrics
-        .prompt_tokens_reused
-        .fetch_add(reused as u64, Ordering::Relaxed);
-    if n > 0 {
-        let spt = predicted_seconds / n as f64;
-        metrics
-            .seconds_per_token_bits
-            .store(spt.to_bits(), Ordering::Relaxed);
-    }
-    Ok(Summary {
-        finish_reason,
-        prompt_tokens: job.prompt.len(),
-        prompt_tokens_reused: reused,
-        completion_tokens: n,
-        prompt_seconds,
-        predicted_seconds,
-        queue_seconds,
-        first_token_seconds: out
-            .first_token
-            .map_or(0.0, |t| t.duration_since(job.queued).as_secs_f64()),
-        bytes_read: stats.bytes_read(),
-        expert_hit_rate: stats.expert_hit_rate(),
-    })
-}
-
 /// Turns generated ids into text deltas: the chat template's channels split, stop strings
 /// matched on the content, and a send error marking the job cancelled.
-struct Output<'t> {
+pub struct Output<'t> {
     tok: &'t Tokenizer,
-    end_ids: Vec<u32>,
     parser: Option<ReplyParser>,
     think: k3_tokenizer::StreamDecoder<'t>,
     content: k3_tokenizer::StreamDecoder<'t>,
     scanner: StopScanner,
     events: mpsc::UnboundedSender<Event>,
     stop_hit: bool,
-    cancelled: bool,
+    pub cancelled: bool,
     /// When the first id was generated.
-    first_token: Option<Instant>,
+    pub first_token: Option<Instant>,
+    /// The end-of-turn ids that stop the generation.
+    pub end_ids: Vec<u32>,
 }
 
 impl<'t> Output<'t> {
-    fn new(tok: &'t Tokenizer, job: &Job) -> Result<Self, EngineError> {
+    pub fn new(tok: &'t Tokenizer, job: &Job) -> Result<Self, EngineError> {
         let (parser, end_ids) = match job.kind {
             JobKind::Chat(thinking) => {
                 let t = Template::new(tok)?;
@@ -350,7 +214,7 @@ impl<'t> Output<'t> {
     }
 
     /// Handles one generated id; `false` stops the generation.
-    fn on_token(&mut self, id: u32) -> bool {
+    pub fn on_token(&mut self, id: u32) -> bool {
         self.first_token.get_or_insert_with(Instant::now);
         if self.end_ids.contains(&id) {
             if let Some(p) = self.parser.as_mut() {
@@ -379,7 +243,7 @@ impl<'t> Output<'t> {
     }
 
     /// Flushes held text and names the finish reason.
-    fn finish(&mut self, reason: &StopReason) -> &'static str {
+    pub fn finish(&mut self, reason: &StopReason) -> &'static str {
         let finish = match reason {
             StopReason::Length => "length",
             StopReason::Callback if self.cancelled => "cancelled",

@@ -1,0 +1,400 @@
+//! Continuous batching (docs/SERVER.md "Batching"): one OS thread owns every live session
+//! and advances them together, one [`Engine::feed_batch`] pass per step, so concurrent
+//! requests share each step's trunk stream and expert reads.
+//!
+//! Every step: admit queued jobs while fewer than `--parallel` sessions are live (restoring
+//! the longest saved prefix of the prompt); give each decoding session its last sampled id
+//! and each prefilling one a slice of its prompt — the whole planner chunk when nobody is
+//! decoding, else at most `--ubatch` prompt ids per step so the others' tokens keep flowing;
+//! run the pass; sample, stream and stop per session; retire the finished and the
+//! disconnected. Tokens are each session's own: a batched pass gives every session the
+//! logits it gets alone, and every sampler draws from its own seed.
+
+use super::worker::{Event, Job, Lru, Metrics, Output, Summary};
+use k3_engine::{BatchFeed, Engine, EngineError, Sampler, Session, StopReason};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// How the scheduler batches.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Context positions per session.
+    pub ctx: usize,
+    /// Sessions advanced together at most (`--parallel`).
+    pub parallel: usize,
+    /// Prompt ids fed per step while other sessions decode (`--ubatch`).
+    pub ubatch: usize,
+    /// Keep saved sessions for conversation reuse.
+    pub reuse: bool,
+}
+
+/// A job being served: its session and where it stands.
+struct Live<'e> {
+    job: Job,
+    session: Session<'e>,
+    sampler: Sampler,
+    out: Output<'e>,
+    /// Prompt ids restored from a saved session.
+    reused: usize,
+    /// Prompt ids fed so far (from `reused` up to the prompt's length).
+    fed: usize,
+    /// The id sampled last, fed at the next step.
+    next: Option<u32>,
+    generated: usize,
+    picked: Instant,
+    prompt_seconds: f64,
+    decode_started: Option<Instant>,
+    last_token: Option<Instant>,
+    max_gap: f64,
+    /// This job's share of the bytes read by the steps it was in.
+    bytes_read: f64,
+    /// Sum over its decode steps of the sessions in the step.
+    batch_sum: usize,
+    decode_steps: usize,
+    /// The prompt just finished: save its state (a prefix of the conversation's next turn).
+    save_prompt: bool,
+}
+
+impl Live<'_> {
+    fn prefilling(&self) -> bool {
+        self.fed < self.job.prompt.len()
+    }
+}
+
+/// Runs jobs until every sender is gone and no session is live.
+pub fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>, metrics: Arc<Metrics>, lim: Limits) {
+    let engine: &Engine = &engine;
+    let mut lru = Lru::new(if lim.reuse {
+        super::worker::LRU_CAPACITY
+    } else {
+        0
+    });
+    let mut live: Vec<Live<'_>> = Vec::new();
+    loop {
+        while live.len() < lim.parallel.max(1) {
+            let job = if live.is_empty() {
+                match jobs.blocking_recv() {
+                    Some(j) => j,
+                    None => return,
+                }
+            } else {
+                match jobs.try_recv() {
+                    Ok(j) => j,
+                    Err(_) => break,
+                }
+            };
+            metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+            if let Some(l) = admit(engine, &mut lru, lim.ctx, job) {
+                live.push(l);
+            }
+        }
+        metrics
+            .active_sessions
+            .store(live.len() as u64, Ordering::SeqCst);
+        if let Err(e) = step(engine, &mut live, lim) {
+            for l in live.drain(..) {
+                fail(&l.job, &e);
+            }
+        }
+        for l in live.iter_mut().filter(|l| l.save_prompt) {
+            l.save_prompt = false;
+            // The state after the last prompt token, before its reply's first id is fed.
+            if lru.capacity > 0 && l.session.tokens() == l.job.prompt {
+                if let Ok(bytes) = l.session.to_bytes() {
+                    lru.insert(l.job.prompt.clone(), bytes);
+                }
+            }
+        }
+        let (done, running): (Vec<_>, Vec<_>) = live.into_iter().partition(is_done);
+        live = running;
+        for l in done {
+            retire(engine, &mut lru, &metrics, l);
+        }
+        metrics
+            .active_sessions
+            .store(live.len() as u64, Ordering::SeqCst);
+    }
+}
+
+fn fail(job: &Job, e: &EngineError) {
+    eprintln!(
+        "k3: request {} {}: failed: {e}",
+        job.id,
+        job.kind.endpoint()
+    );
+    let _ = job.events.send(Event::Failed(e.to_string()));
+}
+
+/// A job's session, restored from the longest saved prefix of its prompt or fresh; `None`
+/// when the client already left or the job cannot start (reported to it).
+fn admit<'e>(engine: &'e Engine, lru: &mut Lru, ctx: usize, job: Job) -> Option<Live<'e>> {
+    if job.events.is_closed() {
+        eprintln!(
+            "k3: request {} {}: cancelled while queued",
+            job.id,
+            job.kind.endpoint()
+        );
+        return None;
+    }
+    let opened = open_session(engine, lru, ctx, &job).and_then(|(session, reused)| {
+        let tok = engine
+            .tokenizer()
+            .ok_or_else(|| EngineError::Invalid("the model has no tokenizer".into()))?;
+        let sampler = Sampler::new(job.settings.params.clone())?;
+        Ok((session, reused, sampler, Output::new(tok, &job)?))
+    });
+    let (session, reused, sampler, out) = match opened {
+        Ok(parts) => parts,
+        Err(e) => {
+            fail(&job, &e);
+            return None;
+        }
+    };
+    Some(Live {
+        sampler,
+        out,
+        session,
+        reused,
+        fed: reused,
+        next: None,
+        generated: 0,
+        picked: Instant::now(),
+        prompt_seconds: 0.0,
+        decode_started: None,
+        last_token: None,
+        max_gap: 0.0,
+        bytes_read: 0.0,
+        batch_sum: 0,
+        decode_steps: 0,
+        save_prompt: false,
+        job,
+    })
+}
+
+/// The longest saved prefix of the prompt restored (or a fresh session) and its length.
+fn open_session<'e>(
+    engine: &'e Engine,
+    lru: &mut Lru,
+    ctx: usize,
+    job: &Job,
+) -> Result<(Session<'e>, usize), EngineError> {
+    let restored = match lru.lookup(&job.prompt) {
+        Some((len, bytes)) => engine.session_from_bytes(bytes, ctx).ok().map(|s| (s, len)),
+        None => None,
+    };
+    Ok(match restored {
+        // A saved state must be exactly the effect of its key (never rewound into).
+        Some((s, len)) if s.tokens() == job.prompt[..len] => (s, len),
+        _ => (engine.new_session(ctx)?, 0),
+    })
+}
+
+/// The ids each live session feeds this step: decoders their sampled id, prefillers a slice
+/// of the prompt (the planner chunk when nobody decodes, else `ubatch` ids shared in order).
+fn step_ids(live: &[Live<'_>], chunk: usize, ubatch: usize) -> Vec<Vec<u32>> {
+    let decoding = live.iter().filter(|l| !l.prefilling()).count();
+    let mut room = if decoding == 0 {
+        chunk.max(1)
+    } else {
+        ubatch.max(1)
+    };
+    live.iter()
+        .map(|l| match l.next {
+            Some(id) if !l.prefilling() => vec![id],
+            _ => {
+                let n = (l.job.prompt.len() - l.fed).min(room);
+                room -= n;
+                l.job.prompt[l.fed..l.fed + n].to_vec()
+            }
+        })
+        .collect()
+}
+
+/// One batched pass over the live sessions, then sampling and streaming for each that has
+/// fresh logits. Sessions whose client left are marked cancelled and fed nothing.
+fn step(engine: &Engine, live: &mut [Live<'_>], lim: Limits) -> Result<(), EngineError> {
+    for l in live.iter_mut() {
+        if l.job.events.is_closed() {
+            l.out.cancelled = true;
+        }
+    }
+    let ids = step_ids(live, engine.prefill_chunk(), lim.ubatch);
+    let before = engine.stats();
+    let mut feeds: Vec<BatchFeed<'_, '_>> = live
+        .iter_mut()
+        .zip(&ids)
+        .filter(|(l, ids)| !ids.is_empty() && !l.out.cancelled)
+        .map(|(l, ids)| BatchFeed {
+            session: &mut l.session,
+            ids,
+        })
+        .collect();
+    let in_step = feeds.len();
+    if in_step > 0 {
+        engine.feed_batch(&mut feeds)?;
+    }
+    drop(feeds);
+    let share = engine.stats().since(&before).bytes_read() as f64 / in_step.max(1) as f64;
+    let now = Instant::now();
+    for (l, ids) in live.iter_mut().zip(&ids) {
+        if ids.is_empty() || l.out.cancelled {
+            continue;
+        }
+        l.bytes_read += share;
+        if l.prefilling() {
+            l.fed += ids.len();
+            if l.prefilling() {
+                continue;
+            }
+            l.prompt_seconds = now.duration_since(l.picked).as_secs_f64();
+            l.decode_started = Some(now);
+            l.save_prompt = true;
+        } else {
+            l.batch_sum += in_step;
+            l.decode_steps += 1;
+        }
+        sample_next(l, now)?;
+    }
+    Ok(())
+}
+
+/// Samples the next id of a session with fresh logits, streams it, and decides whether the
+/// job goes on (`l.next` set) or ends (its last id kept pending, as `Session` keeps it).
+fn sample_next(l: &mut Live<'_>, now: Instant) -> Result<(), EngineError> {
+    l.next = None;
+    if l.generated >= l.job.max_new {
+        return Ok(());
+    }
+    let id = l.sampler.sample(l.session.logits(), l.session.history());
+    l.generated += 1;
+    if let Some(prev) = l.last_token {
+        l.max_gap = l.max_gap.max(now.duration_since(prev).as_secs_f64());
+    }
+    l.last_token = Some(now);
+    let keep_going = l.out.on_token(id);
+    let ended = l.out.end_ids.contains(&id) || !keep_going || l.generated >= l.job.max_new;
+    if ended {
+        l.session.keep_pending(id)?;
+    } else {
+        l.next = Some(id);
+    }
+    Ok(())
+}
+
+fn is_done(l: &Live<'_>) -> bool {
+    l.out.cancelled || (!l.prefilling() && l.next.is_none())
+}
+
+/// Why a finished job stopped, as the engine's generation loop would say.
+fn stop_reason(l: &Live<'_>, last: Option<u32>) -> StopReason {
+    match last {
+        Some(id) if l.out.end_ids.contains(&id) => StopReason::EndToken(id),
+        _ if l.out.cancelled => StopReason::Callback,
+        _ if l.generated >= l.job.max_new => StopReason::Length,
+        _ => StopReason::Callback,
+    }
+}
+
+/// Ends a job: flushes its text, saves its state for reuse, counts it and answers it.
+fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
+    let last = l
+        .session
+        .tokens()
+        .last()
+        .copied()
+        .filter(|_| l.generated > 0);
+    let reason = stop_reason(&l, last);
+    if l.out.cancelled && l.prefilling() {
+        eprintln!(
+            "k3: request {} {}: cancelled during the prompt",
+            l.job.id,
+            l.job.kind.endpoint()
+        );
+        return;
+    }
+    let finish_reason = l.out.finish(&reason);
+    if lru.capacity > 0 && !l.out.cancelled {
+        // The state at the end of the reply (its last id pending, as `Session` keeps it).
+        if let Ok(bytes) = l.session.to_bytes() {
+            lru.insert(l.session.tokens(), bytes);
+        }
+    }
+    let predicted_seconds = l.decode_started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    let n = l.generated;
+    count(metrics, &l, predicted_seconds);
+    let summary = Summary {
+        finish_reason,
+        prompt_tokens: l.job.prompt.len(),
+        prompt_tokens_reused: l.reused,
+        completion_tokens: n,
+        prompt_seconds: l.prompt_seconds,
+        predicted_seconds,
+        queue_seconds: l.picked.duration_since(l.job.queued).as_secs_f64(),
+        first_token_seconds: l
+            .out
+            .first_token
+            .map_or(0.0, |t| t.duration_since(l.job.queued).as_secs_f64()),
+        max_token_gap_seconds: l.max_gap,
+        mean_batch: if l.decode_steps > 0 {
+            l.batch_sum as f64 / l.decode_steps as f64
+        } else {
+            1.0
+        },
+        bytes_read: l.bytes_read as u64,
+        expert_hit_rate: engine.stats().expert_hit_rate(),
+    };
+    eprintln!("{}", log_line(&l.job, &summary));
+    let _ = l.job.events.send(Event::Done(summary));
+}
+
+fn count(metrics: &Metrics, l: &Live<'_>, predicted_seconds: f64) {
+    let n = l.generated;
+    metrics
+        .tokens_generated
+        .fetch_add(n as u64, Ordering::Relaxed);
+    metrics
+        .prompt_tokens
+        .fetch_add(l.job.prompt.len() as u64, Ordering::Relaxed);
+    metrics
+        .prompt_tokens_reused
+        .fetch_add(l.reused as u64, Ordering::Relaxed);
+    if n > 0 {
+        let spt = predicted_seconds / n as f64;
+        metrics
+            .seconds_per_token_bits
+            .store(spt.to_bits(), Ordering::Relaxed);
+    }
+    metrics
+        .max_token_gap_bits
+        .store(l.max_gap.to_bits(), Ordering::Relaxed);
+}
+
+/// The request's line on stderr (docs/SERVER.md, "Logging").
+fn log_line(job: &Job, s: &Summary) -> String {
+    let per_token = if s.completion_tokens > 0 {
+        s.predicted_seconds / s.completion_tokens as f64
+    } else {
+        0.0
+    };
+    let choice = if job.index > 0 {
+        format!(" choice {}", job.index)
+    } else {
+        String::new()
+    };
+    format!(
+        "k3: request {}{choice} {}: prompt {} tokens ({} reused), generated {}, queue {:.3} s, first token {:.3} s, {:.4} s/token, max gap {:.3} s, batch {:.1}, finish {}",
+        job.id,
+        job.kind.endpoint(),
+        s.prompt_tokens,
+        s.prompt_tokens_reused,
+        s.completion_tokens,
+        s.queue_seconds,
+        s.first_token_seconds,
+        per_token,
+        s.max_token_gap_seconds,
+        s.mean_batch,
+        s.finish_reason
+    )
+}
