@@ -1,0 +1,124 @@
+//! `k3 serve` with continuous batching (docs/SERVER.md "Batching"): concurrent clients get
+//! exactly their solo output, disconnects free their sessions, and the process stays inside
+//! `--mem-gb` with `--parallel 4`.
+
+mod serve_common;
+
+use serde_json::{json, Value};
+use serve_common::{concat_stream, sse_events, Server};
+use std::io::Read;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Eight different prompts.
+fn prompts() -> Vec<String> {
+    (0..8)
+        .map(|i| format!("client {i} says {}", "la ".repeat(i + 1)))
+        .collect()
+}
+
+fn body(prompt: &str, stream: bool) -> Value {
+    json!({"prompt": prompt, "max_tokens": 12, "temperature": 0, "ignore_eos": true, "stream": stream})
+}
+
+/// Polls `/metrics` until `name` reads `want` (or fails after 30 s).
+fn wait_metric(s: &Server, name: &str, want: f64) {
+    let start = Instant::now();
+    while s.metric(name) != want {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{name} stayed at {} (want {want})",
+            s.metric(name)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn eight_streaming_clients_with_disconnects_get_their_solo_output_and_free_every_session() {
+    let s = Arc::new(Server::start(&["--parallel", "4", "--queue", "8"]));
+    let solo: Vec<String> = prompts()
+        .iter()
+        .map(|p| {
+            let (st, v) = s.post_json("/v1/completions", &body(p, false));
+            assert_eq!(st, 200, "{v}");
+            v["choices"][0]["text"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let handles: Vec<_> = prompts()
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut r = s.post("/v1/completions", &body(&p, true));
+                assert_eq!(r.status().as_u16(), 200);
+                if i % 3 == 1 {
+                    // disconnect after the first bytes
+                    let mut buf = [0u8; 64];
+                    let _ = r.read(&mut buf);
+                    return None;
+                }
+                let text = r.text().unwrap();
+                Some(concat_stream(&sse_events(&text), "text").0)
+            })
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        if let Some(text) = h.join().unwrap() {
+            assert_eq!(text, solo[i], "client {i}: batched output differs from its solo run");
+        }
+    }
+    wait_metric(&s, "k3_sessions_active", 0.0);
+    wait_metric(&s, "k3_queue_depth", 0.0);
+    let lines = s.stderr.lock().unwrap().clone();
+    let batched = lines
+        .iter()
+        .filter_map(|l| l.split(", batch ").nth(1))
+        .filter_map(|v| v.split(',').next()?.parse::<f64>().ok())
+        .any(|b| b > 1.0);
+    assert!(batched, "no request shared its steps: {lines:#?}");
+    // the server still answers, and alone gives the solo output again
+    let (_, v) = s.post_json("/v1/completions", &body(&prompts()[0], false));
+    assert_eq!(v["choices"][0]["text"].as_str().unwrap(), solo[0]);
+}
+
+#[test]
+fn peak_rss_stays_under_mem_gb_with_parallel_4() {
+    let budget = 0.1;
+    let s = Arc::new(Server::start(&[
+        "--mem-gb",
+        &budget.to_string(),
+        "--parallel",
+        "4",
+        "--ctx",
+        "2048",
+    ]));
+    let handles: Vec<_> = prompts()[..4]
+        .iter()
+        .cloned()
+        .map(|p| {
+            let s = s.clone();
+            std::thread::spawn(move || s.post_json("/v1/completions", &body(&p, false)).0)
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), 200);
+    }
+    let peak = s.peak_rss();
+    eprintln!("peak RSS {peak} B under --mem-gb {budget}");
+    assert!(
+        peak as f64 <= budget * 1e9,
+        "peak RSS {peak} B exceeds --mem-gb {budget}"
+    );
+}
+
+#[test]
+fn parallel_and_ubatch_must_be_positive() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_k3"))
+        .args(["serve", &serve_common::tiny(), "--parallel", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--parallel"));
+}
