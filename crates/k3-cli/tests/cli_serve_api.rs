@@ -283,7 +283,10 @@ fn n_choices_run_as_one_batch() {
     let one = |seed: u64| {
         let (_, v) = s.post_json(
             "/v1/chat/completions",
-            &chat_body(user(), json!({"max_tokens": 6, "temperature": 1.0, "seed": seed})),
+            &chat_body(
+                user(),
+                json!({"max_tokens": 6, "temperature": 1.0, "seed": seed}),
+            ),
         );
         v["choices"][0]["message"]["content"].clone()
     };

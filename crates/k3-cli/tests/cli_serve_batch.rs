@@ -66,7 +66,10 @@ fn eight_streaming_clients_with_disconnects_get_their_solo_output_and_free_every
         .collect();
     for (i, h) in handles.into_iter().enumerate() {
         if let Some(text) = h.join().unwrap() {
-            assert_eq!(text, solo[i], "client {i}: batched output differs from its solo run");
+            assert_eq!(
+                text, solo[i],
+                "client {i}: batched output differs from its solo run"
+            );
         }
     }
     wait_metric(&s, "k3_sessions_active", 0.0);
@@ -121,4 +124,40 @@ fn parallel_and_ubatch_must_be_positive() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--parallel"));
+}
+
+#[test]
+fn token_id_prompts_and_return_tokens() {
+    let s = Server::start(&[]);
+    let text = json!({"prompt": "hello", "max_tokens": 4, "temperature": 0, "ignore_eos": true, "return_tokens": true});
+    let (_, a) = s.post_json("/v1/completions", &text);
+    let ids = a["choices"][0]["tokens"].as_array().unwrap().clone();
+    assert_eq!(ids.len(), 4, "{a}");
+    // the same prompt as ids gives the same tokens
+    let tok = k3_engine::Tokenizer::from_dir(std::path::Path::new(&serve_common::tiny())).unwrap();
+    let mut by_ids = text.clone();
+    by_ids["prompt"] = json!(tok.encode("hello", false));
+    let (_, b) = s.post_json("/v1/completions", &by_ids);
+    assert_eq!(b["choices"][0]["tokens"].as_array().unwrap(), &ids, "{b}");
+    let (st, v) = s.post_json(
+        "/v1/completions",
+        &json!({"prompt": [1, 99999999], "max_tokens": 1}),
+    );
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("out of range"),
+        "{v}"
+    );
+    let (st, v) = s.post_json(
+        "/v1/completions",
+        &json!({"prompt": [5, 6, 7], "max_tokens": 2, "return_tokens": true}),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert!(
+        v["choices"][0]["tokens"].as_array().unwrap().len() <= 2,
+        "{v}"
+    );
 }

@@ -174,10 +174,14 @@ impl Target for Serve {
             Err(e) => refusals.push(api(e)),
         }
         match parse_body::<CompletionRequest>(input).and_then(|r| validate_completion(&r)) {
-            Ok((settings, text)) => {
+            Ok((settings, super::serve_types::Prompt::Text(text))) => {
                 check_settings(&settings);
                 let ids = self.tok.encode(&text, false);
                 assert!(ids.iter().all(|&id| (id as usize) < self.tok.vocab_size()));
+            }
+            Ok((settings, super::serve_types::Prompt::Ids(ids))) => {
+                check_settings(&settings);
+                assert!(!ids.is_empty());
             }
             Err(e) => refusals.push(api(e)),
         }

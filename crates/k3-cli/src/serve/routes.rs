@@ -3,7 +3,7 @@
 
 use super::types::{
     parse_body, validate_chat, validate_completion, ApiError, ChatRequest, CompletionRequest,
-    GenSettings,
+    GenSettings, Prompt,
 };
 use super::worker::{Event, Job, JobKind, Metrics, Summary};
 use super::Shared;
@@ -310,6 +310,7 @@ pub async fn chat_completions(
     let prompt = k3_engine::chat_template::render(tok, &messages, thinking, true)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let (stream, with_usage, n) = (settings.stream, settings.include_usage, settings.n);
+    let return_tokens = settings.return_tokens;
     let id = format!("chatcmpl-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
     let rx = submit(&shared, &id, JobKind::Chat(thinking), prompt, settings)?;
     let (created, model) = (now(), shared.model_id.clone());
@@ -359,7 +360,11 @@ pub async fn chat_completions(
             if !c.reasoning.is_empty() {
                 message["reasoning_content"] = json!(c.reasoning);
             }
-            json!({"index": index, "message": message, "finish_reason": c.summary.finish_reason})
+            let mut v = json!({"index": index, "message": message, "finish_reason": c.summary.finish_reason});
+            if return_tokens {
+                v["tokens"] = json!(c.summary.ids);
+            }
+            v
         })
         .collect();
     Ok(json_response(json!({
@@ -376,12 +381,25 @@ pub async fn completions(
 ) -> Result<Response, ApiError> {
     authorize(&shared, &headers)?;
     let req: CompletionRequest = parse_body(&body_bytes(body)?)?;
-    let (settings, text) = validate_completion(&req)?;
+    let (settings, prompt) = validate_completion(&req)?;
     let tok = shared
         .engine
         .tokenizer()
         .ok_or_else(|| worker_failed("the model has no tokenizer".into()))?;
-    let prompt = tok.encode(&text, false);
+    let prompt = match prompt {
+        Prompt::Text(text) => tok.encode(&text, false),
+        Prompt::Ids(ids) => {
+            let vocab = shared.engine.config().vocab_size;
+            if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+                return Err(ApiError::invalid(
+                    "prompt",
+                    format!("token id {bad} is out of range: the model's vocab_size is {vocab}"),
+                ));
+            }
+            ids
+        }
+    };
+    let return_tokens = settings.return_tokens;
     let (stream, with_usage, n) = (settings.stream, settings.include_usage, settings.n);
     let kind = JobKind::Completion {
         ignore_eos: req.common.ignore_eos,
@@ -414,7 +432,13 @@ pub async fn completions(
     let choices: Vec<Value> = all
         .iter()
         .enumerate()
-        .map(|(i, c)| choice(i, &c.content, json!(c.summary.finish_reason)))
+        .map(|(i, c)| {
+            let mut v = choice(i, &c.content, json!(c.summary.finish_reason));
+            if return_tokens {
+                v["tokens"] = json!(c.summary.ids);
+            }
+            v
+        })
         .collect();
     Ok(json_response(json!({
         "id": id, "object": "text_completion", "created": created, "model": model,

@@ -43,6 +43,7 @@ struct Live<'e> {
     /// The id sampled last, fed at the next step.
     next: Option<u32>,
     generated: usize,
+    ids: Vec<u32>,
     picked: Instant,
     prompt_seconds: f64,
     decode_started: Option<Instant>,
@@ -160,6 +161,7 @@ fn admit<'e>(engine: &'e Engine, lru: &mut Lru, ctx: usize, job: Job) -> Option<
         fed: reused,
         next: None,
         generated: 0,
+        ids: Vec::new(),
         picked: Instant::now(),
         prompt_seconds: 0.0,
         decode_started: None,
@@ -269,6 +271,7 @@ fn sample_next(l: &mut Live<'_>, now: Instant) -> Result<(), EngineError> {
     }
     let id = l.sampler.sample(l.session.logits(), l.session.history());
     l.generated += 1;
+    l.ids.push(id);
     if let Some(prev) = l.last_token {
         l.max_gap = l.max_gap.max(now.duration_since(prev).as_secs_f64());
     }
@@ -344,6 +347,7 @@ fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
         },
         bytes_read: l.bytes_read as u64,
         expert_hit_rate: engine.stats().expert_hit_rate(),
+        ids: std::mem::take(&mut l.ids),
     };
     eprintln!("{}", log_line(&l.job, &summary));
     let _ = l.job.events.send(Event::Done(summary));

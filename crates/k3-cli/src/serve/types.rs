@@ -116,6 +116,9 @@ pub struct SamplingFields {
     /// Keep generating past end ids (`/v1/completions` only; as in llama.cpp and vLLM).
     #[serde(default)]
     pub ignore_eos: bool,
+    /// Also return each choice's generated token ids (`tokens`, llama-server's name).
+    #[serde(default)]
+    pub return_tokens: bool,
     /// Any name is accepted (the one served model answers), as llama-server does; parsed
     /// only so that it is a known field and must be a string.
     #[allow(dead_code)]
@@ -160,6 +163,8 @@ pub struct GenSettings {
     pub include_usage: bool,
     /// Choices to generate, 1..=[`MAX_CHOICES`].
     pub n: usize,
+    /// Return the generated ids beside the text.
+    pub return_tokens: bool,
 }
 
 /// Most choices one request may ask for (`n`).
@@ -297,6 +302,7 @@ pub fn validate_sampling(f: &SamplingFields) -> Result<GenSettings, ApiError> {
         stream: f.stream,
         include_usage,
         n,
+        return_tokens: f.return_tokens,
     })
 }
 
@@ -392,18 +398,32 @@ pub fn messages_of(req: &ChatRequest) -> Result<Vec<ChatMessage>, ApiError> {
 }
 
 /// The raw prompt of `/v1/completions`: a string, or an array holding one string.
-pub fn prompt_of(req: &CompletionRequest) -> Result<String, ApiError> {
+pub fn prompt_of(req: &CompletionRequest) -> Result<Prompt, ApiError> {
+    let ids = |a: &[Value]| -> Option<Vec<u32>> {
+        a.iter()
+            .map(|v| v.as_u64().and_then(|id| u32::try_from(id).ok()))
+            .collect()
+    };
     match &req.prompt {
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(a) if a.len() == 1 => match &a[0] {
-            Value::String(s) => Ok(s.clone()),
-            _ => Err(ApiError::invalid("prompt", "prompt must be a string")),
-        },
+        Value::String(s) => Ok(Prompt::Text(s.clone())),
+        Value::Array(a) if a.len() == 1 && a[0].is_string() => {
+            Ok(Prompt::Text(a[0].as_str().unwrap_or_default().to_string()))
+        }
+        Value::Array(a) if !a.is_empty() && a.iter().all(Value::is_number) => ids(a)
+            .map(Prompt::Ids)
+            .ok_or_else(|| ApiError::invalid("prompt", "token ids must be integers >= 0")),
         _ => Err(ApiError::invalid(
             "prompt",
-            "prompt must be a string (or an array of exactly one string)",
+            "prompt must be a string, an array of exactly one string, or an array of token ids",
         )),
     }
+}
+
+/// A completion prompt: text to tokenize, or token ids as given.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    Ids(Vec<u32>),
 }
 
 /// The pure part of `/v1/chat/completions` after the body parsed and the model matched:
@@ -419,7 +439,7 @@ pub fn validate_chat(
 }
 
 /// The pure part of `/v1/completions` after the body parsed and the model matched.
-pub fn validate_completion(req: &CompletionRequest) -> Result<(GenSettings, String), ApiError> {
+pub fn validate_completion(req: &CompletionRequest) -> Result<(GenSettings, Prompt), ApiError> {
     let settings = validate_sampling(&req.common)?;
     let text = prompt_of(req)?;
     Ok((settings, text))

@@ -77,6 +77,8 @@ pub struct Summary {
     pub max_token_gap_seconds: f64,
     /// Sessions that shared this job's decode steps, on average (1 when it ran alone).
     pub mean_batch: f64,
+    /// The generated token ids.
+    pub ids: Vec<u32>,
     pub bytes_read: u64,
     pub expert_hit_rate: f64,
 }
