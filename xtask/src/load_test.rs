@@ -63,7 +63,7 @@ pub fn run(args: &LoadTestArgs) -> ExitCode {
 }
 
 /// The running server; killed and reaped when dropped.
-struct ServerGuard {
+pub(crate) struct ServerGuard {
     child: Child,
 }
 
@@ -83,7 +83,7 @@ struct ClientStats {
     errors: Vec<String>,
 }
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().unwrap_or(manifest).to_path_buf()
 }
@@ -97,7 +97,7 @@ fn profile() -> &'static str {
 }
 
 /// Builds (if needed) and locates the k3 binary.
-fn build_k3(root: &Path) -> Result<PathBuf, String> {
+pub(crate) fn build_k3(root: &Path) -> Result<PathBuf, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
@@ -124,7 +124,7 @@ fn build_k3(root: &Path) -> Result<PathBuf, String> {
     }
 }
 
-fn resolve_model(model: &Path, root: &Path) -> Result<PathBuf, String> {
+pub(crate) fn resolve_model(model: &Path, root: &Path) -> Result<PathBuf, String> {
     if model.is_dir() {
         return Ok(model.to_path_buf());
     }
@@ -136,10 +136,21 @@ fn resolve_model(model: &Path, root: &Path) -> Result<PathBuf, String> {
 }
 
 /// Starts `k3 serve` on 127.0.0.1:0 and waits for its address.
-fn start_server(
+pub(crate) fn start_server(
     bin: &Path,
     model: &Path,
     queue: usize,
+    deadline: Instant,
+) -> Result<(ServerGuard, String), String> {
+    start_server_with(bin, model, queue, &[], deadline)
+}
+
+/// [`start_server`] with further `k3 serve` flags.
+pub(crate) fn start_server_with(
+    bin: &Path,
+    model: &Path,
+    queue: usize,
+    extra: &[String],
     deadline: Instant,
 ) -> Result<(ServerGuard, String), String> {
     let mut child = Command::new(bin)
@@ -147,6 +158,7 @@ fn start_server(
         .arg(model)
         .args(["--host", "127.0.0.1", "--port", "0", "--queue"])
         .arg(queue.to_string())
+        .args(extra)
         .env_remove("K3_CONFIG")
         .env("XDG_CONFIG_HOME", "/nonexistent/k3-load-test-xdg")
         .stdin(Stdio::null())

@@ -7,6 +7,7 @@ mod bench_layers;
 mod bench_lookahead;
 mod bench_model_compute;
 mod bench_prefill;
+mod bench_serve;
 mod bench_spec;
 mod bench_util;
 mod check_docs;
@@ -78,6 +79,8 @@ enum Cmd {
     GenBench(gen_bench::GenBenchArgs),
     /// Drive `k3 serve` on 127.0.0.1 with concurrent clients: latency, throughput, 429s.
     LoadTest(load_test::LoadTestArgs),
+    /// Continuous batching: C concurrent clients vs the same requests one at a time, ids checked.
+    BenchServe(bench_serve::BenchServeArgs),
     /// Check that every `docs/<NAME>.md#<anchor>` citation points at an existing heading, and
     /// that nothing cites the old outside spec or a path outside the repository.
     CheckDocs,
@@ -129,6 +132,7 @@ fn main() -> ExitCode {
         Cmd::BenchPrefill(args) => bench_prefill::run(&args),
         Cmd::GenBench(args) => gen_bench::run(&args),
         Cmd::LoadTest(args) => load_test::run(&args),
+        Cmd::BenchServe(args) => bench_serve::run(&args),
         Cmd::CheckDocs => check_docs::run(&fuzz::workspace_root()),
         Cmd::PackTrunk {
             model_dir,

@@ -418,6 +418,9 @@ pub async fn completions(
                 Event::Delta { content, .. } => base(choice(index, content, Value::Null)),
                 Event::Done(s) => {
                     let mut c = base(choice(index, "", json!(s.finish_reason)));
+                    if return_tokens {
+                        c["choices"][0]["tokens"] = json!(s.ids);
+                    }
                     if with_usage {
                         c["usage"] = usage(s);
                         c["timings"] = timings(s);
@@ -499,7 +502,7 @@ fn metrics_text(shared: &Shared) -> String {
     let m: &Metrics = &shared.metrics;
     let stats = shared.engine.stats();
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let lines: [(&str, &str, &str, String); 10] = [
+    let lines: [(&str, &str, &str, String); 11] = [
         (
             "k3_tokens_generated_total",
             "counter",
@@ -541,6 +544,12 @@ fn metrics_text(shared: &Shared) -> String {
             "gauge",
             "Longest wait between two tokens of the last finished request.",
             f64::from_bits(load(&m.max_token_gap_bits)).to_string(),
+        ),
+        (
+            "k3_trunk_bytes_read_total",
+            "counter",
+            "Trunk bytes read from disk (streamed layers).",
+            stats.trunk_bytes_read.to_string(),
         ),
         (
             "k3_expert_hit_rate",
