@@ -139,8 +139,8 @@ fn unsupported_fields_are_refused_by_name_and_informational_ones_accepted() {
         ("logit_bias", json!({"42": 5})),
         ("n", json!(0)),
         ("n", json!(17)),
-        ("logprobs", json!(true)),
-        ("top_logprobs", json!(2)),
+        ("logprobs", json!("yes")),
+        ("top_logprobs", json!(21)),
         ("parallel_tool_calls", json!(true)),
         ("frobnicate", json!(1)),
     ] {
@@ -160,8 +160,10 @@ fn unsupported_fields_are_refused_by_name_and_informational_ones_accepted() {
         .as_str()
         .unwrap()
         .starts_with("unknown field `frobnicate`"));
-    let (st, v) = completion(&s, 2, json!({"logprobs": 3}));
+    let (st, v) = completion(&s, 2, json!({"logprobs": 30}));
     assert_eq!((st, error_of(&v).1), (400, Some("logprobs")), "{v}");
+    let (st, v) = completion(&s, 2, json!({"top_logprobs": 2}));
+    assert_eq!((st, error_of(&v).1), (400, Some("top_logprobs")), "{v}");
     let accepted = json!({"user": "u1", "metadata": {"k": "v"}, "store": false, "service_tier": "auto",
         "response_format": {"type": "text"}, "logit_bias": {}, "n": 1, "logprobs": false, "top_logprobs": 0});
     let (st, v) = s.post_json(
@@ -278,7 +280,7 @@ fn n_choices_run_as_one_batch() {
         assert!(c["message"]["content"].is_string(), "{c}");
     }
     let total: u64 = v["usage"]["completion_tokens"].as_u64().unwrap();
-    assert!(total >= 3 && total <= 18, "{v}");
+    assert!((3..=18).contains(&total), "{v}");
     // choice 0 is the request alone with the same seed; choice 1 is seed + 1
     let one = |seed: u64| {
         let (_, v) = s.post_json(
@@ -308,4 +310,51 @@ fn n_choices_run_as_one_batch() {
         }
     }
     assert_eq!(finished, [true; 3], "{text}");
+}
+
+#[test]
+fn logprobs_report_the_models_distribution() {
+    let s = Server::start(&[]);
+    let body = chat_body(
+        user(),
+        json!({"max_tokens": 5, "logprobs": true, "top_logprobs": 3, "ignore_eos": true}),
+    );
+    let (st, v) = s.post_json("/v1/chat/completions", &body);
+    assert_eq!(st, 200, "{v}");
+    let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert!(!content.is_empty(), "{v}");
+    for e in content {
+        let lp = e["logprob"].as_f64().unwrap();
+        assert!(lp <= 0.0, "{e}");
+        let top = e["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3, "{e}");
+        // greedy: the chosen token is the most probable one
+        assert_eq!(top[0]["logprob"].as_f64().unwrap(), lp, "{e}");
+        assert!(top[0]["logprob"].as_f64() >= top[1]["logprob"].as_f64());
+        assert!(e["bytes"].is_array() && e["token"].is_string());
+    }
+    // streamed: the same entries, chunk by chunk
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let text = s.post("/v1/chat/completions", &streamed).text().unwrap();
+    let entries: Vec<Value> = sse_events(&text)
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array().cloned())
+        .flatten()
+        .collect();
+    assert_eq!(&entries, content);
+    // completions: parallel arrays, one entry per generated token
+    let (st, v) = completion(&s, 4, json!({"logprobs": 2, "ignore_eos": true}));
+    assert_eq!(st, 200, "{v}");
+    let lp = &v["choices"][0]["logprobs"];
+    let n = v["usage"]["completion_tokens"].as_u64().unwrap() as usize;
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), n, "{v}");
+    assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), n);
+    assert_eq!(lp["text_offset"].as_array().unwrap().len(), n);
+    assert!(lp["top_logprobs"].as_array().unwrap().iter().all(|t| {
+        let k = t.as_object().unwrap().len();
+        (1..=2).contains(&k)
+    }));
 }

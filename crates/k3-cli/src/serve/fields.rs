@@ -49,16 +49,6 @@ const FIELDS: &[(&str, Accepts, &str)] = &[
         empty_object,
         "logit_bias is not supported (only an empty object is accepted)",
     ),
-    (
-        "logprobs",
-        no_logprobs,
-        "logprobs are not supported (only false, 0 or null)",
-    ),
-    (
-        "top_logprobs",
-        zero,
-        "top_logprobs is not supported (only 0 or null)",
-    ),
 ];
 
 fn any(_: &Value) -> bool {
@@ -76,14 +66,6 @@ fn text_format(v: &Value) -> bool {
 
 fn empty_object(v: &Value) -> bool {
     v.is_null() || v.as_object().is_some_and(Map::is_empty)
-}
-
-fn zero(v: &Value) -> bool {
-    v.is_null() || v.as_u64() == Some(0)
-}
-
-fn no_logprobs(v: &Value) -> bool {
-    zero(v) || *v == Value::Bool(false)
 }
 
 /// Checks every field the request types did not parse against [`FIELDS`]; the first refusal
@@ -164,9 +146,7 @@ mod tests {
             Ok(())
         );
         assert_eq!(
-            check(
-                json!({"response_format": {"type": "text"}, "logprobs": false, "top_logprobs": 0, "logit_bias": {}, "tools": null})
-            ),
+            check(json!({"response_format": {"type": "text"}, "logit_bias": {}, "tools": null})),
             Ok(())
         );
         for (field, value) in [
@@ -177,8 +157,6 @@ mod tests {
             ("parallel_tool_calls", json!(false)),
             ("response_format", json!({"type": "json_object"})),
             ("logit_bias", json!({"5": 10})),
-            ("logprobs", json!(true)),
-            ("top_logprobs", json!(3)),
             ("best_of", json!(2)),
         ] {
             assert_eq!(

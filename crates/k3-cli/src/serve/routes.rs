@@ -12,6 +12,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use k3_engine::{TokenLogprob, Tokenizer};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -211,6 +212,7 @@ fn worker_failed(message: String) -> ApiError {
 struct Choice {
     content: String,
     reasoning: String,
+    logprobs: Vec<TokenLogprob>,
     summary: Summary,
 }
 
@@ -219,13 +221,18 @@ async fn collect(
     mut rx: mpsc::UnboundedReceiver<(usize, Event)>,
     n: usize,
 ) -> Result<Vec<Choice>, ApiError> {
-    let mut text = vec![(String::new(), String::new()); n];
+    let mut text = vec![(String::new(), String::new(), Vec::new()); n];
     let mut done: Vec<Option<Summary>> = vec![None; n];
     while let Some((i, event)) = rx.recv().await {
         match event {
-            Event::Delta { content, reasoning } => {
+            Event::Delta {
+                content,
+                reasoning,
+                logprobs,
+            } => {
                 text[i].0.push_str(&content);
                 text[i].1.push_str(&reasoning);
+                text[i].2.extend(logprobs);
             }
             Event::Done(s) => done[i] = Some(s),
             Event::Failed(m) => return Err(worker_failed(m)),
@@ -234,10 +241,11 @@ async fn collect(
             return Ok(text
                 .into_iter()
                 .zip(done)
-                .filter_map(|((content, reasoning), s)| {
+                .filter_map(|((content, reasoning, logprobs), s)| {
                     s.map(|summary| Choice {
                         content,
                         reasoning,
+                        logprobs,
                         summary,
                     })
                 })
@@ -245,6 +253,51 @@ async fn collect(
         }
     }
     Err(worker_failed("the engine worker stopped".into()))
+}
+
+/// A token's text (lossy UTF-8) and bytes.
+fn token_text(tok: Option<&Tokenizer>, id: u32) -> (String, Vec<u8>) {
+    let bytes = tok.and_then(|t| t.token_bytes(id)).unwrap_or(&[]).to_vec();
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// Chat's `logprobs` object: `{"content": [{token, logprob, bytes, top_logprobs}]}`.
+fn chat_logprobs(tok: Option<&Tokenizer>, lps: &[TokenLogprob]) -> Value {
+    let entry = |id: u32, logprob: f64| {
+        let (token, bytes) = token_text(tok, id);
+        json!({"token": token, "logprob": logprob, "bytes": bytes})
+    };
+    let content: Vec<Value> = lps
+        .iter()
+        .map(|lp| {
+            let mut v = entry(lp.id, lp.logprob);
+            v["top_logprobs"] = lp.top.iter().map(|&(i, p)| entry(i, p)).collect();
+            v
+        })
+        .collect();
+    json!({ "content": content })
+}
+
+/// Completions' `logprobs` object: parallel `tokens`, `token_logprobs`, `top_logprobs`
+/// (token → logprob) and `text_offset` (characters from the start of the completion, from
+/// `offset` on).
+fn completion_logprobs(tok: Option<&Tokenizer>, lps: &[TokenLogprob], offset: usize) -> Value {
+    let (mut tokens, mut lp, mut top, mut offsets) = (vec![], vec![], vec![], vec![]);
+    let mut at = offset;
+    for l in lps {
+        let (text, _) = token_text(tok, l.id);
+        offsets.push(at);
+        at += text.chars().count();
+        tokens.push(text);
+        lp.push(l.logprob);
+        let alts: serde_json::Map<String, Value> = l
+            .top
+            .iter()
+            .map(|&(i, p)| (token_text(tok, i).0, json!(p)))
+            .collect();
+        top.push(Value::Object(alts));
+    }
+    json!({"tokens": tokens, "token_logprobs": lp, "top_logprobs": top, "text_offset": offsets})
 }
 
 /// The SSE body: one `data:` event per choice event, `: keep-alive` comments while nothing
@@ -311,6 +364,8 @@ pub async fn chat_completions(
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let (stream, with_usage, n) = (settings.stream, settings.include_usage, settings.n);
     let return_tokens = settings.return_tokens;
+    let want_logprobs = settings.logprobs.is_some();
+    let tok_shared = shared.clone();
     let id = format!("chatcmpl-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
     let rx = submit(&shared, &id, JobKind::Chat(thinking), prompt, settings)?;
     let (created, model) = (now(), shared.model_id.clone());
@@ -322,7 +377,11 @@ pub async fn chat_completions(
                        "model": model, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]})
             };
             match event {
-                Event::Delta { content, reasoning } => {
+                Event::Delta {
+                    content,
+                    reasoning,
+                    logprobs,
+                } => {
                     let mut delta = serde_json::Map::new();
                     let first = started
                         .lock()
@@ -337,7 +396,12 @@ pub async fn chat_completions(
                     if !reasoning.is_empty() {
                         delta.insert("reasoning_content".into(), json!(reasoning));
                     }
-                    chunk(Value::Object(delta), Value::Null)
+                    let mut c = chunk(Value::Object(delta), Value::Null);
+                    if want_logprobs {
+                        let tok = tok_shared.engine.tokenizer();
+                        c["choices"][0]["logprobs"] = chat_logprobs(tok, logprobs);
+                    }
+                    c
                 }
                 Event::Done(s) => {
                     let mut c = chunk(json!({}), json!(s.finish_reason));
@@ -360,7 +424,11 @@ pub async fn chat_completions(
             if !c.reasoning.is_empty() {
                 message["reasoning_content"] = json!(c.reasoning);
             }
-            let mut v = json!({"index": index, "message": message, "finish_reason": c.summary.finish_reason});
+            let mut v = json!({"index": index, "message": message, "finish_reason": c.summary.finish_reason,
+                               "logprobs": Value::Null});
+            if want_logprobs {
+                v["logprobs"] = chat_logprobs(shared.engine.tokenizer(), &c.logprobs);
+            }
             if return_tokens {
                 v["tokens"] = json!(c.summary.ids);
             }
@@ -400,6 +468,8 @@ pub async fn completions(
         }
     };
     let return_tokens = settings.return_tokens;
+    let want_logprobs = settings.logprobs.is_some();
+    let tok_shared = shared.clone();
     let (stream, with_usage, n) = (settings.stream, settings.include_usage, settings.n);
     let kind = JobKind::Completion {
         ignore_eos: req.common.ignore_eos,
@@ -415,7 +485,17 @@ pub async fn completions(
                        "model": model, "choices": [choice]})
             };
             match event {
-                Event::Delta { content, .. } => base(choice(index, content, Value::Null)),
+                Event::Delta {
+                    content, logprobs, ..
+                } => {
+                    let mut c = base(choice(index, content, Value::Null));
+                    if want_logprobs {
+                        let tok = tok_shared.engine.tokenizer();
+                        // offsets within this chunk's text
+                        c["choices"][0]["logprobs"] = completion_logprobs(tok, logprobs, 0);
+                    }
+                    c
+                }
                 Event::Done(s) => {
                     let mut c = base(choice(index, "", json!(s.finish_reason)));
                     if return_tokens {
@@ -437,6 +517,9 @@ pub async fn completions(
         .enumerate()
         .map(|(i, c)| {
             let mut v = choice(i, &c.content, json!(c.summary.finish_reason));
+            if want_logprobs {
+                v["logprobs"] = completion_logprobs(shared.engine.tokenizer(), &c.logprobs, 0);
+            }
             if return_tokens {
                 v["tokens"] = json!(c.summary.ids);
             }

@@ -11,7 +11,7 @@
 //! logits it gets alone, and every sampler draws from its own seed.
 
 use super::worker::{Event, Job, Lru, Metrics, Output, Summary};
-use k3_engine::{BatchFeed, Engine, EngineError, Sampler, Session, StopReason};
+use k3_engine::{token_logprob, BatchFeed, Engine, EngineError, Sampler, Session, StopReason};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -276,7 +276,12 @@ fn sample_next(l: &mut Live<'_>, now: Instant) -> Result<(), EngineError> {
         l.max_gap = l.max_gap.max(now.duration_since(prev).as_secs_f64());
     }
     l.last_token = Some(now);
-    let keep_going = l.out.on_token(id);
+    let logprob = l
+        .job
+        .settings
+        .logprobs
+        .map(|top| token_logprob(l.session.logits(), id, top));
+    let keep_going = l.out.on_token(id, logprob);
     let ended = l.out.end_ids.contains(&id) || !keep_going || l.generated >= l.job.max_new;
     if ended {
         l.session.keep_pending(id)?;

@@ -108,6 +108,11 @@ pub struct SamplingFields {
     pub max_completion_tokens: Option<i64>,
     /// Choices to generate (run as one batch).
     pub n: Option<i64>,
+    /// Chat: `true` for the chosen tokens' log-probabilities; completions: how many top
+    /// alternatives to list (0..=20).
+    pub logprobs: Option<Value>,
+    /// Chat: alternatives per token (0..=20), with `logprobs: true`.
+    pub top_logprobs: Option<Value>,
     pub stop: Option<StopField>,
     #[serde(default)]
     pub stream: bool,
@@ -165,6 +170,45 @@ pub struct GenSettings {
     pub n: usize,
     /// Return the generated ids beside the text.
     pub return_tokens: bool,
+    /// Report each generated token's log-probability with this many alternatives.
+    pub logprobs: Option<usize>,
+}
+
+/// Most alternatives per token `top_logprobs` (and completions' `logprobs`) may ask for.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// `logprobs` / `top_logprobs` → alternatives per token, or off (`None`).
+fn logprobs_of(f: &SamplingFields) -> Result<Option<usize>, ApiError> {
+    let count = |param: &str, v: &Value| -> Result<usize, ApiError> {
+        v.as_u64()
+            .filter(|&k| k <= MAX_TOP_LOGPROBS as u64)
+            .map(|k| k as usize)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    param,
+                    format!("{param} must be an integer from 0 to {MAX_TOP_LOGPROBS}"),
+                )
+            })
+    };
+    let top = match &f.top_logprobs {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(count("top_logprobs", v)?),
+    };
+    match &f.logprobs {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => match top {
+            Some(k) if k > 0 => Err(ApiError::invalid(
+                "top_logprobs",
+                "top_logprobs needs logprobs: true",
+            )),
+            _ => Ok(None),
+        },
+        Some(Value::Bool(true)) => Ok(Some(top.unwrap_or(0))),
+        Some(v) if v.is_number() => Ok(Some(count("logprobs", v)?.max(top.unwrap_or(0)))),
+        Some(_) => Err(ApiError::invalid(
+            "logprobs",
+            "logprobs must be a boolean (chat) or an integer (completions)",
+        )),
+    }
 }
 
 /// Most choices one request may ask for (`n`).
@@ -303,6 +347,7 @@ pub fn validate_sampling(f: &SamplingFields) -> Result<GenSettings, ApiError> {
         include_usage,
         n,
         return_tokens: f.return_tokens,
+        logprobs: logprobs_of(f)?,
     })
 }
 

@@ -8,7 +8,7 @@
 
 use super::types::GenSettings;
 use k3_engine::chat_template::{Channel, ReplyParser, Template, Thinking};
-use k3_engine::{EngineError, StopReason, StopScanner, Tokenizer};
+use k3_engine::{EngineError, StopReason, StopScanner, TokenLogprob, Tokenizer};
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -55,6 +55,8 @@ pub enum Event {
     Delta {
         content: String,
         reasoning: String,
+        /// Log-probabilities of the ids behind this delta (when the request asked).
+        logprobs: Vec<TokenLogprob>,
     },
     Done(Summary),
     Failed(String),
@@ -190,8 +192,8 @@ impl<'t> Output<'t> {
         })
     }
 
-    fn send(&mut self, content: String, reasoning: String) {
-        if content.is_empty() && reasoning.is_empty() {
+    fn send(&mut self, content: String, reasoning: String, logprobs: Vec<TokenLogprob>) {
+        if content.is_empty() && reasoning.is_empty() && logprobs.is_empty() {
             if self.events.is_closed() {
                 self.cancelled = true;
             }
@@ -199,7 +201,11 @@ impl<'t> Output<'t> {
         }
         if self
             .events
-            .send(Event::Delta { content, reasoning })
+            .send(Event::Delta {
+                content,
+                reasoning,
+                logprobs,
+            })
             .is_err()
         {
             self.cancelled = true;
@@ -215,8 +221,9 @@ impl<'t> Output<'t> {
         step.emit
     }
 
-    /// Handles one generated id; `false` stops the generation.
-    pub fn on_token(&mut self, id: u32) -> bool {
+    /// Handles one generated id (and its log-probability, when asked); `false` stops the
+    /// generation.
+    pub fn on_token(&mut self, id: u32, logprob: Option<TokenLogprob>) -> bool {
         self.first_token.get_or_insert_with(Instant::now);
         if self.end_ids.contains(&id) {
             if let Some(p) = self.parser.as_mut() {
@@ -240,7 +247,7 @@ impl<'t> Output<'t> {
                 content.push_str(&self.scan(&piece));
             }
         }
-        self.send(content, reasoning);
+        self.send(content, reasoning, logprob.into_iter().collect());
         !self.stop_hit && !self.cancelled
     }
 
@@ -259,7 +266,7 @@ impl<'t> Output<'t> {
                 let scanner = std::mem::replace(&mut self.scanner, StopScanner::new(&[]));
                 content.push_str(&scanner.finish());
             }
-            self.send(content, think);
+            self.send(content, think, Vec::new());
         }
         if self.stop_hit {
             "stop"
