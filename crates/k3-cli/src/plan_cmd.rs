@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  k3 plan fixtures/tiny-k3 --mem-gb 0.005\n  k3 plan /models/kimi-k3 --preset desktop --ctx 8192"
+    after_help = "Examples:\n  k3 plan fixtures/tiny-k3 --mem-gb 0.005\n  k3 plan /models/kimi-k3 --preset desktop --ctx 8192\n  k3 plan /models/kimi-k3 --mem-gb 32 --sessions 8   # k3 serve --parallel 4"
 )]
 pub struct PlanArgs {
     /// Model directory.
@@ -19,6 +19,10 @@ pub struct PlanArgs {
     /// Context positions to reserve latent KV for.
     #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
     pub ctx: usize,
+    /// Sessions whose state to reserve: 1 for run/chat; `k3 serve` reserves `--parallel`
+    /// plus 4 saved sessions (0 saved with `--no-reuse`).
+    #[arg(long, default_value_t = 1)]
+    pub sessions: usize,
 }
 
 /// Prints the plan table; exits 2 (after printing it) when it does not fit this machine.
@@ -27,7 +31,10 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
         .budget
         .budget()?
         .unwrap_or(Budget::Preset(Preset::Laptop));
-    let (plan, available, fits) = forecast(&args.model_dir, budget, args.ctx)?;
+    if args.sessions == 0 {
+        return Err(CliError::usage("--sessions must be at least 1"));
+    }
+    let (plan, available, fits) = forecast(&args.model_dir, budget, args.ctx, args.sessions)?;
     println!("{}", plan.table(Some(&available)).trim_end());
     fits.map_err(CliError::from)
 }

@@ -88,12 +88,14 @@ pub fn forecast(
     dir: &std::path::Path,
     budget: Budget,
     ctx: usize,
+    sessions: usize,
 ) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
     let cfg = K3Config::load(dir.join("config.json"))?;
     let ckpt = k3_format::Checkpoint::open(dir)?;
     let binding = k3_format::bind_model(&ckpt, &cfg)?;
     let sizes = model_sizes(&cfg, &binding)?;
-    let plan = k3_plan::plan::plan(&sizes, &PlanRequest::new(budget, ctx as u64))?;
+    let req = PlanRequest::new(budget, ctx as u64).with_sessions(sessions as u64);
+    let plan = k3_plan::plan::plan(&sizes, &req)?;
     let available = available_memory();
     let fits = plan.check(&sizes, &available).map_err(EngineError::from);
     Ok((plan, available, fits))
