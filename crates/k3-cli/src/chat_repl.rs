@@ -4,13 +4,15 @@
 //! whatever closed the previous reply) into one long-lived session: the history is never
 //! prefilled again. Replies stream as they decode; the `think` channel is hidden unless
 //! `--show-thinking` (dimmed on a terminal). Ctrl-C during a reply stops it at the next token
-//! boundary and keeps the partial reply; at the prompt, twice in a row quits.
+//! boundary and keeps the partial reply; at the prompt, twice in a row quits. On a terminal
+//! input is line-edited with history and multi-line entries ([`crate::chat_input`]).
 //!
 //! `/undo` restores a snapshot of the session taken just before the last turn (in memory,
 //! [`Session::to_bytes`]); older turns, whose snapshots are not kept, are undone by resetting
 //! the session and re-feeding the conversation's own token prefix with the next message
 //! (bit-identical: prefill equals incremental decode).
 
+use crate::chat_input::{ChatInput, Input};
 use crate::engine_args::EngineArgs;
 use crate::sampling_args::SamplingArgs;
 use crate::CliError;
@@ -19,7 +21,7 @@ use k3_engine::chat_template::{
     self as chat, Channel, ChatMessage, ReplyParser, Template, Thinking,
 };
 use k3_engine::{DecodeMode, Engine, Sampler, Session, StopConditions, Tokenizer};
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -48,6 +50,13 @@ pub struct ChatArgs {
     /// Context positions for the whole conversation.
     #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
     pub ctx: usize,
+    /// History file for line editing on a terminal (default
+    /// $XDG_STATE_HOME/k3/chat_history or ~/.local/state/k3/chat_history).
+    #[arg(long, value_name = "FILE", conflicts_with = "no_history")]
+    pub history: Option<std::path::PathBuf>,
+    /// Keep no history file (history still works within the chat).
+    #[arg(long)]
+    pub no_history: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
 }
@@ -64,7 +73,20 @@ const PLAIN: &str = "\x1b[0m";
 /// Positions kept free after a reply for the ids that close it.
 const TAIL_RESERVE: usize = 32;
 
-const HELP: &str = "commands: /reset  /undo  /save PATH  /load PATH  /stats  /exit  (Ctrl-C stops a reply; Ctrl-D exits)";
+const HELP: &str = "commands: /reset  /undo  /save PATH  /load PATH  /stats  /help  /exit  (Ctrl-C stops a reply; Ctrl-D exits)";
+
+/// `/help`: the commands and, on a terminal, the input keys.
+const LONG_HELP: &str = "\
+/reset        clear the conversation (the system message is kept)
+/undo         drop the last exchange (repeatable)
+/save PATH    write the conversation as JSONL
+/load PATH    replace the conversation with a JSONL transcript
+/stats        context use, messages, speed of the last turn
+/help         this text
+/exit         leave (also /quit, or Ctrl-D on an empty line)
+On a terminal: arrows and Emacs keys edit the line, Up/Down recall earlier entries (kept in the
+history file), a line ending in \\ continues on the next line, and a block between two \"\"\"
+lines is one message. Ctrl-C stops a reply; at the prompt it drops the line, twice quits.";
 
 /// One exchange, as needed to undo it.
 struct Turn {
@@ -74,10 +96,12 @@ struct Turn {
     messages_len: usize,
     /// The whole session before the turn (only the latest turn keeps one).
     snapshot: Option<Vec<u8>>,
+    /// /stats counters before the turn, restored by /undo.
+    stats: Stats,
 }
 
 /// Counters for /stats.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Stats {
     turns: usize,
     fed_new: usize,
@@ -164,36 +188,40 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
             args.thinking
         );
     }
-    let stdin = std::io::stdin();
-    let mut line = String::new();
+    let history = match (args.no_history, args.history) {
+        (true, _) => None,
+        (false, Some(path)) => Some(path),
+        (false, None) => crate::chat_input::default_history(),
+    };
+    let mut input = ChatInput::new(interactive, history)?;
     loop {
-        if interactive {
-            print!("> ");
-            flush();
-        }
-        line.clear();
-        match stdin.lock().read_line(&mut line) {
-            Ok(0) => {
+        let line = match input.read()? {
+            Input::Line(line) => line,
+            Input::Eof => {
                 if interactive {
                     println!();
                 }
                 return Ok(());
             }
-            Ok(_) => {}
-            Err(e) => return Err(CliError::runtime(format!("reading stdin: {e}"))),
-        }
+            Input::Interrupted => {
+                if IDLE_INTERRUPTS.fetch_add(1, Ordering::SeqCst) >= 1 {
+                    std::process::exit(130);
+                }
+                eprintln!("(Ctrl-C again quits; /exit or Ctrl-D leaves cleanly)");
+                continue;
+            }
+        };
         IDLE_INTERRUPTS.store(0, Ordering::SeqCst);
-        let input = line.trim_end_matches(['\n', '\r']);
-        if input.trim().is_empty() {
+        if line.trim().is_empty() {
             continue;
         }
-        if let Some(cmd) = input.strip_prefix('/') {
+        if let Some(cmd) = line.strip_prefix('/') {
             if !c.command(cmd.trim())? {
                 return Ok(());
             }
             continue;
         }
-        c.turn(input)?;
+        c.turn(&line)?;
     }
 }
 
@@ -257,7 +285,7 @@ impl<'e> Chat<'e> {
             },
             ("load", false) => self.load(Path::new(arg))?,
             ("stats", _) => self.print_stats(),
-            ("help", _) => println!("{HELP}"),
+            ("help", _) => println!("{LONG_HELP}"),
             _ => println!("unknown command /{cmd}: {HELP}"),
         }
         Ok(true)
@@ -269,6 +297,7 @@ impl<'e> Chat<'e> {
             return Ok(());
         };
         self.messages.truncate(turn.messages_len);
+        self.stats = turn.stats;
         match turn.snapshot {
             Some(bytes) => {
                 self.session = self.engine.session_from_bytes(&bytes, self.ctx)?;
@@ -315,6 +344,7 @@ impl<'e> Chat<'e> {
                 carry,
                 messages_len: i,
                 snapshot: None,
+                stats: self.stats.clone(),
             });
         }
         self.session.reset();
@@ -375,6 +405,7 @@ impl<'e> Chat<'e> {
             return Ok(());
         }
         let snapshot = self.session.to_bytes()?;
+        let stats_before = self.stats.clone();
         CANCEL.store(false, Ordering::SeqCst);
         GENERATING.store(true, Ordering::SeqCst);
         let result = self.reply(&new, room.min(self.max_new));
@@ -388,6 +419,7 @@ impl<'e> Chat<'e> {
             Err(e) => {
                 println!("\nk3: error: {e}");
                 self.session = self.engine.session_from_bytes(&snapshot, self.ctx)?;
+                self.stats = stats_before;
                 return Ok(());
             }
         };
@@ -399,6 +431,7 @@ impl<'e> Chat<'e> {
             carry,
             messages_len: self.messages.len(),
             snapshot: Some(snapshot),
+            stats: stats_before,
         });
         let reasoning_content = (self.thinking != Thinking::Off).then_some(reasoning);
         self.messages.push(user);

@@ -51,6 +51,16 @@ fn table_hit_rate(p: Preset) -> f64 {
     }
 }
 
+/// The expert hit rate a preset's plan is expected to reach: 100 % when it holds every expert,
+/// else the table's figure.
+pub(crate) fn hit_rate(p: Preset, plan: &MemoryPlan, sizes: &ModelSizes) -> f64 {
+    if holds_everything(plan, sizes) {
+        1.0
+    } else {
+        table_hit_rate(p)
+    }
+}
+
 /// Byte cap per queue depth of the read test (a level always finishes its first round).
 const LEVEL_BYTES: u64 = 192 << 20;
 
@@ -213,7 +223,7 @@ fn cgroup_limit() -> String {
 }
 
 /// Bytes available to unprivileged users on the filesystem holding `dir` (statvfs).
-fn free_disk(dir: &Path) -> Option<u64> {
+pub(crate) fn free_disk(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     // SAFETY: `statvfs` is plain old data, zero-initialised and only written by the call.
@@ -388,11 +398,7 @@ fn recommend(
     let mut cands = Vec::new();
     for p in Preset::ALL {
         let plan = plan_for(sizes, Budget::Preset(p), ctx)?;
-        let hit = if holds_everything(&plan, sizes) {
-            1.0
-        } else {
-            table_hit_rate(p)
-        };
+        let hit = hit_rate(p, &plan, sizes);
         cands.push(Candidate {
             label: format!("preset {p}"),
             flag: format!("--preset {p}"),
@@ -486,7 +492,12 @@ fn recommend(
             } else {
                 "the largest preset that fits the available memory"
             };
-            println!("\nrecommended: k3 run {} {} ({why})", dir.display(), c.flag);
+            // A whole command line, runnable as printed (tests run it verbatim).
+            println!(
+                "\nrecommended: k3 run {} {} -p Hello\n  ({why})",
+                dir.display(),
+                c.flag
+            );
         }
         None => println!(
             "\nrecommended: no preset fits; size it yourself with --mem-gb (at least {})",

@@ -6,9 +6,11 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod budget;
+mod chat_input;
 mod chat_repl;
 mod config_file;
 mod doctor;
+mod download;
 mod engine_args;
 mod escape;
 mod ids;
@@ -46,8 +48,8 @@ enum Command {
     Chat(chat_repl::ChatArgs),
     /// Print the memory plan for a model and budget without loading any weight.
     Plan(plan_cmd::PlanArgs),
-    /// List the memory presets.
-    Presets,
+    /// List the memory presets with the RAM and predicted s/token of each.
+    Presets(plan_cmd::PresetsArgs),
     /// Copy the trunk into one aligned file (trunk.bin + trunk.json) for `run --trunk`.
     Pack(pack::PackArgs),
     /// Encode text to token ids, decode ids, or export tokenizer.json.
@@ -60,6 +62,8 @@ enum Command {
     Config(config_file::ConfigArgs),
     /// Serve an OpenAI-compatible HTTP API (chat, completions, SSE) on 127.0.0.1.
     Serve(serve::ServeArgs),
+    /// Download a model from the Hugging Face hub (resumable, hash-checked), then verify it.
+    Download(download::DownloadArgs),
 }
 
 /// An error already formatted for the user, with its exit code.
@@ -102,13 +106,14 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Chat(args) => chat_repl::chat(args),
         Command::Plan(args) => plan_cmd::plan(args),
-        Command::Presets => plan_cmd::presets(),
+        Command::Presets(args) => plan_cmd::presets(args),
         Command::Pack(args) => pack::pack(args),
         Command::Tokenize(args) => tokenize::tokenize(args),
         Command::Verify(args) => verify_cmd::verify(args),
         Command::Doctor(args) => doctor::doctor(args),
         Command::Config(args) => config_file::config(args),
         Command::Serve(args) => serve::serve(args),
+        Command::Download(args) => download::download(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,23 +1,33 @@
 //! `k3 pack`: copy each layer's trunk run into `trunk.bin` + `trunk.json` (4096-aligned runs,
 //! per-layer xxh3 checksums, atomic output) for users who want the trunk on a faster disk.
+//! `--adopt DIR` takes over a trunk packed by upstream's packer instead
+//! (docs/FORMATS.md#adopting-an-upstream-pack).
 
 use crate::CliError;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use k3_format::pack::adopt_trunk_pack;
 use k3_format::pack::PackOptions;
-use k3_format::{bind_model, write_trunk_pack, Checkpoint, K3Config, TrunkPack};
+use k3_format::TrunkPack;
+use k3_format::{bind_model, write_trunk_pack, Checkpoint, K3Config, ModelBinding, PackError};
+use std::path::Path;
 use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  k3 pack /models/kimi-k3 /nvme/k3-trunk --verify\n  k3 run /models/kimi-k3 --prompt 'Hi' --preset laptop --trunk /nvme/k3-trunk"
+    after_help = "Examples:\n  k3 pack /models/kimi-k3 /nvme/k3-trunk --verify\n  k3 pack /models/kimi-k3 --adopt /nvme/upstream-trunk\n  k3 run /models/kimi-k3 --prompt 'Hi' --preset laptop --trunk /nvme/k3-trunk"
 )]
 pub struct PackArgs {
     /// Model directory (config.json + *.safetensors).
     pub model_dir: PathBuf,
     /// Output directory for trunk.bin + trunk.json.
-    pub out_dir: PathBuf,
+    #[arg(required_unless_present = "adopt")]
+    pub out_dir: Option<PathBuf>,
+    /// Adopt a trunk packed by upstream's packer in DIR (trunk.json without checksums): check
+    /// every layer against MODEL_DIR's shards, then write k3's trunk.json there (no data copied).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["out_dir", "overwrite", "verify"])]
+    pub adopt: Option<PathBuf>,
     /// Replace an existing pack in OUT_DIR.
     #[arg(long)]
     pub overwrite: bool,
@@ -39,30 +49,37 @@ fn bar(total: u64, what: &str) -> ProgressBar {
     pb
 }
 
+/// Exit code of a pack error: I/O is a runtime failure, everything else a refusal.
+fn pack_error(e: PackError) -> CliError {
+    match e {
+        PackError::Io { .. } => CliError::runtime(e.to_string()),
+        _ => CliError::usage(e.to_string()),
+    }
+}
+
 pub fn pack(args: PackArgs) -> Result<(), CliError> {
     let cfg = K3Config::load(args.model_dir.join("config.json"))
         .map_err(|e| CliError::usage(e.to_string()))?;
     let ck = Checkpoint::open(&args.model_dir).map_err(|e| CliError::usage(e.to_string()))?;
     let binding = bind_model(&ck, &cfg).map_err(|e| CliError::usage(e.to_string()))?;
-    std::fs::create_dir_all(&args.out_dir)
-        .map_err(|e| CliError::runtime(format!("{}: {e}", args.out_dir.display())))?;
+    if let Some(dir) = &args.adopt {
+        return adopt(&ck, &binding, &cfg, dir);
+    }
+    let Some(out_dir) = args.out_dir else {
+        return Err(CliError::usage("k3 pack needs OUT_DIR (or --adopt DIR)"));
+    };
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|e| CliError::runtime(format!("{}: {e}", out_dir.display())))?;
     let t0 = Instant::now();
     let pb = bar(0, "packing");
     let opts = PackOptions {
         overwrite: args.overwrite,
         ..PackOptions::default()
     };
-    let packed = write_trunk_pack(
-        &ck,
-        &binding,
-        &cfg,
-        &args.out_dir,
-        &opts,
-        &mut |done, total| {
-            pb.set_length(total);
-            pb.set_position(done);
-        },
-    );
+    let packed = write_trunk_pack(&ck, &binding, &cfg, &out_dir, &opts, &mut |done, total| {
+        pb.set_length(total);
+        pb.set_position(done);
+    });
     pb.finish_and_clear();
     let packed: TrunkPack = packed.map_err(|e| CliError::usage(e.to_string()))?;
     let secs = t0.elapsed().as_secs_f64();
@@ -81,5 +98,34 @@ pub fn pack(args: PackArgs) -> Result<(), CliError> {
         checked.map_err(|e| CliError::runtime(e.to_string()))?;
         eprintln!("verified {} layer checksums", packed.num_layers());
     }
+    Ok(())
+}
+
+/// `--adopt DIR`: compare every layer of upstream's pack with the checkpoint, then write k3's
+/// `trunk.json` beside its `trunk.bin`.
+fn adopt(
+    ck: &Checkpoint,
+    binding: &ModelBinding,
+    cfg: &K3Config,
+    dir: &Path,
+) -> Result<(), CliError> {
+    let t0 = Instant::now();
+    let pb = bar(0, "checking");
+    let adopted = adopt_trunk_pack(ck, binding, cfg, dir, &mut |done, total| {
+        pb.set_length(total);
+        pb.set_position(done);
+    });
+    pb.finish_and_clear();
+    let pack = adopted.map_err(pack_error)?;
+    let kept = dir.join(k3_format::pack::UPSTREAM_JSON);
+    eprintln!(
+        "adopted {}: {} layers, {:.3} GB, each equal to the checkpoint ({:.2} s); wrote {} with checksums{}",
+        pack.path().display(),
+        pack.num_layers(),
+        pack.total_bytes() as f64 / 1e9,
+        t0.elapsed().as_secs_f64(),
+        pack.json_path().display(),
+        if kept.exists() { format!(" (the index without them is kept as {})", kept.display()) } else { String::new() }
+    );
     Ok(())
 }

@@ -1,10 +1,13 @@
-//! `k3 plan` (the memory forecast, reading no weights) and `k3 presets`.
+//! `k3 plan` (the memory forecast, reading no weights) and `k3 presets` (every preset's RAM
+//! and I/O-floor speed).
 
 use crate::budget::BudgetArgs;
 use crate::CliError;
 use clap::Args;
-use k3_engine::planning::forecast;
+use k3_engine::planning::{forecast, model_sizes};
 use k3_engine::{Budget, Preset};
+use k3_plan::plan::{fmt_bytes, plan as make_plan};
+use k3_plan::{ModelSizes, PlanRequest};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -39,13 +42,79 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
     fits.map_err(CliError::from)
 }
 
-/// Lists the presets.
-pub fn presets() -> Result<(), CliError> {
-    println!("{:<12} {:>9} {:>9}", "preset", "trunk GB", "cache GB");
+#[derive(Args)]
+#[command(
+    after_help = "Examples:\n  k3 presets\n  k3 presets /models/kimi-k3 --read-gbps 6 -c 8192"
+)]
+pub struct PresetsArgs {
+    /// Model directory to plan (default: Kimi K3 as released, from its tensor shapes).
+    pub model_dir: Option<PathBuf>,
+    /// Disk read rate the s/token floor assumes, GB/s (`k3 doctor MODEL` measures yours).
+    #[arg(long, default_value_t = 3.0)]
+    pub read_gbps: f64,
+    /// Context positions to reserve latent KV for.
+    #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
+    pub ctx: usize,
+}
+
+/// Lists the presets with what each needs in RAM and the I/O floor of a decoded token
+/// (trunk streamed + expected expert misses, at `--read-gbps`; docs/QUICKSTART.md#presets).
+pub fn presets(args: PresetsArgs) -> Result<(), CliError> {
+    if !(args.read_gbps.is_finite() && args.read_gbps > 0.0) {
+        return Err(CliError::usage(format!(
+            "--read-gbps must be positive, got {}",
+            args.read_gbps
+        )));
+    }
+    let (sizes, what, moe_layers) = match &args.model_dir {
+        None => (
+            ModelSizes::k3_estimate(),
+            "Kimi K3 as released".to_string(),
+            92.0,
+        ),
+        Some(dir) => {
+            let cfg = k3_format::K3Config::load(dir.join("config.json"))
+                .map_err(|e| CliError::usage(e.to_string()))?;
+            let ck =
+                k3_format::Checkpoint::open(dir).map_err(|e| CliError::usage(e.to_string()))?;
+            let binding =
+                k3_format::bind_model(&ck, &cfg).map_err(|e| CliError::usage(e.to_string()))?;
+            let moe = cfg
+                .num_hidden_layers
+                .saturating_sub(cfg.first_k_dense_replace) as f64;
+            (model_sizes(&cfg, &binding)?, dir.display().to_string(), moe)
+        }
+    };
+    println!(
+        "{:<12} {:>9} {:>9} {:>10} {:>7} {:>11} {:>10}",
+        "preset", "trunk GB", "cache GB", "RAM", "hit", "read/token", "s/token"
+    );
     for p in Preset::ALL {
         let (t, c) = p.gb();
-        println!("{:<12} {:>9} {:>9}", p.name(), t, c);
+        let plan = make_plan(
+            &sizes,
+            &PlanRequest::new(Budget::Preset(p), args.ctx as u64),
+        )
+        .map_err(|e| CliError::usage(e.to_string()))?;
+        let hit = crate::doctor::hit_rate(p, &plan, &sizes);
+        let trunk = plan.trunk.streamed_per_token as f64;
+        let experts = moe_layers * f64::from(sizes.top_k) * (1.0 - hit) * sizes.expert_bytes as f64;
+        let secs = (trunk + experts) / (args.read_gbps * 1e9);
+        println!(
+            "{:<12} {:>9} {:>9} {:>10} {:>6.1}% {:>11} {:>10}",
+            p.name(),
+            t,
+            c,
+            fmt_bytes(plan.total_bytes()),
+            hit * 100.0,
+            fmt_bytes((trunk + experts) as u64),
+            format!("≥ {secs:.2}")
+        );
     }
-    println!("\n--mem-gb TOTAL splits a total trunk-first; --trunk-gb X --cache-gb Y sets both.");
+    println!(
+        "\n{what}, ctx {}: RAM is the plan's total; s/token is the I/O floor at {} GB/s (compute not included; hit rates: docs/PERFORMANCE.md decode view).",
+        args.ctx, args.read_gbps
+    );
+    println!("--mem-gb TOTAL splits a total trunk-first; --trunk-gb X --cache-gb Y sets both.");
     Ok(())
 }

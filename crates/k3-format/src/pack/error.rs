@@ -80,6 +80,37 @@ pub enum PackError {
         detail: String,
     },
 
+    /// `trunk.json` has layers without a checksum: a trunk packed by upstream's packer, which
+    /// writes none (docs/FORMATS.md#adopting-an-upstream-pack).
+    #[error("{path}: {layers} of {of} layers have no \"checksum\": this trunk was packed by another packer (upstream's writes none); adopt it with `k3 pack MODEL_DIR --adopt {}`, which checks every layer against the checkpoint and adds the checksums", path.parent().map(|d| d.display().to_string()).unwrap_or_default())]
+    NoChecksums {
+        /// The `trunk.json` file.
+        path: PathBuf,
+        /// Layers without a checksum.
+        layers: usize,
+        /// Layers in all.
+        of: usize,
+    },
+
+    /// A layer of an adopted pack differs from the checkpoint's bytes.
+    #[error("{path}: layer {layer} differs from the checkpoint at byte {at} of its {nbytes}-byte run (tensor {tensor:?}; the checkpoint's copy is {shard} at offset {shard_off}): the pack is corrupt or was made from another download; nothing was adopted: {REPACK}")]
+    Differs {
+        /// The `trunk.bin` file.
+        path: PathBuf,
+        /// Layer index.
+        layer: usize,
+        /// Run length.
+        nbytes: u64,
+        /// Offset of the first differing byte inside the run.
+        at: u64,
+        /// The tensor holding that byte (empty when between tensors).
+        tensor: String,
+        /// The shard file the layer's run is in.
+        shard: PathBuf,
+        /// Absolute shard offset of the differing byte.
+        shard_off: u64,
+    },
+
     /// `trunk.json` parses but its contents are inconsistent.
     #[error("{path}: {detail}; {REPACK}")]
     Invalid {

@@ -37,8 +37,10 @@ pub(super) struct LayerDoc {
     pub file_off: u64,
     /// Run length.
     pub nbytes: u64,
-    /// `"<algo>:<hex>"`.
-    pub checksum: String,
+    /// `"<algo>:<hex>"`; absent in a pack written by upstream's packer, which
+    /// [`super::adopt_trunk_pack`] fills in (docs/FORMATS.md#adopting-an-upstream-pack).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
     /// Shard file name the run came from.
     pub source_shard: String,
     /// Absolute offset of the run in that shard.

@@ -8,14 +8,19 @@
 //!   [`TrunkPack::check_against`] refuses a pack of another model or a stale pack;
 //!   [`TrunkPack::verify_checksums`] re-reads and re-hashes every layer.
 //!
+//! - [`adopt_trunk_pack`] takes over a trunk packed by upstream's packer (no checksums),
+//!   after comparing every layer with the checkpoint.
+//!
 //! The format is documented in `docs/FORMATS.md` ("Packed trunk").
 
+mod adopt;
 mod check;
 mod error;
 mod json;
 mod read;
 mod write;
 
+pub use adopt::{adopt_trunk_pack, UPSTREAM_JSON};
 pub use error::PackError;
 pub use json::{ConfigFingerprint, SourceShard};
 pub use write::{write_trunk_pack, PackOptions};

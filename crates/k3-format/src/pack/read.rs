@@ -13,50 +13,67 @@ impl TrunkPack {
     /// two runs overlapping. Does not read `trunk.bin`'s data (see
     /// [`TrunkPack::verify_checksums`]).
     pub fn open(dir: impl AsRef<Path>) -> Result<TrunkPack, PackError> {
-        let dir = dir.as_ref();
-        let json = dir.join(TRUNK_JSON);
-        if !json.is_file() {
-            let interrupted = ["trunk.bin.tmp", "trunk.json.tmp"]
-                .iter()
-                .any(|t| dir.join(t).exists());
-            return Err(PackError::NoPack {
-                dir: dir.into(),
-                interrupted,
-            });
-        }
-        let text = std::fs::read_to_string(&json).map_err(PackError::io(&json, "read"))?;
-        let doc: PackDoc = serde_json::from_str(&text).map_err(|e| PackError::Json {
-            path: json.clone(),
-            detail: e.to_string(),
-        })?;
-        let invalid = |detail: String| PackError::Invalid {
-            path: json.clone(),
-            detail,
-        };
-        check_header(&doc).map_err(invalid)?;
-        let layers = doc
-            .layers
-            .into_iter()
-            .enumerate()
-            .map(|(i, l)| parse_layer(i, l, doc.align))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(invalid)?;
-        let bin = dir.join(TRUNK_BIN);
-        let bin_len = std::fs::metadata(&bin)
-            .map_err(PackError::io(&bin, "stat"))?
-            .len();
-        check_runs(&bin, bin_len, &layers)?;
-        Ok(TrunkPack {
-            dir: dir.into(),
-            bin_len,
-            align: doc.align,
-            source: PackSource {
-                config: doc.source.config,
-                shards: doc.source.shards,
-            },
-            layers,
-        })
+        Ok(open_doc(dir.as_ref(), true)?.0)
     }
+}
+
+/// [`TrunkPack::open`], also returning the parsed document; with `require_checksums` false a
+/// layer without a checksum (upstream's packer writes none) is accepted with checksum 0.
+pub(super) fn open_doc(
+    dir: &Path,
+    require_checksums: bool,
+) -> Result<(TrunkPack, PackDoc), PackError> {
+    let json = dir.join(TRUNK_JSON);
+    if !json.is_file() {
+        let interrupted = ["trunk.bin.tmp", "trunk.json.tmp"]
+            .iter()
+            .any(|t| dir.join(t).exists());
+        return Err(PackError::NoPack {
+            dir: dir.into(),
+            interrupted,
+        });
+    }
+    let text = std::fs::read_to_string(&json).map_err(PackError::io(&json, "read"))?;
+    let doc: PackDoc = serde_json::from_str(&text).map_err(|e| PackError::Json {
+        path: json.clone(),
+        detail: e.to_string(),
+    })?;
+    let invalid = |detail: String| PackError::Invalid {
+        path: json.clone(),
+        detail,
+    };
+    check_header(&doc).map_err(invalid)?;
+    let unchecked = doc.layers.iter().filter(|l| l.checksum.is_none()).count();
+    if require_checksums && unchecked > 0 {
+        return Err(PackError::NoChecksums {
+            path: json,
+            layers: unchecked,
+            of: doc.layers.len(),
+        });
+    }
+    let layers = doc
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| parse_layer(i, l, doc.align))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(invalid)?;
+    let bin = dir.join(TRUNK_BIN);
+    let bin_len = std::fs::metadata(&bin)
+        .map_err(PackError::io(&bin, "stat"))?
+        .len();
+    check_runs(&bin, bin_len, &layers)?;
+    let pack = TrunkPack {
+        dir: dir.into(),
+        bin_len,
+        align: doc.align,
+        source: PackSource {
+            config: doc.source.config.clone(),
+            shards: doc.source.shards.clone(),
+        },
+        layers,
+    };
+    Ok((pack, doc))
 }
 
 /// Format, version, alignment and layer count.
@@ -92,7 +109,7 @@ fn check_header(doc: &PackDoc) -> Result<(), String> {
 }
 
 /// One layer entry: position, alignment, checksum syntax, tensors.
-fn parse_layer(i: usize, l: LayerDoc, align: u64) -> Result<PackedLayer, String> {
+fn parse_layer(i: usize, l: &LayerDoc, align: u64) -> Result<PackedLayer, String> {
     if l.layer != i {
         return Err(format!(
             "entry {i} of \"layers\" is layer {}: layers must be listed 0..N-1 in order",
@@ -106,22 +123,23 @@ fn parse_layer(i: usize, l: LayerDoc, align: u64) -> Result<PackedLayer, String>
             l.file_off % align
         ));
     }
-    let checksum = parse_checksum(&l.checksum).ok_or_else(|| {
-        format!(
-            "layer {i}: checksum {:?} is not \"{CHECKSUM_ALGO}:<16 hex digits>\"",
-            l.checksum
-        )
-    })?;
+    let checksum = match &l.checksum {
+        Some(sum) => parse_checksum(sum).ok_or_else(|| {
+            format!("layer {i}: checksum {sum:?} is not \"{CHECKSUM_ALGO}:<16 hex digits>\"")
+        })?,
+        // Only reached when the caller accepts unchecked layers (adopting upstream's pack).
+        None => 0,
+    };
     let mut tensors = Vec::with_capacity(l.tensors.len());
-    for (name, t) in l.tensors {
+    for (name, t) in &l.tensors {
         let dtype = PackDtype::parse(&t.dtype)
             .ok_or_else(|| format!("layer {i}: tensor {name:?} has unknown dtype {:?}", t.dtype))?;
         let t = PackedTensor {
-            name,
+            name: name.clone(),
             off: t.off,
             nbytes: t.nbytes,
             dtype,
-            shape: t.shape,
+            shape: t.shape.clone(),
         };
         check_tensor(i, &t, l.nbytes)?;
         tensors.push(t);
@@ -145,7 +163,7 @@ fn parse_layer(i: usize, l: LayerDoc, align: u64) -> Result<PackedLayer, String>
         file_off: l.file_off,
         nbytes: l.nbytes,
         checksum,
-        source_shard: l.source_shard,
+        source_shard: l.source_shard.clone(),
         source_offset: l.source_offset,
         tensors,
     })

@@ -288,7 +288,7 @@ fn layer_doc(lt: &LayerTensors, run: TrunkRun, file_off: u64, hash: u64, shard: 
         layer: lt.layer,
         file_off,
         nbytes: run.len(),
-        checksum: checksum_string(hash),
+        checksum: Some(checksum_string(hash)),
         source_shard: file_name(shard),
         source_offset: run.start,
         tensors,
