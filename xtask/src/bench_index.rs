@@ -5,9 +5,9 @@
 //! Heap is measured with a counting global allocator (installed for the whole xtask binary;
 //! two relaxed atomic adds per allocation).
 
-use k3_format::bind::{bind_model, model_tensors};
-use k3_format::writer::{write_index, write_sparse_shard, TensorSpec};
-use k3_format::{Checkpoint, Dtype, K3Config};
+use k3_format::bind::bind_model;
+use k3_format::writer::{write_index, write_sparse_shard};
+use k3_format::{Checkpoint, K3Config};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -51,8 +51,7 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOC: Counting = Counting;
 
 /// Real checkpoint size (docs/MODEL.md#real-model-sizing).
-const SHARDS: usize = 96;
-const TENSORS: usize = 497_220;
+use k3_format::released::TENSORS;
 
 /// Runs the benchmark; `dir` keeps the synthetic checkpoint (else a temp dir, removed after).
 pub fn run(dir: Option<PathBuf>, runs: usize) -> Result<(), String> {
@@ -71,35 +70,8 @@ pub fn run(dir: Option<PathBuf>, runs: usize) -> Result<(), String> {
     result
 }
 
-/// The released model's tensors spread over 96 shards: one per layer, then model-level
-/// tensors, lm_head, and vision-tower filler up to 497,220 tensors.
-fn layout() -> Vec<(String, Vec<TensorSpec>)> {
-    let cfg = K3Config::released();
-    let mut groups = model_tensors(&cfg);
-    let globals = groups.remove(0);
-    let (lm_head, rest): (Vec<_>, Vec<_>) = globals
-        .into_iter()
-        .partition(|t| t.name.contains("lm_head"));
-    let count: usize = groups.iter().map(Vec::len).sum::<usize>() + lm_head.len() + rest.len();
-    let vision: Vec<TensorSpec> = (0..TENSORS.saturating_sub(count))
-        .map(|i| {
-            TensorSpec::new(
-                format!("vision_tower.blocks.{}.param_{}.weight", i / 8, i % 8),
-                Dtype::BF16,
-                &[1152, 1152],
-            )
-        })
-        .collect();
-    groups.extend([rest, lm_head, vision]);
-    groups
-        .into_iter()
-        .enumerate()
-        .map(|(i, g)| (format!("model-{:05}-of-{SHARDS:05}.safetensors", i + 1), g))
-        .collect()
-}
-
 fn generate(root: &Path) -> Result<(usize, u64, u64), String> {
-    let shards = layout();
+    let shards = k3_format::released::layout(&K3Config::released());
     let mut apparent = 0u64;
     let mut header_bytes = 0u64;
     for (name, tensors) in &shards {

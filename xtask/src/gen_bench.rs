@@ -1,5 +1,6 @@
 //! `cargo xtask gen-bench OUT_DIR [--mid] [--layers N] [--experts E] [--vocab V] [--seed S]
-//! [--hidden H] [--shard-gb G] [--dry-run]`: write a synthetic benchmark checkpoint in the
+//! [--hidden H] [--shard-gb G] [--dry-run]` (or `--released-sparse OUT_DIR`: the full released
+//! geometry as sparse files, `crate::gen_released`): write a synthetic benchmark checkpoint in the
 //! released format (k3_format::synth; docs/PERFORMANCE.md "Benchmark models").
 //!
 //! Default (`--real-dims`): the released per-layer dimensions (hidden 7168, KDA 96×128, MLA 96
@@ -26,6 +27,11 @@ pub struct GenBenchArgs {
     /// The released per-layer dimensions (the default).
     #[arg(long)]
     pub real_dims: bool,
+    /// The whole released geometry (93 layers, 896 experts, vocab 163,840, 96 shards,
+    /// 497,220 tensors, 1.56 TB apparent) as sparse files with a tokenizer; only routers,
+    /// norm gains and 16,384 embedding / head rows are written (a few GB on disk).
+    #[arg(long, conflicts_with_all = ["mid", "real_dims", "layers", "experts", "vocab", "hidden", "dry_run"])]
+    pub released_sparse: bool,
     /// Decoder layers (default 5 real-dims, 8 mid).
     #[arg(long)]
     pub layers: Option<usize>,
@@ -105,6 +111,11 @@ fn gb(b: u64) -> f64 {
 }
 
 fn generate(args: &GenBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    if args.released_sparse {
+        let w = crate::gen_released::write(&args.out_dir, args.seed)?;
+        crate::gen_released::print(&args.out_dir, &w);
+        return Ok(());
+    }
     let spec = spec(args)?;
     let cfg = &spec.config;
     let plan = synth::plan(&spec)?;

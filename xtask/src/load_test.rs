@@ -142,7 +142,7 @@ pub(crate) fn start_server(
     queue: usize,
     deadline: Instant,
 ) -> Result<(ServerGuard, String), String> {
-    start_server_with(bin, model, queue, &[], deadline)
+    start_server_with(bin, model, queue, &[], STARTUP_TIMEOUT, deadline)
 }
 
 /// [`start_server`] with further `k3 serve` flags.
@@ -151,6 +151,7 @@ pub(crate) fn start_server_with(
     model: &Path,
     queue: usize,
     extra: &[String],
+    startup: Duration,
     deadline: Instant,
 ) -> Result<(ServerGuard, String), String> {
     let mut child = Command::new(bin)
@@ -172,19 +173,32 @@ pub(crate) fn start_server_with(
         return Err("the server's stderr is not piped".into());
     };
     let (tx, rx) = mpsc::channel();
-    // Keeps draining stderr after the address so the server never blocks on a full pipe.
+    // Keeps draining stderr after the address so the server never blocks on a full pipe; an
+    // error line before the address is passed on as `Err`.
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
             if let Some(addr) = line.split("listening on ").nth(1) {
-                let _ = tx.send(addr.trim().to_string());
+                let _ = tx.send(Ok(addr.trim().to_string()));
+            } else if line.contains("error") {
+                let _ = tx.send(Err(line));
             }
         }
     });
-    let wait = STARTUP_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
-    let base = rx
-        .recv_timeout(wait)
-        .map_err(|_| format!("k3 serve printed no address within {} s", wait.as_secs()))?;
+    let wait = startup.min(deadline.saturating_duration_since(Instant::now()));
+    let base = match rx.recv_timeout(wait) {
+        Ok(Ok(base)) => base,
+        Ok(Err(line)) => return Err(format!("k3 serve failed to start: {line}")),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            return Err("k3 serve exited before printing its address".into())
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            return Err(format!(
+                "k3 serve printed no address within {} s",
+                wait.as_secs()
+            ))
+        }
+    };
     if !base.starts_with("http://127.0.0.1:") {
         return Err(format!("the server is not on loopback: {base}"));
     }

@@ -11,9 +11,11 @@ mod bench_serve;
 mod bench_spec;
 mod bench_util;
 mod check_docs;
+mod check_released;
 mod conformance;
 mod fuzz;
 mod gen_bench;
+mod gen_released;
 mod load_test;
 mod pack_trunk;
 mod sim_cache;
@@ -75,6 +77,9 @@ enum Cmd {
     BenchLayers(bench_layers::BenchLayersArgs),
     /// Expert bytes per prompt token: one-pass (chunk-union) prefill vs token by token.
     BenchPrefill(bench_prefill::BenchPrefillArgs),
+    /// The released geometry at full size as a sparse checkpoint: plan every preset, run one
+    /// laptop-preset token, check peak RSS ≤ 8 GiB and the forecast within 5 %.
+    CheckReleased(check_released::CheckReleasedArgs),
     /// Write a synthetic benchmark checkpoint (real per-layer dims, or --mid) into OUT_DIR.
     GenBench(gen_bench::GenBenchArgs),
     /// Drive `k3 serve` on 127.0.0.1 with concurrent clients: latency, throughput, 429s.
@@ -131,6 +136,7 @@ fn main() -> ExitCode {
         Cmd::BenchLayers(args) => bench_layers::run(&args),
         Cmd::BenchPrefill(args) => bench_prefill::run(&args),
         Cmd::GenBench(args) => gen_bench::run(&args),
+        Cmd::CheckReleased(args) => check_released::run(&args),
         Cmd::LoadTest(args) => load_test::run(&args),
         Cmd::BenchServe(args) => bench_serve::run(&args),
         Cmd::CheckDocs => check_docs::run(&fuzz::workspace_root()),

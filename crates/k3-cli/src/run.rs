@@ -307,9 +307,11 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         true => DecodeMode::Recompute,
         false => args.sampling.decode_mode(&engine),
     };
+    let stats_open = engine.stats();
     let t0 = Instant::now();
     prefill(&mut session, &prompt, args.quiet)?;
     let prefill_s = t0.elapsed().as_secs_f64();
+    let stats_prefill = engine.stats();
     if let Some(path) = &args.dump_logits {
         dump_logits(path, &session)?;
     }
@@ -326,6 +328,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         mode,
         reused,
         prefill_s,
+        stats_open,
+        stats_prefill,
         decode_s: t1.elapsed().as_secs_f64(),
         wall: t0.elapsed().as_secs_f64(),
     };
@@ -350,6 +354,9 @@ pub struct Done<'a> {
     pub mode: DecodeMode,
     pub reused: usize,
     pub prefill_s: f64,
+    /// I/O counters after open (pins read) and after the prompt, for per-phase reports.
+    pub stats_open: k3_engine::StoreStats,
+    pub stats_prefill: k3_engine::StoreStats,
     pub decode_s: f64,
     pub wall: f64,
 }

@@ -2,7 +2,7 @@
 
 use crate::run::{peak_rss_bytes, Done, RunArgs};
 use crate::CliError;
-use k3_engine::{DecodeMode, Engine, SamplingParams, Session, StopConditions};
+use k3_engine::{DecodeMode, Engine, SamplingParams, Session, StopConditions, StoreStats};
 use std::path::Path;
 
 /// Writes the `--json` report of a finished run.
@@ -50,10 +50,58 @@ pub fn write_json(
         "lookahead_reads": stats.lookahead_reads,
         "lookahead_useful_reads": stats.lookahead_useful_reads,
         "lookahead_recall": stats.lookahead_recall(),
+        "plan": plan_json(engine),
+        "prefill": phase_json(&done.stats_open, &done.stats_prefill, done.prefill_s, engine),
+        "decode": phase_json(&done.stats_prefill, &stats, done.decode_s, engine),
     });
     let text = serde_json::to_string_pretty(&report).unwrap_or_default();
     std::fs::write(path, text + "\n").map_err(|e| {
         CliError::runtime(format!("{}: cannot write JSON report: {e}", path.display()))
+    })
+}
+
+/// The `plan` object: the planner's forecast beside the measured peak (null without a budget).
+fn plan_json(engine: &Engine) -> serde_json::Value {
+    let Some(p) = engine.plan() else {
+        return serde_json::Value::Null;
+    };
+    let peak = peak_rss_bytes();
+    serde_json::json!({
+        "budget": format!("{:?}", p.request.budget),
+        "total_bytes": p.total_bytes(),
+        "peak_rss_bytes": peak,
+        "forecast_error": (p.total_bytes() as f64 - peak as f64) / (peak.max(1) as f64),
+        "trunk_pinned_layers": p.trunk.pinned.len(),
+        "trunk_ring_slots": p.trunk.ring_slots,
+        "expert_slots": p.expert_slots,
+        "prefill_chunk": p.prefill_chunk,
+    })
+}
+
+/// One phase (prompt or decode) between two counter snapshots: forward passes (trunk binds ÷
+/// layers), bytes read and seconds per pass, and the wall split into compute and I/O wait
+/// (docs/STREAMING.md#reports).
+fn phase_json(a: &StoreStats, b: &StoreStats, wall: f64, engine: &Engine) -> serde_json::Value {
+    let layers = engine.config().num_hidden_layers.max(1) as u64;
+    let passes = b.trunk_binds.saturating_sub(a.trunk_binds) / layers;
+    let per = |x: f64| if passes > 0 { x / passes as f64 } else { 0.0 };
+    let trunk = b.trunk_bytes_read.saturating_sub(a.trunk_bytes_read);
+    let experts = b.expert_bytes_read.saturating_sub(a.expert_bytes_read);
+    let trunk_wait = b.trunk_wait_seconds - a.trunk_wait_seconds;
+    let expert_wait = b.expert_wait_seconds - a.expert_wait_seconds;
+    serde_json::json!({
+        "forward_passes": passes,
+        "seconds": wall,
+        "seconds_per_pass": per(wall),
+        "bytes_read_trunk": trunk,
+        "bytes_read_experts": experts,
+        "bytes_read_trunk_per_pass": per(trunk as f64),
+        "bytes_read_experts_per_pass": per(experts as f64),
+        "expert_requests": b.expert_requests.saturating_sub(a.expert_requests),
+        "expert_resident_hits": b.expert_resident_hits.saturating_sub(a.expert_resident_hits),
+        "trunk_wait_seconds": trunk_wait,
+        "expert_wait_seconds": expert_wait,
+        "compute_seconds": (wall - trunk_wait - expert_wait).max(0.0),
     })
 }
 

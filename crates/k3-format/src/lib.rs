@@ -24,6 +24,7 @@ mod header;
 pub mod index;
 pub mod pack;
 pub mod par;
+pub mod released;
 pub mod safetensors;
 mod shard_list;
 pub mod synth;

@@ -419,10 +419,10 @@ pub fn write_checkpoint(
 
 /// SplitMix64 (Steele, Lea & Flood 2014): a tiny, fast, well-mixed 64-bit generator.
 #[derive(Clone, Debug)]
-struct SplitMix(u64);
+pub(crate) struct SplitMix(u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -431,12 +431,12 @@ impl SplitMix {
     }
 
     /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
+    pub(crate) fn unit(&mut self) -> f32 {
         ((self.next() >> 40) as f32 / (1u64 << 23) as f32) - 1.0
     }
 
     /// The stream of tensor `name` under `seed`.
-    fn for_tensor(seed: u64, name: &str) -> SplitMix {
+    pub(crate) fn for_tensor(seed: u64, name: &str) -> SplitMix {
         // FNV-1a of the name, mixed with the seed.
         let h = name.bytes().fold(0xCBF2_9CE4_8422_2325u64, |h, b| {
             (h ^ b as u64).wrapping_mul(0x0100_0000_01B3)

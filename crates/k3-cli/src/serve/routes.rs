@@ -192,6 +192,8 @@ fn timings(s: &Summary) -> Value {
         "predicted_n": s.completion_tokens,
         "predicted_ms": s.predicted_seconds * 1e3,
         "predicted_per_second": rate(s.completion_tokens, s.predicted_seconds),
+        "queue_ms": s.queue_seconds * 1e3,
+        "first_token_ms": s.first_token_seconds * 1e3,
         "max_token_gap_ms": s.max_token_gap_seconds * 1e3,
         "mean_batch": s.mean_batch,
         "bytes_read": s.bytes_read,
