@@ -61,6 +61,34 @@ const fn e2m1_bf16_bytes() -> [[u8; 16]; 2] {
     t
 }
 
+/// For every scale byte `s`: bytes `0..16` are the low and bytes `16..32` the high byte of
+/// the top 16 bits of [`decode`]`(c, s)` for code `c`. Every decoded weight (exact values,
+/// subnormals down to `2^-128`, `±inf`, `±0`) has zero low 16 bits, so
+/// `decode(c, s) == f32::from_bits(((T[s][16 + c] as u32) << 8 | T[s][c] as u32) << 16)`: the
+/// SIMD decoders look the codes of a group up in its scale's row and need no multiply.
+pub static E2M1_SCALED_BYTES: ScaledBytes = ScaledBytes(scaled_bytes());
+
+/// [`E2M1_SCALED_BYTES`]: one 32-byte row per scale byte, 32-byte aligned.
+#[repr(C, align(32))]
+pub struct ScaledBytes(pub [[u8; 32]; 256]);
+
+const fn scaled_bytes() -> [[u8; 32]; 256] {
+    let scale = e8m0_table();
+    let mut t = [[0u8; 32]; 256];
+    let mut s = 0;
+    while s < 256 {
+        let mut c = 0;
+        while c < 16 {
+            let hi16 = (E2M1[c] * scale[s]).to_bits() >> 16;
+            t[s][c] = (hi16 & 0xFF) as u8;
+            t[s][16 + c] = (hi16 >> 8) as u8;
+            c += 1;
+        }
+        s += 1;
+    }
+    t
+}
+
 /// The two codes of one packed byte, in element order (even element from the low nibble).
 #[inline(always)]
 pub fn unpack(byte: u8) -> (u8, u8) {
@@ -132,6 +160,20 @@ mod tests {
             let hi16 = (t[1][c] as u32) << 8 | t[0][c] as u32;
             assert_eq!(f32::from_bits(hi16 << 16).to_bits(), v.to_bits());
         }
+    }
+
+    #[test]
+    fn scaled_bytes_rebuild_every_decode() {
+        for s in 0..=255u8 {
+            let row = &E2M1_SCALED_BYTES.0[s as usize];
+            for c in 0..16u8 {
+                let d = decode(c, s).to_bits();
+                assert_eq!(d & 0xFFFF, 0, "code {c} scale {s}");
+                let hi16 = (row[16 + c as usize] as u32) << 8 | row[c as usize] as u32;
+                assert_eq!(hi16 << 16, d, "code {c} scale {s}");
+            }
+        }
+        assert_eq!(std::mem::align_of::<ScaledBytes>(), 32);
     }
 
     #[test]

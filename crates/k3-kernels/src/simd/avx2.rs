@@ -80,8 +80,12 @@ pub(super) fn rows16<W: Ld16, const R: usize>(ws: [&[W]; R], x: &[f32]) -> [[f32
         // SAFETY: `i + 16 <= full <= n <= x.len()`.
         let xv = unsafe { f32::ld16(x.as_ptr().add(i)) };
         for (a, w) in acc.iter_mut().zip(&ws) {
-            // A hint only: the address may lie past the row (never dereferenced).
-            _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(i + PREFETCH).cast());
+            // A hint only (never dereferenced): past the row's end it points into the same
+            // row of the next block of `R` (a matrix's rows are contiguous), so the next
+            // block's rows are on their way before it starts.
+            let ahead = i + PREFETCH;
+            let skip = if ahead < n { 0 } else { (R - 1) * n };
+            _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(ahead + skip).cast());
             // SAFETY: `i + 16 <= full <= n <= w.len()`.
             let wv = unsafe { W::ld16(w.as_ptr().add(i)) };
             a[0] = _mm256_fmadd_ps(wv[0], xv[0], a[0]);
