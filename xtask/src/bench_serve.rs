@@ -147,10 +147,7 @@ fn row(label: String, seen: &[Seen], wall: f64, bytes: (f64, f64)) -> Row {
         tokens,
         per_client_spt: spt.iter().sum::<f64>() / spt.len().max(1) as f64,
         ttft,
-        max_gap: seen
-            .iter()
-            .map(|s| s.max_gap)
-            .fold(0.0, f64::max),
+        max_gap: seen.iter().map(|s| s.max_gap).fold(0.0, f64::max),
         bytes: bytes.0 / tokens.max(1) as f64,
         trunk_bytes: bytes.1 / tokens.max(1) as f64,
     }

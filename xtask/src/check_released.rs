@@ -182,20 +182,8 @@ fn cap_data(cmd: &mut Command, limit: u64) -> String {
 
 /// A writable delegated cgroup v2 directory with `memory.max` set, if any.
 fn cgroup_v2(limit: u64) -> Option<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let base = Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/'));
-    let controllers = std::fs::read_to_string(base.join("cgroup.controllers")).ok()?;
-    if !controllers.split_whitespace().any(|c| c == "memory") {
-        return None;
-    }
-    let dir = base.join(format!("k3-check-released-{}", std::process::id()));
-    std::fs::create_dir(&dir).ok()?;
-    if std::fs::write(dir.join("memory.max"), limit.to_string()).is_err() {
-        let _ = std::fs::remove_dir(&dir);
-        return None;
-    }
-    Some(dir)
+    let name = format!("k3-check-released-{}", std::process::id());
+    k3_store::memory_cgroup(&name, limit)
 }
 
 /// Peak RSS of the largest waited-for child, bytes (`ru_maxrss` is in KiB on Linux).

@@ -11,7 +11,7 @@
 //! creation fails (a clean exit 1/2 naming the thread). 48 MiB leaves ~10 MiB of headroom.
 #![cfg(target_os = "linux")]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 const AS_CAP: u64 = 48 << 20;
@@ -67,20 +67,8 @@ fn ids(o: &Output) -> String {
 
 /// A writable cgroup v2 directory of ours (delegated), if any.
 fn cgroup_v2() -> Option<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let base = Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/'));
-    let controllers = std::fs::read_to_string(base.join("cgroup.controllers")).ok()?;
-    if !controllers.split_whitespace().any(|c| c == "memory") {
-        return None;
-    }
-    let dir = base.join(format!("k3-mem-cap-{}", std::process::id()));
-    std::fs::create_dir(&dir).ok()?;
-    if std::fs::write(dir.join("memory.max"), CGROUP_CAP.to_string()).is_err() {
-        let _ = std::fs::remove_dir(&dir);
-        return None;
-    }
-    Some(dir)
+    let name = format!("k3-mem-cap-{}", std::process::id());
+    k3_store::memory_cgroup(&name, CGROUP_CAP)
 }
 
 fn have_prlimit() -> bool {

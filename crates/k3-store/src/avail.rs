@@ -3,7 +3,7 @@
 
 use k3_plan::Available;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Reads the figures of this machine.
 pub fn available_memory() -> Available {
@@ -14,6 +14,27 @@ pub fn available_memory() -> Available {
 /// `proc/self/cgroup`, and `sys/fs/cgroup/…`.
 pub fn available_memory_at(root: &Path) -> Available {
     Available::from_reader(|p| fs::read_to_string(root.join(p)).ok())
+}
+
+/// A new cgroup v2 directory `name` under this process's own (delegated) cgroup with
+/// `memory.max` = `limit`, when the memory controller is there and the directory is writable:
+/// a real cap for checks that run k3 under a budget (write a child's pid to its
+/// `cgroup.procs`). `None` where there is no such cgroup.
+pub fn memory_cgroup(name: &str, limit: u64) -> Option<PathBuf> {
+    let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let base = Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/'));
+    let controllers = fs::read_to_string(base.join("cgroup.controllers")).ok()?;
+    if !controllers.split_whitespace().any(|c| c == "memory") {
+        return None;
+    }
+    let dir = base.join(name);
+    fs::create_dir(&dir).ok()?;
+    if fs::write(dir.join("memory.max"), limit.to_string()).is_err() {
+        let _ = fs::remove_dir(&dir);
+        return None;
+    }
+    Some(dir)
 }
 
 #[cfg(test)]

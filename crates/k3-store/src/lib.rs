@@ -19,7 +19,7 @@ pub mod io;
 mod store_error;
 pub mod trunk_store;
 
-pub use avail::{available_memory, available_memory_at};
+pub use avail::{available_memory, available_memory_at, memory_cgroup};
 pub use expert_store::{ExpertLoc, ExpertStats, ExpertStore, LocateFn};
 pub use io::{AlignedBuf, Fault, FaultyReader, ReadAt, ShardFile};
 pub use store_error::{ExpertFetchFailure, StoreError};
