@@ -229,13 +229,7 @@ pub fn kda_forward_batch(
 ) -> Result<(), ModelError> {
     let (d, t) = (pass.d, pass.t);
     check_kda(d, w, Some(l))?;
-    if states.len() != pass.n_seqs() {
-        return Err(ModelError::StateMismatch(format!(
-            "layer {l}: {} states for {} sequences",
-            states.len(),
-            pass.n_seqs()
-        )));
-    }
+    pass.check_states(l, states.len())?;
     sc.ensure(d, t);
     let (p, h, dd, k) = (d.kda_proj(), d.kda_heads, d.kda_dim, d.conv_k);
     let tp = t * p;

@@ -170,13 +170,7 @@ pub fn mla_forward_batch(
 ) -> Result<(), ModelError> {
     let (d, t) = (pass.d, pass.t);
     check_mla(d, w, Some(l))?;
-    if states.len() != pass.n_seqs() {
-        return Err(ModelError::StateMismatch(format!(
-            "layer {l}: {} states for {} sequences",
-            states.len(),
-            pass.n_seqs()
-        )));
-    }
+    pass.check_states(l, states.len())?;
     let mut longest = 0;
     for i in 0..pass.n_seqs() {
         let seq = pass.seq(i);

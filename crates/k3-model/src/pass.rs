@@ -4,6 +4,7 @@
 //! signature; the `&mut` things (carried state, outputs, scratch) travel separately.
 
 use crate::dims::Dims;
+use crate::error::ModelError;
 use crate::mla::MlaPath;
 use crate::weights::ExpertProvider;
 
@@ -62,6 +63,18 @@ impl<'p> Pass<'p> {
     /// Sequences in the call (1 unless batched).
     pub fn n_seqs(&self) -> usize {
         self.batch.len().max(1)
+    }
+
+    /// Refuses a token mixer of layer `l` handed `states` carried states for a call of
+    /// another number of sequences (a caller's bug, reported rather than guessed around).
+    pub fn check_states(&self, l: usize, states: usize) -> Result<(), ModelError> {
+        if states == self.n_seqs() {
+            return Ok(());
+        }
+        Err(ModelError::StateMismatch(format!(
+            "layer {l}: {states} states for {} sequences",
+            self.n_seqs()
+        )))
     }
 
     /// Sequence `i` of the call (`i < n_seqs()`).
