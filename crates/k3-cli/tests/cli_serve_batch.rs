@@ -117,13 +117,27 @@ fn peak_rss_stays_under_mem_gb_with_parallel_4() {
 }
 
 #[test]
-fn parallel_and_ubatch_must_be_positive() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_k3"))
-        .args(["serve", &serve_common::tiny(), "--parallel", "0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--parallel"));
+fn parallel_ubatch_and_plan_sessions_must_be_positive() {
+    let tiny = serve_common::tiny();
+    for args in [
+        vec!["serve", &tiny, "--parallel", "0"],
+        vec!["serve", &tiny, "--ubatch", "0"],
+        vec!["plan", &tiny, "--sessions", "0"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_k3"))
+            .args(&args)
+            .env_remove("K3_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/k3-serve-batch-xdg")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        let flag = args[2];
+        assert!(
+            err.contains(flag) && err.contains("at least 1"),
+            "{args:?}: {err}"
+        );
+    }
 }
 
 #[test]

@@ -71,17 +71,16 @@ impl Engine {
         let lens: Vec<usize> = rows.iter().map(Vec::len).collect();
         for pass in plan_passes(&lens, self.prefill_chunk()) {
             let mut items = Vec::with_capacity(pass.len());
-            let mut order = Vec::with_capacity(pass.len());
             let mut picked: Vec<Option<&mut BatchFeed<'_, '_>>> =
                 feeds.iter_mut().map(Some).collect();
             for &(i, from, n) in &pass {
                 let Some(f) = picked[i].take() else { continue };
+                // logits only from the pass that runs a feed's last row
                 let mode = if from + n == lens[i] {
                     LogitsMode::Last
                 } else {
                     LogitsMode::None
                 };
-                order.push((i, from, n, mode == LogitsMode::Last));
                 items.push((f, &rows[i][from..from + n], mode));
             }
             let mut batch: Vec<BatchItem<'_>> = items
@@ -97,9 +96,8 @@ impl Engine {
                     .forward_batch(self.weights(), self.experts(), &mut batch, &mut |_| {})
             })?;
             drop(batch);
-            for ((f, tokens, _), (l, (.., last))) in
-                items.iter_mut().zip(logits.into_iter().zip(&order))
-            {
+            for ((f, tokens, mode), l) in items.iter_mut().zip(logits) {
+                let last = *mode == LogitsMode::Last;
                 f.session.record_batched(tokens, last.then_some(l.data));
             }
         }

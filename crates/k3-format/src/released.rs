@@ -25,9 +25,8 @@ use crate::config::K3Config;
 use crate::dtype::Dtype;
 use crate::error::FormatError;
 use crate::synth::{config_json, SplitMix};
-use crate::writer::{encode_header, write_index, TensorSpec};
+use crate::writer::{create_sparse_shard, write_index, TensorSpec};
 use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
@@ -169,13 +168,9 @@ fn write_shard(
     fill: bool,
 ) -> Result<(u64, u64), FormatError> {
     let io = |e| FormatError::io(path, e);
-    let (head, data_len) = encode_header(tensors)?;
-    let mut f = File::create(path).map_err(io)?;
-    f.write_all(&head).map_err(io)?;
-    let len = head.len() as u64 + data_len;
-    f.set_len(len).map_err(io)?;
-    let mut written = head.len() as u64;
-    let mut off = head.len() as u64;
+    let (f, head_len, len) = create_sparse_shard(path, tensors)?;
+    let mut written = head_len;
+    let mut off = head_len;
     let mut buf = Vec::new();
     for t in tensors {
         let n = t.nbytes().unwrap_or(0);

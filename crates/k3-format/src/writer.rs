@@ -97,13 +97,22 @@ pub fn write_shard(
 /// Writes the header and extends the file to its full length without writing data (a sparse
 /// file on most filesystems). Returns the file length.
 pub fn write_sparse_shard(path: &Path, tensors: &[TensorSpec]) -> Result<u64, FormatError> {
+    create_sparse_shard(path, tensors).map(|(_, _, len)| len)
+}
+
+/// [`write_sparse_shard`], keeping the file open for writing some tensors' data: returns the
+/// file, the header's length (where the data starts) and the file length.
+pub fn create_sparse_shard(
+    path: &Path,
+    tensors: &[TensorSpec],
+) -> Result<(File, u64, u64), FormatError> {
     let io = |e| FormatError::io(path, e);
     let (head, data_len) = encode_header(tensors)?;
     let mut f = File::create(path).map_err(io)?;
     f.write_all(&head).map_err(io)?;
     let len = head.len() as u64 + data_len;
     f.set_len(len).map_err(io)?;
-    Ok(len)
+    Ok((f, head.len() as u64, len))
 }
 
 /// Writes `model.safetensors.index.json` mapping each tensor name to its shard file name.

@@ -42,7 +42,7 @@ struct Live<'e> {
     fed: usize,
     /// The id sampled last, fed at the next step.
     next: Option<u32>,
-    generated: usize,
+    /// The ids generated so far.
     ids: Vec<u32>,
     picked: Instant,
     prompt_seconds: f64,
@@ -160,7 +160,6 @@ fn admit<'e>(engine: &'e Engine, lru: &mut Lru, ctx: usize, job: Job) -> Option<
         reused,
         fed: reused,
         next: None,
-        generated: 0,
         ids: Vec::new(),
         picked: Instant::now(),
         prompt_seconds: 0.0,
@@ -266,11 +265,10 @@ fn step(engine: &Engine, live: &mut [Live<'_>], lim: Limits) -> Result<(), Engin
 /// job goes on (`l.next` set) or ends (its last id kept pending, as `Session` keeps it).
 fn sample_next(l: &mut Live<'_>, now: Instant) -> Result<(), EngineError> {
     l.next = None;
-    if l.generated >= l.job.max_new {
+    if l.ids.len() >= l.job.max_new {
         return Ok(());
     }
     let id = l.sampler.sample(l.session.logits(), l.session.history());
-    l.generated += 1;
     l.ids.push(id);
     if let Some(prev) = l.last_token {
         l.max_gap = l.max_gap.max(now.duration_since(prev).as_secs_f64());
@@ -282,7 +280,7 @@ fn sample_next(l: &mut Live<'_>, now: Instant) -> Result<(), EngineError> {
         .logprobs
         .map(|top| token_logprob(l.session.logits(), id, top));
     let keep_going = l.out.on_token(id, logprob);
-    let ended = l.out.end_ids.contains(&id) || !keep_going || l.generated >= l.job.max_new;
+    let ended = l.out.end_ids.contains(&id) || !keep_going || l.ids.len() >= l.job.max_new;
     if ended {
         l.session.keep_pending(id)?;
     } else {
@@ -295,25 +293,19 @@ fn is_done(l: &Live<'_>) -> bool {
     l.out.cancelled || (!l.prefilling() && l.next.is_none())
 }
 
-/// Why a finished job stopped, as the engine's generation loop would say.
-fn stop_reason(l: &Live<'_>, last: Option<u32>) -> StopReason {
-    match last {
-        Some(id) if l.out.end_ids.contains(&id) => StopReason::EndToken(id),
-        _ if l.out.cancelled => StopReason::Callback,
-        _ if l.generated >= l.job.max_new => StopReason::Length,
+/// Why a finished job stopped, as the engine's generation loop would say: its end id, its
+/// length, or else the output's callback (a stop string or a client that left).
+fn stop_reason(l: &Live<'_>) -> StopReason {
+    match l.ids.last() {
+        Some(&id) if l.out.end_ids.contains(&id) => StopReason::EndToken(id),
+        _ if !l.out.cancelled && l.ids.len() >= l.job.max_new => StopReason::Length,
         _ => StopReason::Callback,
     }
 }
 
 /// Ends a job: flushes its text, saves its state for reuse, counts it and answers it.
 fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
-    let last = l
-        .session
-        .tokens()
-        .last()
-        .copied()
-        .filter(|_| l.generated > 0);
-    let reason = stop_reason(&l, last);
+    let reason = stop_reason(&l);
     if l.out.cancelled && l.prefilling() {
         eprintln!(
             "k3: request {} {}: cancelled during the prompt",
@@ -330,7 +322,7 @@ fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
         }
     }
     let predicted_seconds = l.decode_started.map_or(0.0, |t| t.elapsed().as_secs_f64());
-    let n = l.generated;
+    let n = l.ids.len();
     count(metrics, &l, predicted_seconds);
     let summary = Summary {
         finish_reason,
@@ -359,7 +351,7 @@ fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
 }
 
 fn count(metrics: &Metrics, l: &Live<'_>, predicted_seconds: f64) {
-    let n = l.generated;
+    let n = l.ids.len();
     metrics
         .tokens_generated
         .fetch_add(n as u64, Ordering::Relaxed);
