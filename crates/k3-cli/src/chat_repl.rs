@@ -141,7 +141,8 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         .thinking
         .parse()
         .map_err(|e: k3_engine::EngineError| CliError::usage(e.to_string()))?;
-    let options = args.engine.options(&file, args.ctx)?;
+    let mut options = args.engine.options(&file, args.ctx)?;
+    options.draft_policy = args.sampling.draft_policy(options.draft_trunk.as_deref())?;
     let engine = crate::engine_args::open_engine(&model_dir, options, true)?;
     let tok = crate::engine_args::tokenizer_of(&engine, &model_dir)?;
     let tpl = Template::new(tok)?;

@@ -20,6 +20,12 @@ pub struct EngineArgs {
     /// Read trunk layers from a packed trunk (`k3 pack`) instead of the shards; needs a budget.
     #[arg(long)]
     pub trunk: Option<PathBuf>,
+    /// A draft trunk (`k3 pack --draft-quant q8 MODEL_DIR DIR`) for hybrid drafting: a
+    /// quantized copy of the trunk held in memory drafts tokens with cache-only experts and
+    /// the exact model verifies them in one pass. Used where the plan predicts a gain
+    /// (`--draft auto`) or always (`--draft hybrid`); the tokens are the same either way.
+    #[arg(long, value_name = "DIR")]
+    pub draft_trunk: Option<PathBuf>,
     /// Read with the page cache instead of O_DIRECT (streaming only).
     #[arg(long)]
     pub no_direct_io: bool,
@@ -41,6 +47,7 @@ impl EngineArgs {
             tokenizer_dir: self.tok.clone(),
             trunk_dir: self.trunk.clone(),
             lookahead: self.lookahead,
+            draft_trunk: self.draft_trunk.clone(),
             ..EngineOptions::default()
         })
     }
@@ -134,5 +141,17 @@ pub fn open_engine(
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    Ok(engine?)
+    let engine = engine?;
+    if let (true, Some(choice)) = (progress, engine.draft_choice()) {
+        match engine.draft_info() {
+            Some((d, quant, bytes)) => eprintln!(
+                "hybrid drafting: on ({quant} draft trunk {}, {:.2} GB in memory): {}",
+                d.display(),
+                bytes as f64 / 1e9,
+                choice.why
+            ),
+            None => eprintln!("hybrid drafting: off: {}", choice.why),
+        }
+    }
+    Ok(engine)
 }

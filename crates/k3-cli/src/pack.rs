@@ -7,7 +7,7 @@ use crate::CliError;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use k3_format::pack::adopt_trunk_pack;
-use k3_format::pack::PackOptions;
+use k3_format::pack::{DraftQuant, PackOptions};
 use k3_format::TrunkPack;
 use k3_format::{bind_model, write_trunk_pack, Checkpoint, K3Config, ModelBinding, PackError};
 use std::path::Path;
@@ -34,6 +34,15 @@ pub struct PackArgs {
     /// Re-read the written pack and check every layer's checksum.
     #[arg(long)]
     pub verify: bool,
+    /// Write a DRAFT trunk for hybrid drafting (`--draft-trunk`) instead: every trunk matrix
+    /// but the router gate quantized, `q8` (per-row int8, half the bytes; recommended, see
+    /// docs/PERFORMANCE.md#hybrid-drafting) or `mxfp4` (about a quarter).
+    #[arg(long, value_name = "q8|mxfp4", value_parser = parse_quant, conflicts_with = "adopt")]
+    pub draft_quant: Option<DraftQuant>,
+}
+
+fn parse_quant(s: &str) -> Result<DraftQuant, String> {
+    DraftQuant::parse(s).ok_or_else(|| format!("'{s}' is not q8 or mxfp4"))
 }
 
 fn bar(total: u64, what: &str) -> ProgressBar {
@@ -71,20 +80,45 @@ pub fn pack(args: PackArgs) -> Result<(), CliError> {
     std::fs::create_dir_all(&out_dir)
         .map_err(|e| CliError::runtime(format!("{}: {e}", out_dir.display())))?;
     let t0 = Instant::now();
-    let pb = bar(0, "packing");
+    let pb = bar(
+        0,
+        if args.draft_quant.is_some() {
+            "quantizing"
+        } else {
+            "packing"
+        },
+    );
     let opts = PackOptions {
         overwrite: args.overwrite,
         ..PackOptions::default()
     };
-    let packed = write_trunk_pack(&ck, &binding, &cfg, &out_dir, &opts, &mut |done, total| {
+    let mut progress = |done, total| {
         pb.set_length(total);
         pb.set_position(done);
-    });
+    };
+    let packed: TrunkPack = match args.draft_quant {
+        None => write_trunk_pack(&ck, &binding, &cfg, &out_dir, &opts, &mut progress)
+            .map_err(pack_error)?,
+        Some(q) => k3_engine::draft::write_draft_trunk(
+            &args.model_dir,
+            &out_dir,
+            q,
+            args.overwrite,
+            &mut progress,
+        )
+        .map_err(|e| match e {
+            k3_engine::EngineError::Pack(p) => pack_error(p),
+            other => CliError::usage(other.to_string()),
+        })?,
+    };
     pb.finish_and_clear();
-    let packed: TrunkPack = packed.map_err(|e| CliError::usage(e.to_string()))?;
     let secs = t0.elapsed().as_secs_f64();
+    let kind = match args.draft_quant {
+        Some(q) => format!("a {} draft trunk", q.name()),
+        None => "the trunk".into(),
+    };
     eprintln!(
-        "packed {} layers, {:.3} GB, into {} in {:.2} s ({:.1} MB/s)",
+        "packed {kind}: {} layers, {:.3} GB, into {} in {:.2} s ({:.1} MB/s)",
         packed.num_layers(),
         packed.total_bytes() as f64 / 1e9,
         packed.path().display(),

@@ -282,7 +282,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let file = config_file::load()?;
     let inputs = run_input::resolve(&args, &file)?;
     let params = sampling_params(&args, &file)?;
-    let options = args.engine.options(&file, args.ctx.unwrap_or(4096))?;
+    let mut options = args.engine.options(&file, args.ctx.unwrap_or(4096))?;
+    options.draft_policy = args.sampling.draft_policy(options.draft_trunk.as_deref())?;
     early_checks(&args, &inputs.prompt, options.budget.is_some())?;
     let dir = inputs.model_dir.as_path();
     let engine = crate::engine_args::open_engine(dir, options, !args.quiet)?;
@@ -428,6 +429,15 @@ fn summary(engine: &Engine, session: &Session<'_>, done: &Done<'_>) {
             spec.drafted,
             100.0 * spec.acceptance()
         );
+    }
+    if let Some(d) = session.draft_stats() {
+        eprintln!(
+            "draft model: {} passes over {} tokens in {:.3} s, {} rollbacks",
+            d.passes, d.tokens_fed, d.seconds, d.rollbacks
+        );
+    }
+    if let Some(why) = session.draft_failure() {
+        eprintln!("warning: hybrid drafting stopped: {why}");
     }
     if engine.plan().is_some() {
         eprintln!("{}", engine.stats().report(Some(done.wall)));

@@ -3,7 +3,7 @@
 use crate::config_file::FileConfig;
 use crate::CliError;
 use clap::Args;
-use k3_engine::{DecodeMode, Engine, SamplingParams, Speculation};
+use k3_engine::{DecodeMode, DraftPolicy, Engine, SamplingParams, Speculation};
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct SamplingArgs {
@@ -40,10 +40,12 @@ pub struct SamplingArgs {
     /// same tokens at every budget and thread count. Unused when --temp is 0.
     #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
-    /// Speculative decoding with prompt-lookup drafts: `auto` (the default: on only when the
-    /// trunk streams from disk, where one pass serves every accepted draft), `off`, or the
-    /// most tokens drafted per pass (1–16). The generated tokens are the same either way.
-    #[arg(long, value_name = "auto|off|N", value_parser = parse_draft)]
+    /// Speculative decoding: `auto` (the default: with --draft-trunk, hybrid drafting where
+    /// the plan predicts a gain; otherwise prompt-lookup drafts when the trunk streams from
+    /// disk, where one pass serves every accepted draft), `hybrid` (always use the
+    /// --draft-trunk's draft model), `off`, or N = prompt-lookup drafts of at most N tokens
+    /// per pass (1–16). The generated tokens are the same either way.
+    #[arg(long, value_name = "auto|hybrid|off|N", value_parser = parse_draft)]
     pub draft: Option<Draft>,
 }
 
@@ -51,6 +53,7 @@ pub struct SamplingArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Draft {
     Auto,
+    Hybrid,
     Off,
     Tokens(usize),
 }
@@ -58,11 +61,12 @@ pub enum Draft {
 fn parse_draft(s: &str) -> Result<Draft, String> {
     match s {
         "auto" => Ok(Draft::Auto),
+        "hybrid" => Ok(Draft::Hybrid),
         "off" | "0" => Ok(Draft::Off),
         n => match n.parse::<usize>() {
             Ok(k @ 1..=16) => Ok(Draft::Tokens(k)),
             _ => Err(format!(
-                "'{n}' is not auto, off or a draft length from 1 to 16"
+                "'{n}' is not auto, hybrid, off or a draft length from 1 to 16"
             )),
         },
     }
@@ -73,6 +77,7 @@ impl SamplingArgs {
     pub fn decode_mode(&self, engine: &Engine) -> DecodeMode {
         match self.draft.unwrap_or(Draft::Auto) {
             Draft::Auto => engine.auto_decode_mode(),
+            Draft::Hybrid => DecodeMode::Hybrid(Speculation::default()),
             Draft::Off => DecodeMode::Incremental,
             Draft::Tokens(k) => DecodeMode::Speculative(Speculation {
                 max_draft: k,
@@ -83,6 +88,22 @@ impl SamplingArgs {
 }
 
 impl SamplingArgs {
+    /// Whether the engine loads `--draft-trunk`: `--draft hybrid` always (refused without
+    /// one), `auto` where the plan predicts a gain, never with `off` or an n-gram length.
+    pub fn draft_policy(
+        &self,
+        draft_trunk: Option<&std::path::Path>,
+    ) -> Result<DraftPolicy, CliError> {
+        match (self.draft.unwrap_or(Draft::Auto), draft_trunk) {
+            (Draft::Hybrid, None) => Err(CliError::usage(
+                "--draft hybrid needs --draft-trunk DIR (make one with `k3 pack --draft-quant q8 MODEL_DIR DIR`)",
+            )),
+            (Draft::Hybrid, Some(_)) => Ok(DraftPolicy::On),
+            (Draft::Auto, _) => Ok(DraftPolicy::Auto),
+            (Draft::Off | Draft::Tokens(_), _) => Ok(DraftPolicy::Off),
+        }
+    }
+
     /// Flags over the config file over the defaults, validated (errors name the flag).
     pub fn params(&self, file: &FileConfig) -> Result<SamplingParams, CliError> {
         let d = SamplingParams::default();

@@ -1,5 +1,6 @@
 //! Generation with a [`Sampler`] and [`StopConditions`]: [`Session::generate_with`].
 
+use crate::hybrid::HybridDrafter;
 use crate::speculate::{draft, MAX_CUSTOM_DRAFT};
 use crate::stop::{Generation, StopConditions, StopReason, StopScanner};
 use crate::{DecodeMode, EngineError, Sampler, Session};
@@ -81,7 +82,8 @@ impl<'e> Session<'e> {
     /// the first of end id, stop string, callback, length wins. Stop strings need a
     /// tokenizer; [`Generation::text`] is `None` without one.
     ///
-    /// [`DecodeMode::Speculative`] gives the same ids as [`DecodeMode::Incremental`] (and
+    /// [`DecodeMode::Speculative`] and [`DecodeMode::Hybrid`] give the same ids as
+    /// [`DecodeMode::Incremental`] (and
     /// consumes the sampler's random stream identically); it only changes how many tokens
     /// each forward pass carries.
     pub fn generate_with(
@@ -98,6 +100,19 @@ impl<'e> Session<'e> {
                 let mut drafter = |ctx: &[u32], limit: usize| draft(ctx, &spec, limit);
                 let max = spec.max_draft;
                 self.generate_speculative(n, max, &mut drafter, sampler, &mut emitter)?
+            }
+            DecodeMode::Hybrid(spec) if n > 0 => {
+                let mut hybrid = match self.drafter.take() {
+                    Some(h) => h,
+                    None => Box::new(HybridDrafter::new(self.owner(), self.max_ctx())?),
+                };
+                let result = {
+                    let mut drafter = |ctx: &[u32], limit: usize| hybrid.propose(ctx, limit);
+                    let max = spec.max_draft;
+                    self.generate_speculative(n, max, &mut drafter, sampler, &mut emitter)
+                };
+                self.drafter = Some(hybrid);
+                result?
             }
             _ => self.generate_plain(n, mode, sampler, &mut emitter)?,
         };

@@ -29,6 +29,20 @@ pub(crate) enum Mat {
         rows: usize,
         cols: usize,
     },
+    /// A draft trunk's per-row int8 matrix (docs/FORMATS.md#draft-trunk), de-interleaved.
+    OwnedQ8 {
+        values: Vec<i8>,
+        scales: Vec<f32>,
+        rows: usize,
+        cols: usize,
+    },
+    /// A draft trunk's MXFP4 matrix.
+    OwnedMxfp4 {
+        packed: Vec<u8>,
+        scales: Vec<u8>,
+        rows: usize,
+        cols: usize,
+    },
 }
 
 /// The parts of a layer that cannot be viewed in place: widened vectors and copied matrices.
@@ -212,9 +226,29 @@ pub(crate) fn matrix<'a>(m: &'a Mat, bytes: &'a [u8]) -> Matrix<'a> {
         } => Matrix::bf16(*rows, *cols, bytemuck::cast_slice(bytes)),
         Mat::OwnedBf16 { data, rows, cols } => Matrix::bf16(*rows, *cols, data),
         Mat::OwnedF32 { data, rows, cols } => Matrix::f32(*rows, *cols, data),
+        Mat::OwnedQ8 {
+            values,
+            scales,
+            rows,
+            cols,
+        } => Matrix::q8(*rows, *cols, values, scales),
+        Mat::OwnedMxfp4 {
+            packed,
+            scales,
+            rows,
+            cols,
+        } => Matrix::mxfp4(*rows, *cols, packed, scales),
     };
     // Binding checked every tensor's byte length against its shape.
     built.expect("bound tensor length matches its shape")
+}
+
+impl PreparedLayer {
+    /// A layer whose vectors and matrices are all owned (a draft trunk's): [`view_layer`]
+    /// then needs no bytes.
+    pub(crate) fn owned(vecs: Vec<Vec<f32>>, mats: Vec<Mat>) -> Self {
+        PreparedLayer { vecs, mats }
+    }
 }
 
 /// Builds [`LayerWeights`] from a prepared layer; `bytes_of` must return the same bytes that

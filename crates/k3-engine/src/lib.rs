@@ -24,9 +24,11 @@
 
 mod batch;
 pub mod chat_template;
+pub mod draft;
 mod error;
 mod gather;
 mod generate;
+mod hybrid;
 mod layer_view;
 mod logprob;
 pub mod planning;
@@ -41,9 +43,11 @@ mod streaming;
 
 pub use batch::BatchFeed;
 pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
+pub use hybrid::DraftStats;
 pub use k3_format::K3Config;
 pub use k3_plan::{Budget, MemoryPlan, Preset};
 pub use logprob::{token_logprob, TokenLogprob};
+pub use planning::DraftChoice;
 pub use sampler::{Sampler, SamplingParams};
 pub use session::{argmax, DecodeMode, FeedProgress, Session};
 pub use session_file::{write_atomic, SessionInfo, SESSION_MAGIC, SESSION_VERSION};
@@ -96,6 +100,23 @@ pub struct EngineOptions {
     /// Sessions whose carried state (KDA state + latent KV for `ctx`) the memory plan
     /// reserves at once (default 1; `k3 serve` passes `--parallel` plus its saved sessions).
     pub sessions: usize,
+    /// Draft trunk directory (`k3 pack --draft-quant`) for hybrid drafting
+    /// ([`DecodeMode::Hybrid`]); used as [`EngineOptions::draft_policy`] says.
+    pub draft_trunk: Option<PathBuf>,
+    /// Whether to load [`EngineOptions::draft_trunk`].
+    pub draft_policy: DraftPolicy,
+}
+
+/// When an engine loads its draft trunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DraftPolicy {
+    /// Where [`planning::choose_draft`] predicts a gain (`--draft auto`).
+    #[default]
+    Auto,
+    /// Always (`--draft hybrid`); refused when it does not fit the budget.
+    On,
+    /// Never (`--draft off` or an n-gram length).
+    Off,
 }
 
 impl Default for EngineOptions {
@@ -113,6 +134,8 @@ impl Default for EngineOptions {
             lookahead: k3_model::LOOKAHEAD_DEFAULT,
             max_prefill_chunk: None,
             sessions: 1,
+            draft_trunk: None,
+            draft_policy: DraftPolicy::Auto,
         }
     }
 }
@@ -135,6 +158,10 @@ pub struct Engine {
     max_prefill_chunk: Option<usize>,
     tokenizer: Option<Tokenizer>,
     pool: rayon::ThreadPool,
+    /// The draft trunk, when hybrid drafting is on.
+    draft: Option<draft::DraftTrunk>,
+    /// What was decided about the draft trunk (`None`: none was given).
+    draft_choice: Option<planning::DraftChoice>,
 }
 
 /// Loads the tokenizer from `explicit`, else from `model_dir` when it has one.
@@ -189,6 +216,7 @@ impl Engine {
             .map_err(|e| {
                 EngineError::Invalid(format!("cannot start {threads} compute threads: {e}"))
             })?;
+        let mut draft_choice = None;
         let (stores, plan) = match options.budget {
             None if options.trunk_dir.is_some() => {
                 return Err(EngineError::Invalid(
@@ -199,7 +227,8 @@ impl Engine {
             Some(budget) => {
                 let ckpt = Checkpoint::open(dir)?;
                 let binding = bind_model(&ckpt, &config)?;
-                let plan = planning::plan_checked(&config, &binding, budget, options.ctx, options.sessions)?;
+                let (plan, choice) = plan_with_draft(&config, &binding, budget, &options)?;
+                draft_choice = choice;
                 let mut files = match options.readers {
                     Some(r) => r,
                     None => streaming::open_files(&ckpt, options.direct_io)?,
@@ -231,6 +260,30 @@ impl Engine {
                 (Stores::Streaming(store), Some(plan))
             }
         };
+        if plan.is_none() && options.draft_policy != DraftPolicy::Off {
+            if let Some(d) = &options.draft_trunk {
+                draft_choice = Some(match options.draft_policy {
+                    DraftPolicy::On => planning::DraftChoice {
+                        on: true,
+                        why: format!("--draft hybrid with {}", d.display()),
+                        plain_streamed: None,
+                        hybrid_streamed: None,
+                    },
+                    _ => planning::choose_draft(None, Err(&EngineError::Invalid(String::new()))),
+                });
+            }
+        }
+        let draft = match (&options.draft_trunk, &draft_choice) {
+            (Some(d), Some(c)) if c.on => {
+                let ckpt = Checkpoint::open(dir)?;
+                let binding = match &stores {
+                    Stores::Resident(s) => s.binding(),
+                    Stores::Streaming(s) => s.binding(),
+                };
+                Some(draft::DraftTrunk::load(d, binding, &config, &ckpt)?)
+            }
+            _ => None,
+        };
         Ok(Engine {
             dir: dir.to_path_buf(),
             config,
@@ -240,7 +293,27 @@ impl Engine {
             max_prefill_chunk: options.max_prefill_chunk,
             tokenizer,
             pool,
+            draft,
+            draft_choice,
         })
+    }
+
+    /// What was decided about the draft trunk given in [`EngineOptions::draft_trunk`]
+    /// (`None` when none was given or `--draft` turned it off).
+    pub fn draft_choice(&self) -> Option<&planning::DraftChoice> {
+        self.draft_choice.as_ref()
+    }
+
+    /// `true` when a draft trunk is loaded ([`DecodeMode::Hybrid`] can run).
+    pub fn has_draft(&self) -> bool {
+        self.draft.is_some()
+    }
+
+    /// The loaded draft trunk: directory, quantization and bytes in memory.
+    pub fn draft_info(&self) -> Option<(&Path, &'static str, u64)> {
+        self.draft
+            .as_ref()
+            .map(|d| (d.dir(), d.quant().name(), d.bytes()))
     }
 
     /// The model directory this engine was opened from.
@@ -288,11 +361,14 @@ impl Engine {
             .is_some_and(|p| p.trunk.streamed_per_token > 0)
     }
 
-    /// The decode mode `--draft auto` picks: speculative (default drafting) when the trunk
+    /// The decode mode `--draft auto` picks: hybrid drafting when a draft trunk is loaded
+    /// (the engine loads one only where it predicts a gain), else speculative (prompt lookup) when the trunk
     /// streams — one pass then serves every accepted draft — else plain incremental, where
     /// a rejected draft would only cost compute (measurements: docs/PERFORMANCE.md).
     pub fn auto_decode_mode(&self) -> DecodeMode {
-        if self.streams_trunk() {
+        if self.draft.is_some() {
+            DecodeMode::Hybrid(Speculation::default())
+        } else if self.streams_trunk() {
             DecodeMode::Speculative(Speculation::default())
         } else {
             DecodeMode::Incremental
@@ -336,6 +412,34 @@ impl Engine {
         }
     }
 
+    /// Runs `f` with the weight and expert seams of the exact model, or (`draft`) of the
+    /// draft model: the draft trunk's layers, the exact embedding and head, cache-only
+    /// experts.
+    pub(crate) fn with_seams<R>(
+        &self,
+        draft: bool,
+        f: impl FnOnce(&dyn WeightProvider, &dyn ExpertProvider) -> R,
+    ) -> Result<R, EngineError> {
+        if !draft {
+            return Ok(f(self.weights(), self.experts()));
+        }
+        let trunk = self.draft.as_ref().ok_or_else(|| {
+            EngineError::Invalid(
+                "hybrid drafting needs a draft trunk: pass --draft-trunk DIR (made by `k3 pack --draft-quant q8 MODEL_DIR DIR`)".into(),
+            )
+        })?;
+        let (binding, experts) = match &self.stores {
+            Stores::Resident(s) => (s.binding(), draft::CacheOnlyExperts::Resident(s)),
+            Stores::Streaming(s) => (s.binding(), draft::CacheOnlyExperts::Streaming(s)),
+        };
+        let weights = draft::DraftWeights {
+            trunk,
+            binding,
+            exact: self.weights(),
+        };
+        Ok(f(&weights, &experts))
+    }
+
     /// A new conversation state able to hold `max_ctx` positions.
     pub fn new_session(&self, max_ctx: usize) -> Result<Session<'_>, EngineError> {
         if let Some(plan) = &self.plan {
@@ -347,6 +451,48 @@ impl Engine {
             }
         }
         Session::new(self, max_ctx)
+    }
+}
+
+/// The memory plan for `budget`, with the draft trunk when the policy and
+/// [`planning::choose_draft`] say so; the choice is `None` without a draft trunk.
+fn plan_with_draft(
+    config: &K3Config,
+    binding: &k3_format::ModelBinding,
+    budget: Budget,
+    options: &EngineOptions,
+) -> Result<(MemoryPlan, Option<planning::DraftChoice>), EngineError> {
+    let plan = |draft: u64| {
+        planning::plan_checked(
+            config,
+            binding,
+            budget,
+            options.ctx,
+            options.sessions,
+            draft,
+        )
+    };
+    let dir = match (&options.draft_trunk, options.draft_policy) {
+        (Some(d), DraftPolicy::Auto | DraftPolicy::On) => d,
+        _ => return Ok((plan(0)?, None)),
+    };
+    let bytes = k3_format::TrunkPack::open(dir)?.total_bytes();
+    if options.draft_policy == DraftPolicy::On {
+        let hybrid = plan(bytes)?;
+        let choice = planning::DraftChoice {
+            on: true,
+            why: format!("--draft hybrid with {}", dir.display()),
+            plain_streamed: None,
+            hybrid_streamed: Some(hybrid.trunk.streamed_per_token),
+        };
+        return Ok((hybrid, Some(choice)));
+    }
+    let plain = plan(0);
+    let hybrid = plan(bytes);
+    let choice = planning::choose_draft(plain.as_ref().ok(), hybrid.as_ref());
+    match (choice.on, hybrid, plain) {
+        (true, Ok(h), _) => Ok((h, Some(choice))),
+        (_, _, p) => Ok((p?, Some(choice))),
     }
 }
 

@@ -74,9 +74,12 @@ pub fn plan_checked(
     budget: Budget,
     ctx: usize,
     sessions: usize,
+    draft_trunk_bytes: u64,
 ) -> Result<MemoryPlan, EngineError> {
     let sizes = model_sizes(cfg, b)?;
-    let req = PlanRequest::new(budget, ctx as u64).with_sessions(sessions as u64);
+    let req = PlanRequest::new(budget, ctx as u64)
+        .with_sessions(sessions as u64)
+        .with_draft(draft_trunk_bytes);
     let plan = k3_plan::plan::plan(&sizes, &req)?;
     plan.check(&sizes, &available_memory())?;
     Ok(plan)
@@ -117,4 +120,78 @@ pub fn budget_extremes(dir: &std::path::Path) -> Result<(Budget, Budget), Engine
         cache: sizes.n_routed_experts * slot,
     };
     Ok((smallest, everything))
+}
+
+/// Largest extra trunk streaming per pass that `--draft auto` accepts for hybrid drafting,
+/// as a share of plain decoding's: 10 %. Holding the draft trunk may unpin exact layers
+/// (`--mem-gb`); with drafts all rejected the adaptive draft length pauses drafting, and the
+/// worst case is then this much more streaming per token (docs/STREAMING.md#hybrid-drafting).
+pub const AUTO_DRAFT_MAX_EXTRA_STREAMING: f64 = 0.10;
+
+/// What `--draft auto` decided about hybrid drafting, and why (printed on stderr and by
+/// `k3 plan --draft-trunk`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DraftChoice {
+    /// Hybrid drafting is on.
+    pub on: bool,
+    /// One line: the numbers behind the decision.
+    pub why: String,
+    /// Trunk bytes streamed per pass without the draft trunk (`None`: no budget).
+    pub plain_streamed: Option<u64>,
+    /// Trunk bytes streamed per pass with the draft trunk held (`None`: it does not fit).
+    pub hybrid_streamed: Option<u64>,
+}
+
+/// Decides hybrid drafting from the plans without and with the draft trunk: on only when
+/// the exact trunk streams (a verifying pass then serves every accepted draft for one trunk
+/// read) and holding the draft costs at most [`AUTO_DRAFT_MAX_EXTRA_STREAMING`] more
+/// streaming per pass. `hybrid` carries the refusal when the draft does not fit.
+pub fn choose_draft(
+    plain: Option<&MemoryPlan>,
+    hybrid: Result<&MemoryPlan, &EngineError>,
+) -> DraftChoice {
+    let gb = |b: u64| b as f64 / 1e9;
+    let Some(plain) = plain else {
+        return DraftChoice {
+            on: false,
+            why: "no memory budget: the weights are used in place and no trunk layer streams, so a draft would only add compute".into(),
+            plain_streamed: None,
+            hybrid_streamed: None,
+        };
+    };
+    let s0 = plain.trunk.streamed_per_token;
+    let hybrid = match hybrid {
+        Ok(h) => h,
+        Err(e) => {
+            return DraftChoice {
+                on: false,
+                why: format!("the draft trunk does not fit this budget: {e}"),
+                plain_streamed: Some(s0),
+                hybrid_streamed: None,
+            }
+        }
+    };
+    let s1 = hybrid.trunk.streamed_per_token;
+    let (on, why) = if s0 == 0 {
+        (
+            false,
+            "every trunk layer is pinned: a verifying pass would save no trunk read".to_string(),
+        )
+    } else if s1 as f64 > s0 as f64 * (1.0 + AUTO_DRAFT_MAX_EXTRA_STREAMING) {
+        (false, format!(
+            "holding the {:.2} GB draft trunk unpins exact layers: {:.2} GB streamed per pass instead of {:.2} GB (needs {:.2} tokens per pass to break even)",
+            gb(hybrid.draft_trunk_bytes), gb(s1), gb(s0), s1 as f64 / s0 as f64
+        ))
+    } else {
+        (true, format!(
+            "the trunk streams {:.2} GB per pass ({:.2} GB without the draft trunk): every accepted draft saves a pass",
+            gb(s1), gb(s0)
+        ))
+    };
+    DraftChoice {
+        on,
+        why,
+        plain_streamed: Some(s0),
+        hybrid_streamed: Some(s1),
+    }
 }

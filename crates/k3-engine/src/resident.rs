@@ -93,8 +93,8 @@ pub(crate) fn embed_row(
             }
         }
         k3_kernels::MatrixData::F32(d) => out.copy_from_slice(&d[id * c..(id + 1) * c]),
-        k3_kernels::MatrixData::Mxfp4 { .. } => {
-            return Err("an MXFP4 embedding is not supported".into())
+        k3_kernels::MatrixData::Mxfp4 { .. } | k3_kernels::MatrixData::Q8 { .. } => {
+            return Err("a quantized embedding is not supported".into())
         }
     }
     Ok(())

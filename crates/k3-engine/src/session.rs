@@ -16,6 +16,12 @@ pub enum DecodeMode {
     /// Incremental, with drafted tokens verified in batches ([`crate::speculate`]): the same
     /// ids as `Incremental`, fewer forward passes when drafts are accepted.
     Speculative(Speculation),
+    /// Incremental, with drafts proposed by the draft model over the quantized draft trunk
+    /// (hybrid drafting, docs/STREAMING.md#hybrid-drafting) and verified like
+    /// `Speculative`'s: the same ids as `Incremental`. Needs an engine opened with a draft
+    /// trunk ([`crate::Engine::has_draft`]); `max_draft` bounds the adaptive draft length
+    /// (the n-gram fields are unused).
+    Hybrid(Speculation),
 }
 
 /// One conversation with an [`Engine`].
@@ -56,6 +62,11 @@ pub struct Session<'e> {
     /// Recurrent state before the current speculative pass (allocated on first use).
     snapshot: Option<Snapshot>,
     pub(crate) spec_stats: SpecStats,
+    /// This session runs the draft model (the hybrid drafter's own session).
+    is_draft: bool,
+    /// The draft model's session of hybrid drafting (created on first use, kept across
+    /// generations so the draft's state follows the conversation).
+    pub(crate) drafter: Option<Box<crate::hybrid::HybridDrafter<'e>>>,
 }
 
 impl<'e> Session<'e> {
@@ -75,7 +86,16 @@ impl<'e> Session<'e> {
             logits: Vec::new(),
             snapshot: None,
             spec_stats: SpecStats::default(),
+            is_draft: false,
+            drafter: None,
         })
+    }
+
+    /// A session of the engine's draft model (hybrid drafting's drafter).
+    pub(crate) fn new_draft(engine: &'e Engine, max_ctx: usize) -> Result<Self, EngineError> {
+        let mut s = Session::new(engine, max_ctx)?;
+        s.is_draft = true;
+        Ok(s)
     }
 
     /// Every token of the conversation so far (fed and generated).
@@ -113,6 +133,7 @@ impl<'e> Session<'e> {
         self.fed.clear();
         self.pending = None;
         self.logits.clear();
+        self.drafter = None;
     }
 
     pub(crate) fn check_ids(&self, ids: &[u32]) -> Result<(), EngineError> {
@@ -167,13 +188,14 @@ impl<'e> Session<'e> {
                     layers,
                 })
             };
-            let state = &mut self.state;
+            let (state, draft) = (&mut self.state, self.is_draft);
             let logits = e.pool.install(|| {
-                let (w, x) = (e.weights(), e.experts());
-                let mode = LogitsMode::Tail(rows);
-                e.model
-                    .forward_observed(w, x, chunk, state, mode, &mut on_layer)
-            })?;
+                e.with_seams(draft, |w, x| {
+                    let mode = LogitsMode::Tail(rows);
+                    e.model
+                        .forward_observed(w, x, chunk, state, mode, &mut on_layer)
+                })
+            })??;
             self.fed.extend_from_slice(chunk);
             out.extend_from_slice(&logits.data);
             start += chunk.len();
@@ -230,7 +252,7 @@ impl<'e> Session<'e> {
     pub fn step(&mut self, id: u32, mode: DecodeMode) -> Result<(), EngineError> {
         self.check_ids(&[id])?;
         match mode {
-            DecodeMode::Incremental | DecodeMode::Speculative(_) => {
+            DecodeMode::Incremental | DecodeMode::Speculative(_) | DecodeMode::Hybrid(_) => {
                 self.logits = self.run(&[id], LogitsMode::Last)?
             }
             DecodeMode::Recompute => {
@@ -292,6 +314,27 @@ impl<'e> Session<'e> {
     pub(crate) fn snapshot(&mut self) -> Result<(), EngineError> {
         self.state.snapshot_into(&mut self.snapshot)?;
         Ok(())
+    }
+
+    /// Whether a [`Session::snapshot`] was taken.
+    pub(crate) fn has_snapshot(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
+    /// Context positions of the session.
+    pub(crate) fn max_ctx(&self) -> usize {
+        self.max_ctx
+    }
+
+    /// Counters of the draft model behind [`DecodeMode::Hybrid`] (`None` before the first
+    /// hybrid generation).
+    pub fn draft_stats(&self) -> Option<crate::DraftStats> {
+        self.drafter.as_ref().map(|d| d.stats)
+    }
+
+    /// Why hybrid drafting stopped for this session, if a draft-model error stopped it.
+    pub fn draft_failure(&self) -> Option<&str> {
+        self.drafter.as_ref().and_then(|d| d.failure())
     }
 
     /// Returns to the last [`Session::snapshot`]: tokens fed since are forgotten.

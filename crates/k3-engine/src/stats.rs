@@ -39,6 +39,10 @@ pub struct StoreStats {
     pub lookahead_requested: u64,
     /// Of those, the ones predicted (recall = predicted-and-asked ÷ asked).
     pub lookahead_correct: u64,
+    /// Experts the draft model asked the cache for (hybrid drafting).
+    pub draft_expert_requests: u64,
+    /// Of those, the ones resident (the rest were dropped from the draft's top-k).
+    pub draft_expert_hits: u64,
 }
 
 impl StoreStats {
@@ -60,6 +64,8 @@ impl StoreStats {
             lookahead_cancelled: e.hint_cancelled,
             lookahead_requested: e.hint_requested,
             lookahead_correct: e.hint_correct,
+            draft_expert_requests: e.draft_requests,
+            draft_expert_hits: e.draft_hits,
         }
     }
 
@@ -82,6 +88,8 @@ impl StoreStats {
             lookahead_cancelled: self.lookahead_cancelled - earlier.lookahead_cancelled,
             lookahead_requested: self.lookahead_requested - earlier.lookahead_requested,
             lookahead_correct: self.lookahead_correct - earlier.lookahead_correct,
+            draft_expert_requests: self.draft_expert_requests - earlier.draft_expert_requests,
+            draft_expert_hits: self.draft_expert_hits - earlier.draft_expert_hits,
         }
     }
 

@@ -461,3 +461,33 @@ impl ExpertProvider for StreamingStore {
         self.experts.hint(layer, experts);
     }
 }
+
+impl StreamingStore {
+    /// Delivers those of `experts` that the expert cache holds right now, reading nothing
+    /// (a draft model's experts: [`crate::draft::CacheOnlyExperts`]). An expert whose
+    /// bytes cannot be viewed is treated as absent (the draft only loses a proposal).
+    pub(crate) fn fetch_cached(
+        &self,
+        layer: usize,
+        experts: &[u32],
+        on_ready: &mut dyn FnMut(usize, &ExpertWeights<'_>),
+    ) {
+        let locator = &self.binding.experts;
+        self.experts.fetch_cached(layer, experts, &mut |i, bytes| {
+            let view = locator
+                .locate(layer, experts[i] as usize)
+                .map_err(|err| -> SourceError { err.into() })
+                .and_then(|loc| {
+                    expert_view(&loc.shapes, |p| {
+                        let (off, len) = loc.parts[p];
+                        bytes
+                            .get(off as usize..(off + len) as usize)
+                            .ok_or_else(|| "expert part beyond its buffer".into())
+                    })
+                });
+            if let Ok(w) = view {
+                on_ready(i, &w);
+            }
+        });
+    }
+}

@@ -11,8 +11,10 @@
 //!   `d_j = c_j + c_{j+2}`, result `d_0 + d_1`.
 //!
 //! bf16 weights are widened exactly (`bits << 16`); MXFP4 weights are decoded exactly in f32
-//! as `E2M1[code] · 2^(s−127)` ([`crate::mxfp4::decode`]). These scalar functions are the
-//! definition; SIMD paths reproduce them bit for bit.
+//! as `E2M1[code] · 2^(s−127)` ([`crate::mxfp4::decode`]); Q8 (int8) weights are widened
+//! exactly (`v as f32`) and the row's f32 scale multiplies the tree's result once
+//! ([`dot_q8_scalar`]). These scalar functions are the definition; SIMD paths reproduce them
+//! bit for bit.
 
 use crate::bf16_to_f32;
 use crate::mxfp4::{decode, GROUP};
@@ -63,6 +65,14 @@ pub fn dot_mxfp4(packed: &[u8], scales: &[u8], x: &[f32]) -> f32 {
     crate::simd::dot_mxfp4_at(crate::simd::active_level(), packed, scales, x)
 }
 
+/// One Q8 row: `scale · Σ (values[i] as f32)·x[i]` — the 16 lanes and the tree over the
+/// exactly widened int8 values, then one f32 multiply by the row scale. Runs the fastest
+/// available path ([`crate::simd`]); bit-identical to [`dot_q8_scalar`].
+#[inline]
+pub fn dot_q8(values: &[i8], scale: f32, x: &[f32]) -> f32 {
+    crate::simd::dot_q8_at(crate::simd::active_level(), values, scale, x)
+}
+
 /// The scalar definition of [`dot_f32`] (the 16 lanes before the tree).
 pub fn lanes_f32_scalar(w: &[f32], x: &[f32]) -> [f32; LANES] {
     assert_eq!(w.len(), x.len(), "dot length");
@@ -93,6 +103,20 @@ pub fn lanes_mxfp4_scalar(packed: &[u8], scales: &[u8], x: &[f32]) -> [f32; LANE
     lanes16(|i| decode(code(i), scales[i / GROUP]), x)
 }
 
+/// The scalar definition of the lanes of [`dot_q8`] (before the tree and the scale): the
+/// lanes of the f32 dot of the widened row.
+pub fn lanes_q8_scalar(values: &[i8], x: &[f32]) -> [f32; LANES] {
+    assert_eq!(values.len(), x.len(), "dot length");
+    lanes16(|i| values[i] as f32, x)
+}
+
+/// The Q8 row scale applied to the tree's result: `scale · d`, one f32 multiply (the one
+/// expression every path uses).
+#[inline(always)]
+pub fn q8_finish(scale: f32, d: f32) -> f32 {
+    scale * d
+}
+
 /// The scalar definition of [`dot_f32`].
 pub fn dot_f32_scalar(w: &[f32], x: &[f32]) -> f32 {
     reduce16(&lanes_f32_scalar(w, x))
@@ -106,6 +130,11 @@ pub fn dot_bf16_scalar(w: &[bf16], x: &[f32]) -> f32 {
 /// The scalar definition of [`dot_mxfp4`].
 pub fn dot_mxfp4_scalar(packed: &[u8], scales: &[u8], x: &[f32]) -> f32 {
     reduce16(&lanes_mxfp4_scalar(packed, scales, x))
+}
+
+/// The scalar definition of [`dot_q8`]: `scale · reduce16(lanes_q8_scalar(values, x))`.
+pub fn dot_q8_scalar(values: &[i8], scale: f32, x: &[f32]) -> f32 {
+    q8_finish(scale, reduce16(&lanes_q8_scalar(values, x)))
 }
 
 #[cfg(test)]
@@ -138,6 +167,19 @@ mod tests {
             dot_mxfp4_scalar(&packed, &scales, &x).to_bits(),
             want.to_bits()
         );
+    }
+
+    #[test]
+    fn q8_dot_is_the_scaled_dot_of_the_widened_row() {
+        let v: Vec<i8> = (0..41).map(|i| (i * 37 % 255) as u8 as i8).collect();
+        let x: Vec<f32> = (0..41)
+            .map(|i| ((i * 7) % 11) as f32 * 0.25 - 1.0)
+            .collect();
+        let wide: Vec<f32> = v.iter().map(|&q| q as f32).collect();
+        let want = 0.037f32 * dot_f32_scalar(&wide, &x);
+        assert_eq!(dot_q8_scalar(&v, 0.037, &x).to_bits(), want.to_bits());
+        assert_eq!(dot_q8(&v, 0.037, &x).to_bits(), want.to_bits());
+        assert_eq!(dot_q8(&[], 2.0, &[]).to_bits(), 0f32.to_bits());
     }
 
     #[test]

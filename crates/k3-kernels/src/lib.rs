@@ -14,6 +14,7 @@ pub mod matrix;
 pub mod mxfp4;
 pub mod norm;
 pub mod probe;
+pub mod quant;
 mod scratch;
 
 pub use matrix::{matmul, matvec, par_matvec, Matrix, MatrixData};

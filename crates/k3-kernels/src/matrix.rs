@@ -1,9 +1,9 @@
-//! A row-major `[rows][cols]` weight matrix in one of three storages, and the mat-vec /
+//! A row-major `[rows][cols]` weight matrix in one of four storages, and the mat-vec /
 //! mat-mat products over it (docs/NUMERICS.md#matvec-and-matmul). Every output is one row
 //! dot of the contract; rows are independent, so splitting rows across threads never changes
 //! a result bit, and `matmul` over T tokens equals `matvec` per token bit for bit.
 
-use crate::dot::{dot_bf16, dot_f32, dot_mxfp4};
+use crate::dot::{dot_bf16, dot_f32, dot_mxfp4, dot_q8, q8_finish};
 use crate::mxfp4::GROUP;
 use crate::simd::gemm::kind_of;
 use crate::simd::{active_level, layout, matvec_rows, rows_lanes, with_layout, Level, Row};
@@ -19,6 +19,9 @@ pub enum MatrixData<'a> {
     F32(&'a [f32]),
     /// MXFP4: `packed` `[rows][cols/2]`, `scales` `[rows][cols/32]` (E8M0).
     Mxfp4 { packed: &'a [u8], scales: &'a [u8] },
+    /// Per-row int8: `values` `[rows][cols]`, one f32 `scales[r]` per row; row `r` is
+    /// `scales[r] · values[r]` (docs/NUMERICS.md#q8-rows).
+    Q8 { values: &'a [i8], scales: &'a [f32] },
 }
 
 /// A borrowed row-major weight matrix: `y = W·x` means `y[o] = Σ_i W[o][i]·x[i]`.
@@ -57,6 +60,16 @@ impl<'a> Matrix<'a> {
             data: MatrixData::Mxfp4 { packed, scales },
         })
     }
+    /// A Q8 matrix (`values` `[rows][cols]`, `scales` `[rows]`); `None` when a length
+    /// disagrees with the shape.
+    pub fn q8(rows: usize, cols: usize, values: &'a [i8], scales: &'a [f32]) -> Option<Self> {
+        let ok = values.len() == rows.checked_mul(cols)? && scales.len() == rows;
+        ok.then_some(Matrix {
+            rows,
+            cols,
+            data: MatrixData::Q8 { values, scales },
+        })
+    }
 
     /// Bytes of weight data read by one full product (for bandwidth reports).
     pub fn weight_bytes(&self) -> usize {
@@ -64,6 +77,7 @@ impl<'a> Matrix<'a> {
             MatrixData::Bf16(d) => d.len() * 2,
             MatrixData::F32(d) => d.len() * 4,
             MatrixData::Mxfp4 { packed, scales } => packed.len() + scales.len(),
+            MatrixData::Q8 { values, scales } => values.len() + scales.len() * 4,
         }
     }
 
@@ -79,6 +93,16 @@ impl<'a> Matrix<'a> {
                 &scales[r * c / GROUP..(r + 1) * c / GROUP],
                 x,
             ),
+            MatrixData::Q8 { values, scales } => dot_q8(&values[r * c..(r + 1) * c], scales[r], x),
+        }
+    }
+
+    /// Row `r`'s output from the tree's result `d`: `d` itself, or `scales[r] · d` for Q8.
+    #[inline]
+    pub(crate) fn finish(&self, r: usize, d: f32) -> f32 {
+        match self.data {
+            MatrixData::Q8 { scales, .. } => q8_finish(scales[r], d),
+            _ => d,
         }
     }
 
@@ -93,6 +117,7 @@ impl<'a> Matrix<'a> {
                 &packed[r * c / 2..(r + 1) * c / 2],
                 &scales[r * c / GROUP..(r + 1) * c / GROUP],
             ),
+            MatrixData::Q8 { values, .. } => Row::Q8(&values[r * c..(r + 1) * c]),
         }
     }
 }
@@ -114,8 +139,8 @@ fn row_blocks<const R: usize>(level: Level, w: &Matrix, r0: usize, ys: &mut [f32
         let base = r0 + b * R;
         let last = yb.len() - 1;
         let lanes = rows_lanes::<R>(level, std::array::from_fn(|k| w.row(base + k.min(last))), x);
-        for (y, l) in yb.iter_mut().zip(&lanes) {
-            *y = crate::dot::reduce16(l);
+        for (k, (y, l)) in yb.iter_mut().zip(&lanes).enumerate() {
+            *y = w.finish(base + k, crate::dot::reduce16(l));
         }
     }
 }

@@ -4,13 +4,21 @@
 //! materialising the transpose (MLA weight absorption folds `kv_b`'s key half into the query).
 //! Order (fixed, thread-count-free): rows ascending, `y[c] += (f64)W[r][c] · (f64)x[i]` with a
 //! plain multiply and add (no fusion), f64 accumulators starting at 0. bf16 weights are widened
-//! exactly (`bits << 16`); MXFP4 weights are decoded as `E2M1[code] · E8M0[scale]` (exact in f32).
+//! exactly (`bits << 16`); MXFP4 weights are decoded as `E2M1[code] · E8M0[scale]` (exact in f32);
+//! Q8 weights are `(v as f32) · scale` ([`q8_element`], one f32 rounding).
 
 use crate::bf16_to_f32;
 use crate::matrix::{Matrix, MatrixData};
 use crate::mxfp4::{e8m0_scale, E2M1, GROUP};
 
-/// Element `W[r][c]` of a matrix in any storage, widened to f32 exactly.
+/// A Q8 weight `(v as f32) · scale`: one f32 multiply (the only storage whose element is
+/// rounded; its row dot scales after the tree instead, docs/NUMERICS.md#q8-rows).
+#[inline]
+pub fn q8_element(v: i8, scale: f32) -> f32 {
+    v as f32 * scale
+}
+
+/// Element `W[r][c]` of a matrix in any storage, widened to f32 exactly (Q8: [`q8_element`]).
 #[inline]
 pub fn element(w: &Matrix, r: usize, c: usize) -> f32 {
     let cols = w.cols;
@@ -26,6 +34,7 @@ pub fn element(w: &Matrix, r: usize, c: usize) -> f32 {
             };
             E2M1[code as usize] * e8m0_scale(scales[(r * cols + c) / GROUP])
         }
+        MatrixData::Q8 { values, scales } => q8_element(values[r * cols + c], scales[r]),
     }
 }
 
@@ -54,7 +63,7 @@ pub fn matvec_t_f64(y: &mut [f64], w: &Matrix, r0: usize, x: &[f32]) {
                     *yc += bf16_to_f32(wv) as f64 * xd;
                 }
             }
-            MatrixData::Mxfp4 { .. } => {
+            MatrixData::Mxfp4 { .. } | MatrixData::Q8 { .. } => {
                 for (c, yc) in y.iter_mut().enumerate() {
                     *yc += element(w, r, c) as f64 * xd;
                 }

@@ -173,6 +173,9 @@ pub fn moe_forward(
     matmul(&mut sc.z[..t * lat], &w.down_proj, x, t);
     // 3. experts: union fetched once, each computed for all its tokens as it arrives
     run_experts(pass, layer, x, sc)?;
+    if pass.experts.drops_missing() {
+        drop_undelivered(d, t, sc);
+    }
     // 4. aggregate in each token's top-k order, then RMSNorm on the aggregate
     for tok in 0..t {
         let acc = &mut sc.acc[tok * lat..(tok + 1) * lat];
@@ -267,7 +270,7 @@ fn run_experts(
     if let Some(err) = failure {
         return Err(err);
     }
-    if let Some(s) = (0..t * k).find(|&s| !filled[s]) {
+    if let Some(s) = (0..t * k).find(|&s| !filled[s] && !pass.experts.drops_missing()) {
         return Err(expert_err(
             layer,
             idx[s],
@@ -275,6 +278,32 @@ fn run_experts(
         ));
     }
     Ok(())
+}
+
+/// Cache-only experts (a draft model): every slot the store did not deliver gets weight 0
+/// and a zero output, and the token's delivered weights are scaled by `Σ all / Σ delivered`
+/// (f64, then rounded once), so they keep the sum the full top-k had. A token with no
+/// delivered expert gets a zero aggregate.
+fn drop_undelivered(d: &Dims, t: usize, sc: &mut MoeScratch) {
+    let (k, lat) = (d.topk, d.latent);
+    for tok in 0..t {
+        let slots = tok * k..(tok + 1) * k;
+        let all: f64 = sc.wts[slots.clone()].iter().map(|&w| w as f64).sum();
+        let kept: f64 = slots
+            .clone()
+            .filter(|&s| sc.filled[s])
+            .map(|s| sc.wts[s] as f64)
+            .sum();
+        let factor = if kept > 0.0 { all / kept } else { 0.0 };
+        for s in slots {
+            if sc.filled[s] {
+                sc.wts[s] = (sc.wts[s] as f64 * factor) as f32;
+            } else {
+                sc.wts[s] = 0.0;
+                sc.ybuf[s * lat..(s + 1) * lat].fill(0.0);
+            }
+        }
+    }
 }
 
 /// `y = w2 · SiTU-GLU(w1 z, w3 z)` for the tokens of `slots` (`t·K + j`), scattered into `ybuf`.

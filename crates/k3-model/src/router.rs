@@ -17,7 +17,7 @@ pub struct RouterParams {
 }
 
 /// Router logit of expert `e`: `Σ_i (f64)W[e][i]·(f64)x[i]`, sequential, plain mul+add.
-/// `None` for MXFP4 storage (a router is never quantised).
+/// `None` for MXFP4 or Q8 storage (a router is never quantised, not even in a draft trunk).
 pub fn router_logit(gate: &Matrix, e: usize, x: &[f32]) -> Option<f64> {
     let c = gate.cols;
     let mut acc = 0f64;
@@ -32,7 +32,7 @@ pub fn router_logit(gate: &Matrix, e: usize, x: &[f32]) -> Option<f64> {
                 acc += bf16_to_f32(w) as f64 * v as f64;
             }
         }
-        MatrixData::Mxfp4 { .. } => return None,
+        MatrixData::Mxfp4 { .. } | MatrixData::Q8 { .. } => return None,
     }
     Some(acc)
 }

@@ -194,4 +194,10 @@ pub trait ExpertProvider: Sync {
     ) -> Result<(), ExpertFetchError>;
     /// Lookahead hint: these experts of `layer` are likely to be fetched soon.
     fn hint(&self, _layer: usize, _experts: &[u32]) {}
+    /// `true` for a cache-only store (a draft model's, docs/MODEL.md#draft-model): `fetch`
+    /// delivers only what is in memory, and the model drops an undelivered expert from the
+    /// token's top-k, renormalising the others, instead of failing.
+    fn drops_missing(&self) -> bool {
+        false
+    }
 }

@@ -20,6 +20,12 @@ impl TrunkPack {
             path: self.json_path(),
             detail,
         };
+        if let Some(q) = self.draft {
+            return Err(mismatch(format!(
+                "this is a {} draft trunk (quantized; the exact model needs bf16): pass it as --draft-trunk, and an exact pack (`k3 pack MODEL_DIR PACK_DIR`) as --trunk",
+                q.name()
+            )));
+        }
         let fp = ConfigFingerprint::from_config(cfg);
         if let Some((field, pack, ck)) = self.source.config.first_difference(&fp) {
             return Err(mismatch(format!(

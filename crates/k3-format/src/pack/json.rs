@@ -13,6 +13,9 @@ pub(super) struct PackDoc {
     pub format: String,
     /// Always [`super::FORMAT_VERSION`].
     pub version: u32,
+    /// `"q8"` or `"mxfp4"` for a draft trunk (docs/FORMATS.md#draft-trunk); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<String>,
     /// Provenance.
     pub source: SourceDoc,
     /// One entry per layer, in order.

@@ -15,12 +15,14 @@
 
 mod adopt;
 mod check;
+mod draft;
 mod error;
 mod json;
 mod read;
 mod write;
 
 pub use adopt::{adopt_trunk_pack, UPSTREAM_JSON};
+pub use draft::{quantized_bytes, write_draft_pack, DraftQuant, DraftQuantizer};
 pub use error::PackError;
 pub use json::{ConfigFingerprint, SourceShard};
 pub use write::{write_trunk_pack, PackOptions};
@@ -44,14 +46,18 @@ pub const CHECKSUM_ALGO: &str = "xxh3-64";
 /// Default copy / verify buffer: 64 MiB.
 pub const DEFAULT_CHUNK: usize = 64 << 20;
 
-/// Element type of a packed tensor: a safetensors dtype, or the per-row int8 `I8R` of a
-/// quantized draft trunk (`[f32 scale][i8 × cols]` per row; never written by this crate).
+/// Element type of a packed tensor: a safetensors dtype, or a quantized matrix of a draft
+/// trunk (docs/FORMATS.md#draft-trunk): the per-row int8 `I8R` (`[f32 scale][i8 × cols]` per
+/// row, upstream's layout) or `MXFP4` (`[rows][cols/2]` codes, then `[rows][cols/32]` E8M0
+/// scales). Shapes stay the logical `[rows, cols]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PackDtype {
     /// A safetensors dtype, copied verbatim.
     St(Dtype),
     /// Per-row int8 with an f32 scale per row.
     I8R,
+    /// MXFP4 groups of 32 (codes, then scales).
+    Mxfp4,
 }
 
 impl PackDtype {
@@ -59,6 +65,7 @@ impl PackDtype {
     pub fn parse(s: &str) -> Option<PackDtype> {
         match s {
             "I8R" => Some(PackDtype::I8R),
+            "MXFP4" => Some(PackDtype::Mxfp4),
             _ => Dtype::parse(s).map(PackDtype::St),
         }
     }
@@ -67,6 +74,7 @@ impl PackDtype {
         match self {
             PackDtype::St(d) => d.name(),
             PackDtype::I8R => "I8R",
+            PackDtype::Mxfp4 => "MXFP4",
         }
     }
 }
@@ -141,6 +149,8 @@ pub struct TrunkPack {
     align: u64,
     source: PackSource,
     layers: Vec<PackedLayer>,
+    /// `Some` for a draft trunk (`"draft"` in `trunk.json`).
+    draft: Option<DraftQuant>,
 }
 
 impl TrunkPack {

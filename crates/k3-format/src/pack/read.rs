@@ -1,7 +1,10 @@
 //! Opening a packed trunk: `trunk.json` parsed and checked against itself and `trunk.bin`.
 
 use super::json::{LayerDoc, PackDoc};
-use super::{PackDtype, PackError, PackSource, PackedLayer, PackedTensor, TrunkPack};
+use super::{
+    quantized_bytes, DraftQuant, PackDtype, PackError, PackSource, PackedLayer, PackedTensor,
+    TrunkPack,
+};
 use super::{CHECKSUM_ALGO, FORMAT_NAME, FORMAT_VERSION, TRUNK_BIN, TRUNK_JSON};
 use std::path::Path;
 
@@ -63,7 +66,15 @@ pub(super) fn open_doc(
         .map_err(PackError::io(&bin, "stat"))?
         .len();
     check_runs(&bin, bin_len, &layers)?;
+    let draft =
+        match doc.draft.as_deref() {
+            None => None,
+            Some(q) => Some(DraftQuant::parse(q).ok_or_else(|| {
+                invalid(format!("\"draft\" is {q:?}: expected \"q8\" or \"mxfp4\""))
+            })?),
+        };
     let pack = TrunkPack {
+        draft,
         dir: dir.into(),
         bin_len,
         align: doc.align,
@@ -169,7 +180,7 @@ fn parse_layer(i: usize, l: &LayerDoc, align: u64) -> Result<PackedLayer, String
     })
 }
 
-/// A tensor lies inside its run and (for safetensors dtypes) its size is dtype × shape.
+/// A tensor lies inside its run and its size is dtype × shape (quantized: [`quantized_bytes`]).
 fn check_tensor(layer: usize, t: &PackedTensor, run: u64) -> Result<(), String> {
     if t.off.checked_add(t.nbytes).is_none_or(|end| end > run) {
         return Err(format!(
@@ -177,21 +188,22 @@ fn check_tensor(layer: usize, t: &PackedTensor, run: u64) -> Result<(), String> 
             t.name, t.off, t.nbytes
         ));
     }
-    if let PackDtype::St(d) = t.dtype {
-        let size = t
+    let size = match t.dtype {
+        PackDtype::St(d) => t
             .shape
             .iter()
-            .try_fold(d.size() as u64, |a, &n| a.checked_mul(n as u64));
-        if size != Some(t.nbytes) {
-            return Err(format!(
-                "layer {layer}: tensor {:?} is {} {:?} = {} bytes but nbytes is {}",
-                t.name,
-                d,
-                t.shape,
-                size.map_or("overflow".into(), |s| s.to_string()),
-                t.nbytes
-            ));
-        }
+            .try_fold(d.size() as u64, |a, &n| a.checked_mul(n as u64)),
+        q => quantized_bytes(q, &t.shape),
+    };
+    if size != Some(t.nbytes) {
+        return Err(format!(
+            "layer {layer}: tensor {:?} is {} {:?} = {} bytes but nbytes is {}",
+            t.name,
+            t.dtype,
+            t.shape,
+            size.map_or("overflow or bad shape".into(), |s| s.to_string()),
+            t.nbytes
+        ));
     }
     Ok(())
 }

@@ -54,6 +54,7 @@ pub fn write_trunk_pack(
         align: ALIGN,
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
+        draft: None,
         source: SourceDoc {
             config: ConfigFingerprint::from_config(cfg),
             shards: ck
@@ -152,7 +153,7 @@ fn not_contiguous(ck: &Checkpoint, lt: &LayerTensors, e: NotContiguous) -> PackE
 }
 
 /// Creates `dir` if needed; refuses an existing pack unless overwriting.
-fn prepare_dir(dir: &Path, overwrite: bool) -> Result<(), PackError> {
+pub(super) fn prepare_dir(dir: &Path, overwrite: bool) -> Result<(), PackError> {
     std::fs::create_dir_all(dir).map_err(PackError::io(dir, "create directory"))?;
     let exists = dir.join(TRUNK_JSON).exists() || dir.join(TRUNK_BIN).exists();
     if exists && !overwrite {
@@ -162,14 +163,14 @@ fn prepare_dir(dir: &Path, overwrite: bool) -> Result<(), PackError> {
 }
 
 /// The temporary output files; removed on drop unless committed.
-struct TmpFiles {
-    bin: PathBuf,
-    json: PathBuf,
+pub(super) struct TmpFiles {
+    pub(super) bin: PathBuf,
+    pub(super) json: PathBuf,
     committed: bool,
 }
 
 impl TmpFiles {
-    fn new(dir: &Path) -> TmpFiles {
+    pub(super) fn new(dir: &Path) -> TmpFiles {
         TmpFiles {
             bin: dir.join(format!("{TRUNK_BIN}.tmp")),
             json: dir.join(format!("{TRUNK_JSON}.tmp")),
@@ -179,7 +180,7 @@ impl TmpFiles {
 
     /// Removes an old `trunk.json` (so no index ever describes the wrong data), then renames
     /// the data file and finally the index into place.
-    fn commit(mut self, dir: &Path) -> Result<(), PackError> {
+    pub(super) fn commit(mut self, dir: &Path) -> Result<(), PackError> {
         let (bin, json) = (dir.join(TRUNK_BIN), dir.join(TRUNK_JSON));
         if json.exists() {
             std::fs::remove_file(&json).map_err(PackError::io(&json, "remove old"))?;
@@ -310,7 +311,7 @@ fn file_name(p: &Path) -> String {
 }
 
 /// Writes and syncs the index.
-fn write_json(path: &Path, doc: &PackDoc) -> Result<(), PackError> {
+pub(super) fn write_json(path: &Path, doc: &PackDoc) -> Result<(), PackError> {
     let text = serde_json::to_string_pretty(doc).map_err(|e| PackError::Json {
         path: path.into(),
         detail: e.to_string(),

@@ -12,6 +12,7 @@ enum Owned {
     F32(Vec<f32>),
     Bf16(Vec<bf16>),
     Mx(Vec<u8>, Vec<u8>),
+    Q8(Vec<i8>, Vec<f32>),
 }
 
 impl Owned {
@@ -20,6 +21,7 @@ impl Owned {
             Owned::F32(d) => Matrix::f32(rows, cols, d),
             Owned::Bf16(d) => Matrix::bf16(rows, cols, d),
             Owned::Mx(p, s) => Matrix::mxfp4(rows, cols, p, s),
+            Owned::Q8(v, s) => Matrix::q8(rows, cols, v, s),
         };
         m.unwrap()
     }
@@ -40,10 +42,10 @@ fn val() -> impl Strategy<Value = f32> {
 }
 
 /// `(weights, rows, cols, t, x)`: cols 0..80 or 500..560 (crossing a GEMM column chunk),
-/// MXFP4 cols whole groups; rows 0..40; t 1..=20.
+/// MXFP4 cols whole groups; rows 0..40 (not multiples of any block size); t 1..=20.
 fn case() -> impl Strategy<Value = (Owned, usize, usize, usize, Vec<f32>)> {
     (
-        0usize..3,
+        0usize..4,
         0usize..40,
         prop_oneof![0usize..80, 500usize..560],
         1usize..=20,
@@ -55,6 +57,12 @@ fn case() -> impl Strategy<Value = (Owned, usize, usize, usize, Vec<f32>)> {
                 0 => prop::collection::vec(val(), n).prop_map(Owned::F32).boxed(),
                 1 => prop::collection::vec(val().prop_map(bf16::from_f32), n)
                     .prop_map(Owned::Bf16)
+                    .boxed(),
+                3 => (
+                    prop::collection::vec(any::<i8>(), n),
+                    prop::collection::vec(val(), rows),
+                )
+                    .prop_map(|(v, s)| Owned::Q8(v, s))
                     .boxed(),
                 _ => (
                     prop::collection::vec(any::<u8>(), n / 2),
@@ -91,8 +99,10 @@ proptest! {
             })
             .map(|(r, xt)| {
                 let row = m.row(r);
-                crate::dot::reduce16(&crate::simd::rows_lanes::<1>(Level::Scalar, [row], xt)[0])
-                    .to_bits()
+                let d = crate::dot::reduce16(
+                    &crate::simd::rows_lanes::<1>(Level::Scalar, [row], xt)[0],
+                );
+                m.finish(r, d).to_bits()
             })
             .collect();
         for level in available_levels() {
@@ -133,6 +143,10 @@ fn fixed(kind: usize, rows: usize, cols: usize) -> Owned {
                 .map(bf16::from_f32)
                 .collect(),
         ),
+        3 => Owned::Q8(
+            (0..rows * cols).map(|_| next() as i8).collect(),
+            v(rows, &mut next).into_iter().map(|s| s * 0.01).collect(),
+        ),
         _ => Owned::Mx(
             (0..rows * cols / 2).map(|_| next() as u8).collect(),
             (0..rows * cols / 32)
@@ -148,7 +162,7 @@ fn results_are_the_same_in_every_pool_size() {
     let x: Vec<f32> = (0..t * cols)
         .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 997.0)
         .collect();
-    for kind in 0..3 {
+    for kind in 0..4 {
         let w = fixed(kind, rows, cols);
         let m = w.view(rows, cols);
         let mut want = vec![0f32; t * rows];
@@ -241,4 +255,45 @@ fn v2_dot_error_is_within_its_bound() {
             );
         }
     }
+}
+
+/// Q8: `|dot − scale·Σ v·x| ≤ γ(⌈n/16⌉ + 5)·|scale|·Σ|v·x|` (the lanes and tree as above over
+/// the exact int8 values, plus the one rounding of the scale multiply).
+#[test]
+fn q8_dot_error_is_within_its_bound() {
+    for cols in [7168usize, 1000, 37, 3] {
+        let Owned::Q8(v, s) = fixed(3, 4, cols) else {
+            unreachable!()
+        };
+        let m = Matrix::q8(4, cols, &v, &s).unwrap();
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 997.0)
+            .collect();
+        for r in 0..4 {
+            let (mut exact, mut mag) = (0f64, 0f64);
+            for (c, &xc) in x.iter().enumerate() {
+                let p = v[r * cols + c] as f64 * s[r] as f64 * xc as f64;
+                exact += p;
+                mag += p.abs();
+            }
+            let k = (cols.div_ceil(16) + 5) as f64;
+            let u = 2f64.powi(-24);
+            let bound = k * u / (1.0 - k * u) * mag + 2f64.powi(-149);
+            let got = m.row_dot(r, &x) as f64;
+            assert!((got - exact).abs() <= bound, "cols {cols} row {r}");
+        }
+    }
+}
+
+#[test]
+fn q8_constructor_checks_the_shape() {
+    let (v, s) = (vec![1i8; 6], vec![0.5f32; 2]);
+    let m = Matrix::q8(2, 3, &v, &s).unwrap();
+    assert_eq!(m.weight_bytes(), 6 + 8);
+    assert!(Matrix::q8(3, 2, &v, &s).is_none());
+    assert!(Matrix::q8(2, 2, &v, &s).is_none());
+    assert!(Matrix::q8(usize::MAX, 2, &v, &s).is_none());
+    let mut y = [0f32; 2];
+    matvec(&mut y, &m, &[1.0, 2.0, -1.0]);
+    assert_eq!(y, [1.0, 1.0]);
 }

@@ -17,6 +17,9 @@ pub(super) trait Ld16: Copy {
     /// The padding weight of a partial last block: `−0` (its product with the `+0`
     /// activation padding is `−0`, which leaves a lane's bits unchanged).
     const PAD: Self;
+    /// The activation padding of a partial last block: `+0`, or `−0` where `PAD` widens to
+    /// `+0` (int8), so the padded product is `−0` either way.
+    const XPAD: f32 = 0.0;
     /// # Safety
     /// 16 elements readable at `p`; the CPU has AVX2 and FMA.
     unsafe fn ld16(p: *const Self) -> V16;
@@ -41,6 +44,19 @@ impl Ld16 for u16 {
         // SAFETY: the caller guarantees 16 readable u16 (32 bytes) at `p`; unaligned loads.
         let (a, b) = unsafe { (_mm_loadu_si128(p.cast()), _mm_loadu_si128(p.add(8).cast())) };
         [bf16x8(a), bf16x8(b)]
+    }
+}
+
+impl Ld16 for i8 {
+    const PAD: i8 = 0;
+    const XPAD: f32 = -0.0;
+    /// int8 sign-extended to 32 bits (`vpmovsxbd`) and converted (`vcvtdq2ps`): exact.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn ld16(p: *const i8) -> V16 {
+        // SAFETY: the caller guarantees 16 readable bytes at `p`; unaligned 8-byte loads.
+        let (a, b) = unsafe { (_mm_loadl_epi64(p.cast()), _mm_loadl_epi64(p.add(8).cast())) };
+        [a, b].map(|v| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)))
     }
 }
 
@@ -94,7 +110,7 @@ pub(super) fn rows16<W: Ld16, const R: usize>(ws: [&[W]; R], x: &[f32]) -> [[f32
         i += 16;
     }
     if full < n {
-        let mut xb = [0f32; 16];
+        let mut xb = [W::XPAD; 16];
         xb[..n - full].copy_from_slice(&x[full..n]);
         // SAFETY: `xb` holds 16 f32.
         let xv = unsafe { f32::ld16(xb.as_ptr()) };
@@ -114,12 +130,25 @@ pub(super) fn rows16<W: Ld16, const R: usize>(ws: [&[W]; R], x: &[f32]) -> [[f32
 /// multiple of 16 (checked by the caller; a violation only shortens the copy).
 #[target_feature(enable = "avx2,fma")]
 pub(super) fn widen_bf16(src: &[u16], dst: &mut [f32]) {
+    widen(src, dst)
+}
+
+/// Widens the int8 values `src` into `dst` (natural order; lengths as [`widen_bf16`]).
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn widen_q8(src: &[i8], dst: &mut [f32]) {
+    widen(src, dst)
+}
+
+/// [`widen_bf16`] / [`widen_q8`].
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn widen<W: Ld16>(src: &[W], dst: &mut [f32]) {
     let n = src.len().min(dst.len()) / 16 * 16;
     let mut i = 0;
     while i < n {
         // SAFETY: `i + 16 <= n` elements of both slices are in bounds.
         unsafe {
-            let v = u16::ld16(src.as_ptr().add(i));
+            let v = W::ld16(src.as_ptr().add(i));
             _mm256_storeu_ps(dst.as_mut_ptr().add(i), v[0]);
             _mm256_storeu_ps(dst.as_mut_ptr().add(i + 8), v[1]);
         }

@@ -19,6 +19,8 @@ use std::arch::x86_64::*;
 pub(super) trait Ld16: Copy {
     /// The padding weight of a partial last block (`−0`, see `avx2::Ld16::PAD`).
     const PAD: Self;
+    /// The activation padding of a partial last block (see `avx2::Ld16::XPAD`).
+    const XPAD: f32 = 0.0;
     /// # Safety
     /// 16 elements readable at `p`; the CPU has AVX-512F, AVX2 and FMA.
     unsafe fn ld16(p: *const Self) -> __m512;
@@ -42,6 +44,19 @@ impl Ld16 for u16 {
         // SAFETY: the caller guarantees 16 readable u16 (32 bytes) at `p`; unaligned load.
         let v = unsafe { _mm256_loadu_si256(p.cast()) };
         _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(v)))
+    }
+}
+
+impl Ld16 for i8 {
+    const PAD: i8 = 0;
+    const XPAD: f32 = -0.0;
+    /// int8 sign-extended to 32 bits (`vpmovsxbd`) and converted (`vcvtdq2ps`): exact.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn ld16(p: *const i8) -> __m512 {
+        // SAFETY: the caller guarantees 16 readable bytes at `p`; unaligned load.
+        let v = unsafe { _mm_loadu_si128(p.cast()) };
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v))
     }
 }
 
@@ -80,7 +95,7 @@ pub(super) fn rows16<W: Ld16, const R: usize>(ws: [&[W]; R], x: &[f32]) -> [[f32
         i += 16;
     }
     if full < n {
-        let mut xb = [0f32; 16];
+        let mut xb = [W::XPAD; 16];
         xb[..n - full].copy_from_slice(&x[full..n]);
         // SAFETY: `xb` holds 16 f32.
         let xv = unsafe { f32::ld16(xb.as_ptr()) };
@@ -173,11 +188,24 @@ pub(super) fn panel_mx(packed: &[u8], scales: &[u8], dst: &mut [f32]) {
 /// Widens bf16 bits into `dst` (lengths as `avx2::widen_bf16`).
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(super) fn widen_bf16(src: &[u16], dst: &mut [f32]) {
+    widen(src, dst)
+}
+
+/// Widens int8 values into `dst` (lengths as `avx2::widen_bf16`).
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(super) fn widen_q8(src: &[i8], dst: &mut [f32]) {
+    widen(src, dst)
+}
+
+/// [`widen_bf16`] / [`widen_q8`].
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn widen<W: Ld16>(src: &[W], dst: &mut [f32]) {
     let n = src.len().min(dst.len()) / 16 * 16;
     let mut i = 0;
     while i < n {
         // SAFETY: `i + 16 <= n` elements of both slices are in bounds.
-        unsafe { _mm512_storeu_ps(dst.as_mut_ptr().add(i), u16::ld16(src.as_ptr().add(i))) };
+        unsafe { _mm512_storeu_ps(dst.as_mut_ptr().add(i), W::ld16(src.as_ptr().add(i))) };
         i += 16;
     }
 }

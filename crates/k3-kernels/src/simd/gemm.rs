@@ -4,14 +4,15 @@
 //! The activations are packed once per call, chunk-major (`[chunk][token][XS]`, in the
 //! level's layout, `+0`-padded). One rayon task owns [`RB`] weight rows and every token. Per
 //! group of ≤ [`TG`] tokens it walks the columns in chunks of [`KC`]: each row's chunk becomes
-//! an f32 panel row (f32 copied, bf16 widened, MXFP4 decoded — once, shared by all the
-//! tokens; `−0`-padded), and the level's microkernel adds the chunk to the 16 lanes of `MR`
+//! an f32 panel row (f32 copied, bf16 and int8 widened, MXFP4 decoded — once, shared by all
+//! the tokens; `−0`-padded), and the level's microkernel adds the chunk to the 16 lanes of `MR`
 //! rows × `TB` tokens at a time, the lanes living in registers within a chunk and in a
 //! per-task state between chunks; meanwhile the next chunk's weights are prefetched.
 //!
 //! Every (row, token) lane therefore sees exactly the elements, order and fused operations of
 //! the mat-vec — columns ascending, element `i` → lane `i % 16` — and the scalar tree finishes
-//! it, so every output equals that token's `matvec` bit for bit, for any `RB`, `KC`, `TG`,
+//! it (a Q8 row then takes its scale, as in the mat-vec), so every output equals that token's
+//! `matvec` bit for bit, for any `RB`, `KC`, `TG`,
 //! `MR`, `TB` and thread count.
 
 use super::{copy_in_layout, layout, prefetch_l2, to_lanes, Kind, Layout, Level};
@@ -60,6 +61,11 @@ trait Isa {
     /// # Safety
     /// The CPU supports the level.
     unsafe fn widen(src: &[u16], dst: &mut [f32]);
+    /// Widens int8 values (`src.len()` a multiple of 16) into `dst`.
+    ///
+    /// # Safety
+    /// The CPU supports the level.
+    unsafe fn widen_q8(src: &[i8], dst: &mut [f32]);
     /// Decodes whole MXFP4 groups into `dst` in the level's MXFP4 layout.
     ///
     /// # Safety
@@ -147,6 +153,10 @@ macro_rules! isa_impl {
                 // SAFETY: the caller guarantees the level's features.
                 unsafe { super::$m::$widen(src, dst) }
             }
+            unsafe fn widen_q8(src: &[i8], dst: &mut [f32]) {
+                // SAFETY: the caller guarantees the level's features.
+                unsafe { super::$m::widen_q8(src, dst) }
+            }
             unsafe fn panel_mx(packed: &[u8], scales: &[u8], dst: &mut [f32]) {
                 // SAFETY: the caller guarantees the level's features.
                 unsafe { super::$m::$panel(packed, scales, dst) }
@@ -180,6 +190,7 @@ pub(crate) fn kind_of(w: &Matrix) -> Kind {
         MatrixData::F32(_) => Kind::F32,
         MatrixData::Bf16(_) => Kind::Bf16,
         MatrixData::Mxfp4 { .. } => Kind::Mxfp4,
+        MatrixData::Q8 { .. } => Kind::Q8,
     }
 }
 
@@ -336,6 +347,9 @@ impl Job<'_> {
             match self.w.data {
                 MatrixData::F32(d) => a.push(d[r * c + k0..].as_ptr().cast(), (end - k0) * 4),
                 MatrixData::Bf16(d) => a.push(d[r * c + k0..].as_ptr().cast(), (end - k0) * 2),
+                MatrixData::Q8 { values, .. } => {
+                    a.push(values[r * c + k0..].as_ptr().cast(), end - k0)
+                }
                 MatrixData::Mxfp4 { packed, scales } => {
                     a.push(packed[(r * c + k0) / 2..].as_ptr(), (end - k0) / 2);
                     a.push(scales[(r * c + k0) / GROUP..].as_ptr(), (end - k0) / GROUP);
@@ -360,6 +374,15 @@ impl Job<'_> {
                     *o = f32::from_bits((b as u32) << 16);
                 }
             }
+            MatrixData::Q8 { values, .. } => {
+                let row = &values[r * c + k0..r * c + end];
+                let full = row.len() / 16 * 16;
+                // SAFETY: the task runs on a level the CPU supports (checked by `matmul_at`).
+                unsafe { I::widen_q8(&row[..full], &mut dst[..full]) };
+                for (o, &v) in dst[full..row.len()].iter_mut().zip(&row[full..]) {
+                    *o = v as f32;
+                }
+            }
             MatrixData::Mxfp4 { packed, scales } => {
                 let p = &packed[(r * c + k0) / 2..(r * c + end) / 2];
                 let s = &scales[(r * c + k0) / GROUP..(r * c + end) / GROUP];
@@ -377,7 +400,7 @@ impl Job<'_> {
             for j in 0..tg {
                 let at = (rl * tg + j) * 16;
                 let lanes: [f32; 16] = std::array::from_fn(|l| state[at + l]);
-                let v = reduce16(&to_lanes(self.lay, lanes));
+                let v = self.w.finish(r0 + rl, reduce16(&to_lanes(self.lay, lanes)));
                 // SAFETY: row `r0 + rl` belongs to this task only.
                 unsafe { self.out.write((tok0 + j) * self.w.rows + r0 + rl, v) };
             }

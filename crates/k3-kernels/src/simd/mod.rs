@@ -11,8 +11,9 @@
 //!   `avx2.rs`, `avx2_mx.rs`;
 //! * NEON: four `float32x4_t` (natural order) — `neon.rs`.
 //!
-//! A partial last block is padded with `w = −0`, `x = +0` (product `−0`, the exact additive
-//! identity), so every lane keeps the bits of the scalar definition.
+//! A partial last block is padded so that every padded product is `−0`, the exact additive
+//! identity: `w = −0`, `x = +0` for f32/bf16 weights, `w = 0` (int8, widened to `+0`),
+//! `x = −0` for Q8 weights. So every lane keeps the bits of the scalar definition.
 //!
 //! The path is detected once (`is_x86_feature_detected!` / NEON is baseline on aarch64) and
 //! cached. `K3_FORCE_SCALAR=1` (read once, at first use) or [`set_force_scalar`] selects the
@@ -164,6 +165,7 @@ pub(crate) enum Kind {
     F32,
     Bf16,
     Mxfp4,
+    Q8,
 }
 
 /// One weight row in its storage (bf16 as raw bits).
@@ -172,6 +174,8 @@ pub(crate) enum Row<'a> {
     F32(&'a [f32]),
     Bf16(&'a [u16]),
     Mxfp4(&'a [u8], &'a [u8]),
+    /// The int8 values only: the row scale is applied after the tree by the caller.
+    Q8(&'a [i8]),
 }
 
 impl<'a> Row<'a> {
@@ -191,6 +195,14 @@ impl<'a> Row<'a> {
         }
     }
 
+    /// The int8 values (empty for other storages).
+    fn q8s(self) -> &'a [i8] {
+        match self {
+            Row::Q8(w) => w,
+            _ => &[],
+        }
+    }
+
     /// The MXFP4 codes and scales (empty for other storages).
     fn mx(self) -> (&'a [u8], &'a [u8]) {
         match self {
@@ -204,6 +216,7 @@ impl<'a> Row<'a> {
             Row::F32(_) => Kind::F32,
             Row::Bf16(_) => Kind::Bf16,
             Row::Mxfp4(..) => Kind::Mxfp4,
+            Row::Q8(_) => Kind::Q8,
         }
     }
 
@@ -213,6 +226,7 @@ impl<'a> Row<'a> {
             Row::F32(w) => w.len(),
             Row::Bf16(w) => w.len(),
             Row::Mxfp4(_, s) => s.len() * crate::mxfp4::GROUP,
+            Row::Q8(w) => w.len(),
         }
     }
 }
@@ -326,6 +340,15 @@ pub fn dot_mxfp4_at(level: Level, packed: &[u8], scales: &[u8], x: &[f32]) -> f3
     crate::dot::reduce16(&lanes_natural(level, Row::Mxfp4(packed, scales), x))
 }
 
+/// [`crate::dot::dot_q8`] on a given level. Panics if the CPU lacks the level or the
+/// lengths differ.
+#[inline]
+pub fn dot_q8_at(level: Level, values: &[i8], scale: f32, x: &[f32]) -> f32 {
+    assert_eq!(values.len(), x.len(), "dot length");
+    let d = crate::dot::reduce16(&lanes_natural(level, Row::Q8(values), x));
+    crate::dot::q8_finish(scale, d)
+}
+
 /// The 16 lanes (contract order) of one row with an activation in natural order.
 fn lanes_natural(level: Level, row: Row, x: &[f32]) -> [f32; 16] {
     check(level);
@@ -384,6 +407,7 @@ fn rows_reg<const R: usize>(level: Level, rows: [Row; R], x: &[f32]) -> [[f32; 1
             Row::F32(w) => lanes_f32_scalar(w, x),
             Row::Bf16(w) => crate::dot::lanes_bf16_scalar(bytemuck::cast_slice(w), x),
             Row::Mxfp4(p, s) => lanes_mxfp4_scalar(p, s, x),
+            Row::Q8(w) => crate::dot::lanes_q8_scalar(w, x),
         }),
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => match kind {
@@ -391,6 +415,8 @@ fn rows_reg<const R: usize>(level: Level, rows: [Row; R], x: &[f32]) -> [[f32; 1
             Kind::F32 => unsafe { avx2::rows16(rows.map(Row::f32s), x) },
             // SAFETY: as above.
             Kind::Bf16 => unsafe { avx2::rows16(rows.map(Row::bf16s), x) },
+            // SAFETY: as above.
+            Kind::Q8 => unsafe { avx2::rows16(rows.map(Row::q8s), x) },
             // SAFETY: as above.
             Kind::Mxfp4 => unsafe {
                 avx2_mx::rows::<R, false>(rows.map(|r| r.mx().0), rows.map(|r| r.mx().1), x)
@@ -403,6 +429,8 @@ fn rows_reg<const R: usize>(level: Level, rows: [Row; R], x: &[f32]) -> [[f32; 1
             // SAFETY: as above.
             Kind::Bf16 => unsafe { avx512::rows16(rows.map(Row::bf16s), x) },
             // SAFETY: as above.
+            Kind::Q8 => unsafe { avx512::rows16(rows.map(Row::q8s), x) },
+            // SAFETY: as above.
             Kind::Mxfp4 => unsafe {
                 avx512::rows_mx(rows.map(|r| r.mx().0), rows.map(|r| r.mx().1), x)
             },
@@ -413,6 +441,8 @@ fn rows_reg<const R: usize>(level: Level, rows: [Row; R], x: &[f32]) -> [[f32; 1
             Kind::F32 => unsafe { neon::rows16(rows.map(Row::f32s), x) },
             // SAFETY: as above.
             Kind::Bf16 => unsafe { neon::rows16(rows.map(Row::bf16s), x) },
+            // SAFETY: as above.
+            Kind::Q8 => unsafe { neon::rows16(rows.map(Row::q8s), x) },
             // SAFETY: as above.
             Kind::Mxfp4 => unsafe {
                 neon::rows_mx(rows.map(|r| r.mx().0), rows.map(|r| r.mx().1), x)

@@ -18,6 +18,8 @@ type V16 = [float32x4_t; 4];
 pub(super) trait Ld16: Copy {
     /// The padding weight of a partial last block (`−0`, see `dot`).
     const PAD: Self;
+    /// The activation padding of a partial last block (see `avx2::Ld16::XPAD`).
+    const XPAD: f32 = 0.0;
     /// # Safety
     /// 16 elements readable at `p`.
     unsafe fn ld16(p: *const Self) -> V16;
@@ -50,6 +52,26 @@ impl Ld16 for u16 {
         let [a0, a1] = bf16x8(a);
         let [b0, b1] = bf16x8(b);
         [a0, a1, b0, b1]
+    }
+}
+
+impl Ld16 for i8 {
+    const PAD: i8 = 0;
+    const XPAD: f32 = -0.0;
+    /// int8 → int16 → int32 (`sxtl`) → f32 (`scvtf`): exact.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn ld16(p: *const i8) -> V16 {
+        // SAFETY: the caller guarantees 16 readable bytes at `p`.
+        let v = unsafe { vld1q_s8(p) };
+        let (lo, hi) = (vmovl_s8(vget_low_s8(v)), vmovl_high_s8(v));
+        [
+            vmovl_s16(vget_low_s16(lo)),
+            vmovl_high_s16(lo),
+            vmovl_s16(vget_low_s16(hi)),
+            vmovl_high_s16(hi),
+        ]
+        .map(|v| vcvtq_f32_s32(v))
     }
 }
 
@@ -105,7 +127,7 @@ pub(super) fn rows16<W: Ld16, const R: usize>(ws: [&[W]; R], x: &[f32]) -> [[f32
         i += 16;
     }
     if full < n {
-        let mut xb = [0f32; 16];
+        let mut xb = [W::XPAD; 16];
         xb[..n - full].copy_from_slice(&x[full..n]);
         // SAFETY: `xb` holds 16 f32.
         let xv = unsafe { f32::ld16(xb.as_ptr()) };
@@ -208,12 +230,25 @@ pub(super) fn panel_mx(packed: &[u8], scales: &[u8], dst: &mut [f32]) {
 /// Widens bf16 bits into `dst` (lengths as `avx2::widen_bf16`).
 #[target_feature(enable = "neon")]
 pub(super) fn widen_bf16(src: &[u16], dst: &mut [f32]) {
+    widen(src, dst)
+}
+
+/// Widens int8 values into `dst` (lengths as `avx2::widen_bf16`).
+#[target_feature(enable = "neon")]
+pub(super) fn widen_q8(src: &[i8], dst: &mut [f32]) {
+    widen(src, dst)
+}
+
+/// [`widen_bf16`] / [`widen_q8`].
+#[inline]
+#[target_feature(enable = "neon")]
+fn widen<W: Ld16>(src: &[W], dst: &mut [f32]) {
     let n = src.len().min(dst.len()) / 16 * 16;
     let mut i = 0;
     while i < n {
         // SAFETY: `i + 16 <= n` elements of both slices are in bounds.
         unsafe {
-            let v = u16::ld16(src.as_ptr().add(i));
+            let v = W::ld16(src.as_ptr().add(i));
             for (k, &q) in v.iter().enumerate() {
                 vst1q_f32(dst.as_mut_ptr().add(i + 4 * k), q);
             }

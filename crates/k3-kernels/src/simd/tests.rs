@@ -1,9 +1,9 @@
 //! Every SIMD level equals the scalar definition bit for bit: single-row dots (natural
 //! activations) and the mat-vec row-block kernels (activations in the level's layout), for
-//! all three storages, every tail length, extreme values and the E8M0 edge bytes.
+//! all four storages, every tail length, extreme values and the E8M0 edge bytes.
 
 use super::*;
-use crate::dot::{dot_bf16_scalar, dot_f32_scalar, dot_mxfp4_scalar};
+use crate::dot::{dot_bf16_scalar, dot_f32_scalar, dot_mxfp4_scalar, dot_q8_scalar, q8_finish};
 use proptest::prelude::*;
 
 /// Finite f32 from any bit pattern (subnormal to 3e38), moderate reals, small integers.
@@ -61,6 +61,8 @@ pub(crate) struct Rows {
     pub b: Vec<Vec<u16>>,
     pub p: Vec<Vec<u8>>,
     pub s: Vec<Vec<u8>>,
+    pub q: Vec<Vec<i8>>,
+    pub qs: Vec<f32>,
 }
 
 impl Rows {
@@ -69,6 +71,15 @@ impl Rows {
             Kind::F32 => Row::F32(&self.f[r]),
             Kind::Bf16 => Row::Bf16(&self.b[r]),
             Kind::Mxfp4 => Row::Mxfp4(&self.p[r], &self.s[r]),
+            Kind::Q8 => Row::Q8(&self.q[r]),
+        }
+    }
+
+    /// Row `r`'s output from the tree's result (the Q8 scale applied).
+    pub fn finish(&self, r: usize, d: f32) -> f32 {
+        match self.kind {
+            Kind::Q8 => q8_finish(self.qs[r], d),
+            _ => d,
         }
     }
 
@@ -77,6 +88,7 @@ impl Rows {
             Kind::F32 => dot_f32_scalar(&self.f[r], x),
             Kind::Bf16 => dot_bf16_scalar(bytemuck::cast_slice(&self.b[r]), x),
             Kind::Mxfp4 => dot_mxfp4_scalar(&self.p[r], &self.s[r], x),
+            Kind::Q8 => dot_q8_scalar(&self.q[r], self.qs[r], x),
         }
     }
 }
@@ -88,8 +100,10 @@ pub(crate) fn rows_of(kind: Kind, n: usize, rows: usize) -> impl Strategy<Value 
         prop::collection::vec(prop::collection::vec(xval(), n), rows),
         prop::collection::vec(prop::collection::vec(any::<u8>(), n / 2), rows),
         prop::collection::vec(prop::collection::vec(scale_byte(), n / 32), rows),
+        prop::collection::vec(prop::collection::vec(any::<i8>(), n), rows),
+        prop::collection::vec(xval(), rows),
     )
-        .prop_map(move |(f, p, s)| {
+        .prop_map(move |(f, p, s, q, qs)| {
             let b = f
                 .iter()
                 .map(|r| r.iter().map(|v| (v.to_bits() >> 16) as u16).collect())
@@ -101,12 +115,19 @@ pub(crate) fn rows_of(kind: Kind, n: usize, rows: usize) -> impl Strategy<Value 
                 b,
                 p,
                 s,
+                q,
+                qs,
             }
         })
 }
 
 fn kind() -> impl Strategy<Value = Kind> {
-    prop_oneof![Just(Kind::F32), Just(Kind::Bf16), Just(Kind::Mxfp4)]
+    prop_oneof![
+        Just(Kind::F32),
+        Just(Kind::Bf16),
+        Just(Kind::Mxfp4),
+        Just(Kind::Q8)
+    ]
 }
 
 /// Four rows and an activation of a random storage and length (0..300; MXFP4 0..=9 groups).
@@ -131,9 +152,8 @@ fn check_blocks<const R: usize>(rows: &Rows, x: &[f32], want: &[u32]) -> Result<
         let mut xl = vec![0f32; x.len()];
         copy_in_layout(layout(level, rows.kind), x, &mut xl);
         let got = rows_lanes::<R>(level, std::array::from_fn(|r| rows.row(r)), &xl);
-        let got: Vec<u32> = got
-            .iter()
-            .map(|l| crate::dot::reduce16(l).to_bits())
+        let got: Vec<u32> = (got.iter().enumerate())
+            .map(|(r, l)| rows.finish(r, crate::dot::reduce16(l)).to_bits())
             .collect();
         prop_assert_eq!(&got[..], &want[..R], "{} rows, level {:?}", R, level);
     }
@@ -153,6 +173,7 @@ proptest! {
                     Kind::F32 => dot_f32_at(level, &rows.f[r], &x),
                     Kind::Bf16 => dot_bf16_at(level, bytemuck::cast_slice(&rows.b[r]), &x),
                     Kind::Mxfp4 => dot_mxfp4_at(level, &rows.p[r], &rows.s[r], &x),
+                    Kind::Q8 => dot_q8_at(level, &rows.q[r], rows.qs[r], &x),
                 }
                 .to_bits())
                 .collect();
@@ -177,6 +198,25 @@ fn scale_edges_on_every_level() {
             for level in simd_levels() {
                 let got = dot_mxfp4_at(level, &packed[..16], &[s], &x).to_bits();
                 assert_eq!(got, want, "scale {s}, x {xv}, level {level:?}");
+            }
+        }
+    }
+}
+
+/// Q8 lanes with huge and tiny activations, every tail length: the int8 padding (`w = 0`,
+/// `x = −0`) keeps the lanes' bits (±inf, NaN, ±0 included).
+#[test]
+fn q8_tails_and_extremes_on_every_level() {
+    for n in 0..=49usize {
+        let v: Vec<i8> = (0..n).map(|i| [127i8, -128, -1, 0, 3][i % 5]).collect();
+        for xv in [3.0e38f32, -1.0e-45, 0.0, -0.0, f32::INFINITY] {
+            let x: Vec<f32> = (0..n).map(|i| if i % 3 == 0 { xv } else { -xv }).collect();
+            for scale in [1.0f32, -0.0, 2.5e-3] {
+                let want = dot_q8_scalar(&v, scale, &x).to_bits();
+                for level in simd_levels() {
+                    let got = dot_q8_at(level, &v, scale, &x).to_bits();
+                    assert_eq!(got, want, "n {n}, x {xv}, scale {scale}, level {level:?}");
+                }
             }
         }
     }
@@ -233,7 +273,7 @@ fn force_scalar_switch_and_names() {
 #[test]
 fn matvec_row_blocks_divide_the_task_size() {
     for level in [Level::Scalar, Level::Avx2, Level::Avx512, Level::Neon] {
-        for kind in [Kind::F32, Kind::Bf16, Kind::Mxfp4] {
+        for kind in [Kind::F32, Kind::Bf16, Kind::Mxfp4, Kind::Q8] {
             assert_eq!(32 % matvec_rows(level, kind), 0);
             assert_eq!(gemm::RB % matvec_rows(level, kind), 0);
         }

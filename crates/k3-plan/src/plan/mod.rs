@@ -104,6 +104,7 @@ pub fn prefill_chunk_for(sizes: &ModelSizes, req: &PlanRequest) -> u64 {
         Budget::Split { trunk, cache } => trunk.saturating_add(cache) / PREFILL_SHARE_DIVISOR,
         Budget::Total(total) => {
             let smallest = sizes.embed_lm_head_bytes
+                + req.draft_trunk_bytes
                 + kda_state
                 + kv
                 + sizes.scratch_bytes
@@ -210,6 +211,11 @@ pub struct PlanRequest {
     /// Sessions whose carried state (KDA state + latent KV for `ctx`) is reserved at once:
     /// 1 for `run`/`chat`, the server's `--parallel` plus its saved sessions.
     pub sessions: u64,
+    /// Bytes of a draft trunk held in memory for hybrid drafting (0: none). It is a fixed
+    /// cost like the sessions' state — on top of a preset or `--trunk-gb/--cache-gb`, taken
+    /// out of a `--mem-gb` total before the trunk pins — and the draft model's own state
+    /// (one more session) is reserved with it (docs/STREAMING.md#hybrid-drafting).
+    pub draft_trunk_bytes: u64,
 }
 
 impl PlanRequest {
@@ -220,7 +226,19 @@ impl PlanRequest {
             ctx,
             ring_slots: 2,
             sessions: 1,
+            draft_trunk_bytes: 0,
         }
+    }
+
+    /// The same request with a draft trunk of `bytes` in memory (and its model's state).
+    pub fn with_draft(mut self, bytes: u64) -> Self {
+        self.draft_trunk_bytes = bytes;
+        self
+    }
+
+    /// Sessions whose state is reserved, counting the draft model's when there is one.
+    pub fn states(&self) -> u64 {
+        self.sessions.max(1) + u64::from(self.draft_trunk_bytes > 0)
     }
 
     /// The same request reserving state for `n` sessions (at least 1).
@@ -231,7 +249,7 @@ impl PlanRequest {
 
     /// Carried state of every reserved session: `(KDA state, latent KV)` bytes.
     pub fn session_bytes(&self, sizes: &ModelSizes) -> (u64, u64) {
-        let n = self.sessions.max(1);
+        let n = self.states();
         (
             sizes.kda_state_bytes * n,
             sizes.latent_kv_bytes_per_pos * self.ctx * n,
@@ -267,6 +285,8 @@ pub struct MemoryPlan {
     pub prefill_chunk: u64,
     /// Scratch the chunk's further tokens add, bytes.
     pub prefill_scratch_bytes: u64,
+    /// Draft trunk held in memory for hybrid drafting, bytes (0: none).
+    pub draft_trunk_bytes: u64,
 }
 
 impl MemoryPlan {
@@ -284,6 +304,7 @@ impl MemoryPlan {
             + self.latent_kv_bytes
             + self.scratch_bytes
             + self.prefill_scratch_bytes
+            + self.draft_trunk_bytes
     }
 
     /// Refuses (with the table and what to change) when the plan exceeds `available`.
@@ -301,7 +322,8 @@ pub fn plan(sizes: &ModelSizes, req: &PlanRequest) -> Result<MemoryPlan, PlanErr
     let (kda_state, kv) = req.session_bytes(sizes);
     let chunk = prefill_chunk_for(sizes, req);
     let prefill = (chunk - 1) * sizes.prefill_bytes_per_token;
-    let (trunk, cache) = split_budget(sizes, req.budget, &layers, kda_state + kv + prefill)?;
+    let fixed = kda_state + kv + prefill + req.draft_trunk_bytes;
+    let (trunk, cache) = split_budget(sizes, req.budget, &layers, fixed)?;
     let trunk_plan =
         plan_trunk(&layers, trunk, req.ring_slots).ok_or_else(|| PlanError::TrunkTooSmall {
             budget: trunk,
@@ -337,11 +359,12 @@ pub fn plan(sizes: &ModelSizes, req: &PlanRequest) -> Result<MemoryPlan, PlanErr
         scratch_bytes: sizes.scratch_bytes,
         prefill_chunk: chunk,
         prefill_scratch_bytes: prefill,
+        draft_trunk_bytes: req.draft_trunk_bytes,
     })
 }
 
 /// (trunk budget, cache budget). For a total: fixed costs (with `per_session`, every
-/// session's KDA state and latent KV, and the prefill scratch) first, then the trunk gets what it can use while leaving the minimum
+/// session's KDA state and latent KV, the prefill scratch and any draft trunk) first, then the trunk gets what it can use while leaving the minimum
 /// cache; the cache budget returned is everything after fixed costs (the caller subtracts
 /// what the trunk plan actually takes).
 fn split_budget(

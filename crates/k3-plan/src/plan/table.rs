@@ -67,9 +67,12 @@ impl MemoryPlan {
             fmt_bytes(self.expert_slot_bytes)
         );
         line(&mut s, "expert cache", self.expert_cache_bytes(), &slots);
-        let sessions = match self.request.sessions {
-            0 | 1 => String::new(),
-            n => format!("{n} sessions"),
+        let draft = self.draft_trunk_bytes > 0;
+        let sessions = match (self.request.sessions, draft) {
+            (0 | 1, false) => String::new(),
+            (0 | 1, true) => "session + draft model".to_string(),
+            (n, false) => format!("{n} sessions"),
+            (n, true) => format!("{n} sessions + draft model"),
         };
         line(&mut s, "KDA state", self.kda_state_bytes, &sessions);
         line(
@@ -86,6 +89,14 @@ impl MemoryPlan {
             self.prefill_scratch_bytes,
             &chunk,
         );
+        if draft {
+            line(
+                &mut s,
+                "draft trunk",
+                self.draft_trunk_bytes,
+                "hybrid drafting",
+            );
+        }
         line(&mut s, "TOTAL", self.total_bytes(), "");
         match available.and_then(|a| a.bytes().map(|b| (b, a.source()))) {
             Some((b, src)) => line(&mut s, "available", b, src),

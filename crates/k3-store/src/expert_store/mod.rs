@@ -21,6 +21,7 @@
 //!   counted (the CLI exits 4, as upstream does on `k3_expert_drops`), and the fetch returns
 //!   an error naming the layer and expert.
 
+mod cached;
 mod hint;
 mod pool;
 
@@ -75,6 +76,10 @@ pub struct ExpertStats {
     pub hint_bytes: u64,
     /// Hinted reads a later fetch of the same layer asked for (useful prefetches).
     pub hint_useful_reads: u64,
+    /// Experts a draft model asked for through [`ExpertStore::fetch_cached`].
+    pub draft_requests: u64,
+    /// Those that were resident (the rest were dropped from the draft's top-k).
+    pub draft_hits: u64,
     /// Hinted reads that failed (not errors: the fetch reads the expert itself).
     pub hint_failures: u64,
     /// Hinted reads dropped before they started because the fetch did not ask for them.

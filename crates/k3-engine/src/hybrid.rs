@@ -1,0 +1,119 @@
+//! Hybrid drafting's drafter (docs/STREAMING.md#hybrid-drafting): the draft model — the
+//! same graph over the quantized draft trunk, with cache-only experts — proposes greedy
+//! continuations, and [`Session::generate_speculative`] verifies them with the exact model
+//! in one pass (the same ids as plain decoding, whatever the draft proposes).
+//!
+//! The draft keeps its own state, which follows the conversation lazily: each call feeds
+//! what the context gained since the draft last saw it. Before the last context token it
+//! snapshots the state; when the exact model rejects a draft, the next call rolls back to
+//! that snapshot (a prefix of every later context) and feeds the accepted tokens in one
+//! pass, so a rejected draft costs no re-prefill.
+
+use crate::{argmax, Engine, EngineError, Session};
+use std::time::Instant;
+
+/// Counters of a session's draft model.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DraftStats {
+    /// Forward passes of the draft model.
+    pub passes: u64,
+    /// Tokens those passes fed (context catch-up and drafts).
+    pub tokens_fed: u64,
+    /// Seconds spent in the draft model.
+    pub seconds: f64,
+    /// Times the draft state rolled back to its snapshot after a rejected draft.
+    pub rollbacks: u64,
+}
+
+/// The draft model's session and what it knows about the conversation.
+pub(crate) struct HybridDrafter<'e> {
+    draft: Session<'e>,
+    /// `draft.logits()` belong to the end of `draft.history()` (false after a rollback).
+    fresh: bool,
+    pub(crate) stats: DraftStats,
+    failure: Option<String>,
+}
+
+impl<'e> HybridDrafter<'e> {
+    /// A drafter on `engine`'s draft model for contexts of up to `max_ctx` positions.
+    pub(crate) fn new(engine: &'e Engine, max_ctx: usize) -> Result<Self, EngineError> {
+        if !engine.has_draft() {
+            return Err(EngineError::Invalid(
+                "hybrid drafting needs a draft trunk: pass --draft-trunk DIR (made by `k3 pack --draft-quant q8 MODEL_DIR DIR`)".into(),
+            ));
+        }
+        Ok(HybridDrafter {
+            draft: Session::new_draft(engine, max_ctx)?,
+            fresh: false,
+            stats: DraftStats::default(),
+            failure: None,
+        })
+    }
+
+    /// Why drafting stopped, if it did.
+    pub(crate) fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// Up to `limit` greedy draft tokens to follow `context`. A draft failure stops drafting
+    /// for the session (recorded, never an error of the generation).
+    pub(crate) fn propose(&mut self, context: &[u32], limit: usize) -> Vec<u32> {
+        if limit == 0 || context.is_empty() || self.failure.is_some() {
+            return Vec::new();
+        }
+        let t = Instant::now();
+        let drafts = self.try_propose(context, limit);
+        self.stats.seconds += t.elapsed().as_secs_f64();
+        drafts.unwrap_or_else(|e| {
+            self.failure = Some(e.to_string());
+            Vec::new()
+        })
+    }
+
+    fn try_propose(&mut self, context: &[u32], limit: usize) -> Result<Vec<u32>, EngineError> {
+        self.catch_up(context)?;
+        let mut drafts = vec![argmax(self.draft.logits())];
+        while drafts.len() < limit {
+            let last = drafts[drafts.len() - 1];
+            self.feed(&[last])?;
+            drafts.push(argmax(self.draft.logits()));
+        }
+        Ok(drafts)
+    }
+
+    /// Brings the draft state to the end of `context` with fresh logits.
+    fn catch_up(&mut self, context: &[u32]) -> Result<(), EngineError> {
+        if !context.starts_with(self.draft.history()) && self.draft.has_snapshot() {
+            self.draft.rollback()?;
+            self.stats.rollbacks += 1;
+            self.fresh = false;
+        }
+        if !context.starts_with(self.draft.history()) {
+            self.draft.reset();
+            self.fresh = false;
+        }
+        let seen = self.draft.history().len();
+        if seen == context.len() && self.fresh {
+            return Ok(());
+        }
+        if seen == context.len() {
+            // Stale logits at the very end (not reached by the speculative loop): start over.
+            self.draft.reset();
+        }
+        let rest = &context[self.draft.history().len()..];
+        let (head, last) = rest.split_at(rest.len() - 1);
+        if !head.is_empty() {
+            self.feed(head)?;
+        }
+        self.draft.snapshot()?;
+        self.feed(last)
+    }
+
+    fn feed(&mut self, ids: &[u32]) -> Result<(), EngineError> {
+        self.draft.feed(ids)?;
+        self.stats.passes += ids.len().div_ceil(self.draft.owner().prefill_chunk()) as u64;
+        self.stats.tokens_fed += ids.len() as u64;
+        self.fresh = true;
+        Ok(())
+    }
+}
