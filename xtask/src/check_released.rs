@@ -114,7 +114,7 @@ fn plan_all(dir: &Path, ctx: usize) -> Result<(), String> {
     println!("\n| budget | plan TOTAL | pinned / ring / expert slots | fits this machine |");
     println!("|---|---|---|---|");
     for (name, budget) in budgets {
-        match k3_engine::planning::forecast(dir, budget, ctx, 1) {
+        match k3_engine::planning::forecast(dir, budget, ctx, 1, 0) {
             Ok((plan, avail, fits)) => println!(
                 "| {name} | {:.3} GB | {} / {} / {} | {} |",
                 plan.total_bytes() as f64 / 1e9,

@@ -2,6 +2,7 @@
 
 mod bench_compute;
 mod bench_decode;
+mod bench_draft;
 mod bench_index;
 mod bench_layers;
 mod bench_lookahead;
@@ -69,6 +70,8 @@ enum Cmd {
     BenchLookahead(bench_lookahead::BenchLookaheadArgs),
     /// Speculative decoding vs plain decoding, trunk streaming and resident, same run.
     BenchSpec(bench_spec::BenchSpecArgs),
+    /// Plain vs n-gram vs hybrid drafting (draft trunks), streaming and resident.
+    BenchDraft(bench_draft::BenchDraftArgs),
     /// Greedy decode s/token at four budgets vs the I/O and compute floors, same run.
     BenchDecode(bench_decode::BenchDecodeArgs),
     /// KDA / MLA / MoE / dense layer 0 at real dims: ms per decode token and prefill chunk.
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
         Cmd::Fuzz(args) => fuzz::run(&args),
         Cmd::BenchLookahead(args) => bench_lookahead::run(&args),
         Cmd::BenchSpec(args) => bench_spec::run(&args),
+        Cmd::BenchDraft(args) => bench_draft::run(&args),
         Cmd::BenchDecode(args) => bench_decode::run(&args),
         Cmd::BenchCompute(args) => bench_compute::run(&args),
         Cmd::BenchLayers(args) => bench_layers::run(&args),

@@ -4,7 +4,7 @@
 use crate::budget::BudgetArgs;
 use crate::CliError;
 use clap::Args;
-use k3_engine::planning::{forecast, model_sizes};
+use k3_engine::planning::{choose_draft, forecast, model_sizes};
 use k3_engine::{Budget, Preset};
 use k3_plan::plan::{fmt_bytes, plan as make_plan};
 use k3_plan::{ModelSizes, PlanRequest};
@@ -26,6 +26,10 @@ pub struct PlanArgs {
     /// plus 4 saved sessions (0 saved with `--no-reuse`).
     #[arg(long, default_value_t = 1)]
     pub sessions: usize,
+    /// Also plan this draft trunk (`k3 pack --draft-quant`) for hybrid drafting: shows the
+    /// split, the trunk streamed per pass with and without it, and what `--draft auto` picks.
+    #[arg(long, value_name = "DIR")]
+    pub draft_trunk: Option<PathBuf>,
 }
 
 /// Prints the plan table; exits 2 (after printing it) when it does not fit this machine.
@@ -37,8 +41,43 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
     if args.sessions == 0 {
         return Err(CliError::usage("--sessions must be at least 1"));
     }
-    let (plan, available, fits) = forecast(&args.model_dir, budget, args.ctx, args.sessions)?;
-    println!("{}", plan.table(Some(&available)).trim_end());
+    let Some(draft) = &args.draft_trunk else {
+        let (plan, available, fits) =
+            forecast(&args.model_dir, budget, args.ctx, args.sessions, 0)?;
+        println!("{}", plan.table(Some(&available)).trim_end());
+        return fits.map_err(CliError::from);
+    };
+    let bytes = k3_format::TrunkPack::open(draft)
+        .map_err(|e| CliError::usage(e.to_string()))?
+        .total_bytes();
+    let (plain, _, plain_fits) = forecast(&args.model_dir, budget, args.ctx, args.sessions, 0)?;
+    let (hybrid, available, fits) =
+        forecast(&args.model_dir, budget, args.ctx, args.sessions, bytes)?;
+    println!("{}", hybrid.table(Some(&available)).trim_end());
+    let (s0, s1) = (
+        plain.trunk.streamed_per_token,
+        hybrid.trunk.streamed_per_token,
+    );
+    println!(
+        "without the draft trunk: {} streamed per token, {} in all",
+        fmt_bytes(s0),
+        fmt_bytes(plain.total_bytes())
+    );
+    if s0 > 0 {
+        println!(
+            "hybrid drafting wins when an exact pass yields more than {:.2} tokens (trunk bytes per generated token: {} / tokens per pass)",
+            s1 as f64 / s0 as f64,
+            fmt_bytes(s1)
+        );
+    }
+    let plain = plain_fits.map(|_| plain);
+    let hybrid_checked = fits.as_ref().map(|_| &hybrid);
+    let choice = choose_draft(plain.as_ref().ok(), hybrid_checked.map_err(|e| e));
+    println!(
+        "--draft auto: hybrid drafting {}: {}",
+        if choice.on { "on" } else { "off" },
+        choice.why
+    );
     fits.map_err(CliError::from)
 }
 

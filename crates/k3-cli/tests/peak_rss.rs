@@ -102,7 +102,7 @@ fn streamed_peak_rss_stays_within_the_plan_and_tokens_match() {
         trunk: cli_bytes(&trunk_gb),
         cache: cli_bytes(&cache_gb),
     };
-    let (plan, _, fits) = forecast(&model, budget, CLI_CTX, 1).unwrap();
+    let (plan, _, fits) = forecast(&model, budget, CLI_CTX, 1, 0).unwrap();
     fits.unwrap();
     let plan_total = plan.total_bytes();
     assert!(

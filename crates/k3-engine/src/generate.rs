@@ -1,6 +1,5 @@
 //! Generation with a [`Sampler`] and [`StopConditions`]: [`Session::generate_with`].
 
-use crate::hybrid::HybridDrafter;
 use crate::speculate::{draft, MAX_CUSTOM_DRAFT};
 use crate::stop::{Generation, StopConditions, StopReason, StopScanner};
 use crate::{DecodeMode, EngineError, Sampler, Session};
@@ -104,7 +103,7 @@ impl<'e> Session<'e> {
             DecodeMode::Hybrid(spec) if n > 0 => {
                 let mut hybrid = match self.drafter.take() {
                     Some(h) => h,
-                    None => Box::new(HybridDrafter::new(self.owner(), self.max_ctx())?),
+                    None => Box::new(self.owner().draft_model(self.max_ctx())?),
                 };
                 let result = {
                     let mut drafter = |ctx: &[u32], limit: usize| hybrid.propose(ctx, limit);

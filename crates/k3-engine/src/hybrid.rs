@@ -25,24 +25,26 @@ pub struct DraftStats {
     pub rollbacks: u64,
 }
 
-/// The draft model's session and what it knows about the conversation.
-pub(crate) struct HybridDrafter<'e> {
+/// The draft model with its own session, following a conversation: a drafter for
+/// [`Session::generate_with_drafter`] (`|ctx, limit| draft.propose(ctx, limit)`), which is what
+/// [`crate::DecodeMode::Hybrid`] runs. Made by [`Engine::draft_model`].
+pub struct DraftModel<'e> {
     draft: Session<'e>,
     /// `draft.logits()` belong to the end of `draft.history()` (false after a rollback).
     fresh: bool,
-    pub(crate) stats: DraftStats,
+    stats: DraftStats,
     failure: Option<String>,
 }
 
-impl<'e> HybridDrafter<'e> {
+impl<'e> DraftModel<'e> {
     /// A drafter on `engine`'s draft model for contexts of up to `max_ctx` positions.
-    pub(crate) fn new(engine: &'e Engine, max_ctx: usize) -> Result<Self, EngineError> {
+    fn new(engine: &'e Engine, max_ctx: usize) -> Result<Self, EngineError> {
         if !engine.has_draft() {
             return Err(EngineError::Invalid(
                 "hybrid drafting needs a draft trunk: pass --draft-trunk DIR (made by `k3 pack --draft-quant q8 MODEL_DIR DIR`)".into(),
             ));
         }
-        Ok(HybridDrafter {
+        Ok(DraftModel {
             draft: Session::new_draft(engine, max_ctx)?,
             fresh: false,
             stats: DraftStats::default(),
@@ -50,14 +52,20 @@ impl<'e> HybridDrafter<'e> {
         })
     }
 
+    /// Counters of the draft model so far.
+    pub fn stats(&self) -> DraftStats {
+        self.stats
+    }
+
     /// Why drafting stopped, if it did.
-    pub(crate) fn failure(&self) -> Option<&str> {
+    pub fn failure(&self) -> Option<&str> {
         self.failure.as_deref()
     }
 
-    /// Up to `limit` greedy draft tokens to follow `context`. A draft failure stops drafting
-    /// for the session (recorded, never an error of the generation).
-    pub(crate) fn propose(&mut self, context: &[u32], limit: usize) -> Vec<u32> {
+    /// Up to `limit` greedy draft tokens to follow `context` (the whole conversation so far).
+    /// A draft failure stops drafting for this draft model (recorded in
+    /// [`DraftModel::failure`], never an error).
+    pub fn propose(&mut self, context: &[u32], limit: usize) -> Vec<u32> {
         if limit == 0 || context.is_empty() || self.failure.is_some() {
             return Vec::new();
         }
@@ -115,5 +123,59 @@ impl<'e> HybridDrafter<'e> {
         self.stats.tokens_fed += ids.len() as u64;
         self.fresh = true;
         Ok(())
+    }
+}
+
+impl Engine {
+    /// The draft model over this engine's draft trunk, for contexts of up to `max_ctx`
+    /// positions; refused without a draft trunk ([`Engine::has_draft`]).
+    pub fn draft_model(&self, max_ctx: usize) -> Result<DraftModel<'_>, EngineError> {
+        DraftModel::new(self, max_ctx)
+    }
+}
+
+impl Session<'_> {
+    /// Up to `limit` tokens the draft model proposes to follow this session's history and
+    /// then `tail` (ids not fed yet, e.g. the last sampled one); empty when the engine has
+    /// no draft trunk or drafting stopped. For callers that run their own decode loop (the
+    /// server's scheduler); [`Session::generate_with`] with [`crate::DecodeMode::Hybrid`]
+    /// does all of this itself.
+    pub fn propose_drafts(&mut self, tail: &[u32], limit: usize) -> Vec<u32> {
+        if limit == 0 || !self.owner().has_draft() {
+            return Vec::new();
+        }
+        if self.drafter.is_none() {
+            match DraftModel::new(self.owner(), self.max_ctx()) {
+                Ok(d) => self.drafter = Some(Box::new(d)),
+                Err(_) => return Vec::new(),
+            }
+        }
+        let mut context = self.history().to_vec();
+        context.extend_from_slice(tail);
+        let limit = limit.min(self.room_after(tail.len()));
+        match self.drafter.as_mut() {
+            Some(d) => d.propose(&context, limit),
+            None => Vec::new(),
+        }
+    }
+
+    /// Feeds `ids` (a pending id first, if any) in ONE pass, remembering the state before it,
+    /// and returns the logits after every one of them (`[ids.len()][vocab]`): a verifying
+    /// pass over drafts. Follow with [`Session::rewind_verified`] when a draft was rejected.
+    pub fn feed_verify(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
+        if let Some(p) = self.take_pending() {
+            self.run_tail(&[p], 0)?;
+        }
+        self.snapshot()?;
+        self.spec_stats.passes += 1;
+        self.run_tail(ids, ids.len())
+    }
+
+    /// After [`Session::feed_verify`]: returns the state to before that pass. The caller
+    /// keeps the verified ids it accepted and feeds them first in its next feed (their
+    /// logits are known; feeding them again gives the same state, bit for bit).
+    pub fn rewind_verified(&mut self) -> Result<(), EngineError> {
+        self.spec_stats.rollbacks += 1;
+        self.rollback()
     }
 }

@@ -43,7 +43,7 @@ mod streaming;
 
 pub use batch::BatchFeed;
 pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
-pub use hybrid::DraftStats;
+pub use hybrid::{DraftModel, DraftStats};
 pub use k3_format::K3Config;
 pub use k3_plan::{Budget, MemoryPlan, Preset};
 pub use logprob::{token_logprob, TokenLogprob};

@@ -87,17 +87,21 @@ pub fn plan_checked(
 
 /// What `k3 plan` prints: the plan for `dir` under `budget` without reading any weight, and
 /// whether it fits this machine (`Err` carries the refusal).
+/// `draft_trunk_bytes` > 0 plans a draft trunk of that size too (hybrid drafting).
 pub fn forecast(
     dir: &std::path::Path,
     budget: Budget,
     ctx: usize,
     sessions: usize,
+    draft_trunk_bytes: u64,
 ) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
     let cfg = K3Config::load(dir.join("config.json"))?;
     let ckpt = k3_format::Checkpoint::open(dir)?;
     let binding = k3_format::bind_model(&ckpt, &cfg)?;
     let sizes = model_sizes(&cfg, &binding)?;
-    let req = PlanRequest::new(budget, ctx as u64).with_sessions(sessions as u64);
+    let req = PlanRequest::new(budget, ctx as u64)
+        .with_sessions(sessions as u64)
+        .with_draft(draft_trunk_bytes);
     let plan = k3_plan::plan::plan(&sizes, &req)?;
     let available = available_memory();
     let fits = plan.check(&sizes, &available).map_err(EngineError::from);
@@ -150,7 +154,7 @@ pub fn choose_draft(
     plain: Option<&MemoryPlan>,
     hybrid: Result<&MemoryPlan, &EngineError>,
 ) -> DraftChoice {
-    let gb = |b: u64| b as f64 / 1e9;
+    let gb = k3_plan::plan::fmt_bytes;
     let Some(plain) = plain else {
         return DraftChoice {
             on: false,
@@ -172,19 +176,24 @@ pub fn choose_draft(
         }
     };
     let s1 = hybrid.trunk.streamed_per_token;
-    let (on, why) = if s0 == 0 {
+    let (on, why) = if hybrid.prefill_chunk < 2 {
+        (
+            false,
+            "the budget leaves room for one token per pass: no draft could be verified".to_string(),
+        )
+    } else if s0 == 0 {
         (
             false,
             "every trunk layer is pinned: a verifying pass would save no trunk read".to_string(),
         )
     } else if s1 as f64 > s0 as f64 * (1.0 + AUTO_DRAFT_MAX_EXTRA_STREAMING) {
         (false, format!(
-            "holding the {:.2} GB draft trunk unpins exact layers: {:.2} GB streamed per pass instead of {:.2} GB (needs {:.2} tokens per pass to break even)",
+            "holding the {} draft trunk unpins exact layers: {} streamed per pass instead of {} (needs {:.2} tokens per pass to break even)",
             gb(hybrid.draft_trunk_bytes), gb(s1), gb(s0), s1 as f64 / s0 as f64
         ))
     } else {
         (true, format!(
-            "the trunk streams {:.2} GB per pass ({:.2} GB without the draft trunk): every accepted draft saves a pass",
+            "the trunk streams {} per pass ({} without the draft trunk): every accepted draft saves a pass",
             gb(s1), gb(s0)
         ))
     };

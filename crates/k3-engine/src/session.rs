@@ -66,7 +66,7 @@ pub struct Session<'e> {
     is_draft: bool,
     /// The draft model's session of hybrid drafting (created on first use, kept across
     /// generations so the draft's state follows the conversation).
-    pub(crate) drafter: Option<Box<crate::hybrid::HybridDrafter<'e>>>,
+    pub(crate) drafter: Option<Box<crate::hybrid::DraftModel<'e>>>,
 }
 
 impl<'e> Session<'e> {
@@ -329,7 +329,7 @@ impl<'e> Session<'e> {
     /// Counters of the draft model behind [`DecodeMode::Hybrid`] (`None` before the first
     /// hybrid generation).
     pub fn draft_stats(&self) -> Option<crate::DraftStats> {
-        self.drafter.as_ref().map(|d| d.stats)
+        self.drafter.as_ref().map(|d| d.stats())
     }
 
     /// Why hybrid drafting stopped for this session, if a draft-model error stopped it.

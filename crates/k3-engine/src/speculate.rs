@@ -22,29 +22,41 @@ use crate::generate::Emitter;
 use crate::stop::StopReason;
 use crate::{EngineError, Sampler, Session};
 
-/// Passes without drafts after the adaptive draft length fell to 0.
+/// Passes without drafts after the adaptive draft length fell to 0. Each further fall with
+/// nothing accepted in between doubles the pause (up to [`MAX_COOLDOWN_PASSES`]), so a drafter
+/// that is never right costs O(log n) wasted drafts over n tokens — it matters for the draft
+/// model, whose every draft costs a forward pass (bench-draft, docs/PERFORMANCE.md).
 pub const COOLDOWN_PASSES: usize = 8;
+
+/// Longest pause of the doubling cooldown.
+pub const MAX_COOLDOWN_PASSES: usize = 256;
 
 /// Longest draft a custom drafter ([`Session::generate_with_drafter`]) is asked for.
 pub const MAX_CUSTOM_DRAFT: usize = 16;
 
-/// The adaptive draft length (see the module docs).
-struct DraftLength {
+/// The adaptive draft length (see the module docs): for callers with their own decode loop
+/// (the server's scheduler) as for [`Session::generate_with`].
+#[derive(Clone, Debug)]
+pub struct DraftLength {
     max: usize,
     now: usize,
     pause: usize,
+    /// The pause the next fall to 0 starts.
+    cooldown: usize,
 }
 
 impl DraftLength {
-    fn new(max: usize) -> Self {
+    /// Starts at `max` drafts per pass.
+    pub fn new(max: usize) -> Self {
         DraftLength {
             max,
             now: max,
             pause: 0,
+            cooldown: COOLDOWN_PASSES,
         }
     }
     /// Drafts allowed in the next pass.
-    fn next(&mut self) -> usize {
+    pub fn next(&mut self) -> usize {
         if self.pause > 0 {
             self.pause -= 1;
             0
@@ -53,16 +65,20 @@ impl DraftLength {
         }
     }
     /// Learns from a pass that drafted `k` tokens and accepted `a` of them.
-    fn learn(&mut self, k: usize, a: usize) {
+    pub fn learn(&mut self, k: usize, a: usize) {
         if k == 0 {
             return;
+        }
+        if a > 0 {
+            self.cooldown = COOLDOWN_PASSES;
         }
         if a == k {
             self.now = (self.now + 1).min(self.max);
         } else if a == 0 {
             self.now /= 2;
             if self.now == 0 {
-                self.pause = COOLDOWN_PASSES;
+                self.pause = self.cooldown;
+                self.cooldown = (self.cooldown * 2).min(MAX_COOLDOWN_PASSES);
                 self.now = 1;
             }
         }
@@ -169,8 +185,12 @@ impl Session<'_> {
         loop {
             // The last token of the generation is never drafted: it comes from the row after
             // the last draft, so a run of accepted drafts never ends inside the state.
+            // A verifying pass never exceeds the planner's prefill chunk: split, it would
+            // stream the trunk twice and lose what the drafts save.
+            let chunk_room = self.owner().prefill_chunk().saturating_sub(owed.len());
             let room = (n - generated - 1)
                 .min(self.room_after(owed.len()))
+                .min(chunk_room)
                 .min(length.next());
             let mut drafts = drafter(&history, room);
             drafts.truncate(room);
@@ -246,5 +266,30 @@ mod tests {
         assert_eq!(d.next(), 1, "a pass without drafts teaches nothing");
         d.learn(1, 1);
         assert_eq!(d.next(), 2);
+    }
+
+    #[test]
+    fn a_drafter_that_is_never_right_pauses_longer_and_longer() {
+        /// Learns one rejected single draft; returns the pause that follows.
+        fn miss(d: &mut DraftLength) -> usize {
+            assert_eq!(d.next(), 1);
+            d.learn(1, 0);
+            let mut p = 0;
+            while d.pause > 0 {
+                assert_eq!(d.next(), 0);
+                p += 1;
+            }
+            p
+        }
+        let mut d = DraftLength::new(1);
+        let pauses: Vec<usize> = (0..7).map(|_| miss(&mut d)).collect();
+        assert_eq!(pauses, [8, 16, 32, 64, 128, 256, 256]);
+        assert_eq!(d.next(), 1);
+        d.learn(1, 1);
+        assert_eq!(
+            miss(&mut d),
+            COOLDOWN_PASSES,
+            "an accepted draft resets the cooldown"
+        );
     }
 }

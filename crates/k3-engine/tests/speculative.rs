@@ -61,7 +61,11 @@ fn logits_after(s: &mut Session<'_>, probe: u32) -> Vec<f32> {
 /// A drafter that knows the right continuation `truth` and corrupts the drafted token at
 /// every absolute position `p` with `p % every == 0` (never, with `every == 0`). It also
 /// checks that the context it is handed is the true prefix.
+/// Drafts the true continuation, except that every `every`-th drafted token (counted over
+/// the whole generation, so a small prefill chunk that caps drafts per pass still meets
+/// them) is wrong; `every == 0`: never wrong.
 fn oracle(truth: Vec<u32>, every: usize) -> impl FnMut(&[u32], usize) -> Vec<u32> {
+    let mut drafted = 0usize;
     move |ctx: &[u32], limit: usize| {
         assert_eq!(
             ctx,
@@ -70,7 +74,8 @@ fn oracle(truth: Vec<u32>, every: usize) -> impl FnMut(&[u32], usize) -> Vec<u32
         );
         (ctx.len()..(ctx.len() + limit).min(truth.len()))
             .map(|p| {
-                let wrong = every > 0 && p % every == 0;
+                drafted += 1;
+                let wrong = every > 0 && drafted % every == 0;
                 if wrong {
                     (truth[p] + 1) % 512
                 } else {

@@ -12,34 +12,19 @@ use crate::mxfp4::{decode, E8M0, GROUP};
 use half::bf16;
 
 /// Why a row could not be quantized.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QuantError {
     /// `src[index]` (index into the whole source) is NaN or infinite.
+    #[error("non-finite value at index {index}")]
     NonFinite { index: usize },
     /// A slice length disagrees with the shape.
+    #[error("{what}: expected length {expected}, got {got}")]
     Shape {
         what: &'static str,
         expected: usize,
         got: usize,
     },
 }
-
-impl std::fmt::Display for QuantError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            QuantError::NonFinite { index } => write!(f, "non-finite value at index {index}"),
-            QuantError::Shape {
-                what,
-                expected,
-                got,
-            } => {
-                write!(f, "{what}: expected length {expected}, got {got}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for QuantError {}
 
 /// `Err(Shape)` unless `got == expected`.
 fn shape(what: &'static str, expected: usize, got: usize) -> Result<(), QuantError> {

@@ -457,3 +457,39 @@ fn stale_hinted_reads_still_queued_are_cancelled_by_the_next_fetch() {
     fetch_ok(&store, 1, &[8, 9]);
     assert_eq!(store.stats().misses, 2);
 }
+
+/// A draft model's lookups: only resident experts are delivered (with their exact bytes),
+/// nothing is read, and the replacement policy does not see them.
+#[test]
+fn fetch_cached_delivers_only_resident_experts_and_reads_nothing() {
+    let ex = Experts::new(false);
+    let store = ex.store(4, PolicyKind::Lru, 2);
+    let mut got = Vec::new();
+    let served = store.fetch_cached(1, &[0, 1, 2], &mut |i, _| got.push(i));
+    assert_eq!(
+        (served, got.len()),
+        (vec![false; 3], 0),
+        "a cold cache has nothing"
+    );
+    assert_eq!(store.stats().bytes_read, 0);
+    fetch_ok(&store, 1, &[0, 1, 2, 3]);
+    let read = store.stats().bytes_read;
+    let mut got = Vec::new();
+    let served = store.fetch_cached(1, &[3, 5, 0, 3], &mut |i, b| {
+        assert_eq!(b, expected(1, [3, 5, 0, 3][i]));
+        got.push(i);
+    });
+    assert_eq!(served, vec![true, false, true, true]);
+    assert_eq!(
+        got,
+        vec![0, 2, 3],
+        "duplicates are delivered for each index"
+    );
+    let s = store.stats();
+    assert_eq!((s.bytes_read, s.draft_requests, s.draft_hits), (read, 7, 3));
+    // Recency untouched: LRU still evicts expert 0 (the least recently FETCHED), although
+    // the draft asked for it last.
+    fetch_ok(&store, 1, &[4]);
+    let served = store.fetch_cached(1, &[0, 1, 2, 3, 4], &mut |_, _| {});
+    assert_eq!(served, vec![false, true, true, true, true]);
+}

@@ -10,6 +10,8 @@
 //! disconnected. Tokens are each session's own: a batched pass gives every session the
 //! logits it gets alone, and every sampler draws from its own seed.
 
+mod spec_step;
+
 use super::worker::{Event, Job, Lru, Metrics, Output, Summary};
 use k3_engine::{token_logprob, BatchFeed, Engine, EngineError, Sampler, Session, StopReason};
 use std::sync::atomic::Ordering;
@@ -56,6 +58,13 @@ struct Live<'e> {
     decode_steps: usize,
     /// The prompt just finished: save its state (a prefix of the conversation's next turn).
     save_prompt: bool,
+    /// Verified ids a speculative step accepted but rolled back; fed before `next`.
+    owed: Vec<u32>,
+    /// Adaptive draft length of hybrid drafting (`spec_step`).
+    draft_len: k3_engine::speculate::DraftLength,
+    /// Tokens drafted and accepted for this job.
+    drafted: usize,
+    accepted: usize,
 }
 
 impl Live<'_> {
@@ -170,6 +179,10 @@ fn admit<'e>(engine: &'e Engine, lru: &mut Lru, ctx: usize, job: Job) -> Option<
         batch_sum: 0,
         decode_steps: 0,
         save_prompt: false,
+        owed: Vec::new(),
+        draft_len: k3_engine::speculate::DraftLength::new(spec_step::MAX_DRAFT),
+        drafted: 0,
+        accepted: 0,
         job,
     })
 }
@@ -203,7 +216,7 @@ fn step_ids(live: &[Live<'_>], chunk: usize, ubatch: usize) -> Vec<Vec<u32>> {
     };
     live.iter()
         .map(|l| match l.next {
-            Some(id) if !l.prefilling() => vec![id],
+            Some(id) if !l.prefilling() => l.owed.iter().copied().chain([id]).collect(),
             _ => {
                 let n = (l.job.prompt.len() - l.fed).min(room);
                 room -= n;
@@ -219,6 +232,12 @@ fn step(engine: &Engine, live: &mut [Live<'_>], lim: Limits) -> Result<(), Engin
     for l in live.iter_mut() {
         if l.job.events.is_closed() {
             l.out.cancelled = true;
+        }
+    }
+    if let [alone] = live {
+        // One session decoding alone: hybrid drafting may verify several ids in this pass.
+        if spec_step::run(engine, alone)? {
+            return Ok(());
         }
     }
     let ids = step_ids(live, engine.prefill_chunk(), lim.ubatch);
@@ -253,6 +272,7 @@ fn step(engine: &Engine, live: &mut [Live<'_>], lim: Limits) -> Result<(), Engin
             l.decode_started = Some(now);
             l.save_prompt = true;
         } else {
+            l.owed.clear();
             l.batch_sum += in_step;
             l.decode_steps += 1;
         }
@@ -269,24 +289,30 @@ fn sample_next(l: &mut Live<'_>, now: Instant) -> Result<(), EngineError> {
         return Ok(());
     }
     let id = l.sampler.sample(l.session.logits(), l.session.history());
-    l.ids.push(id);
-    if let Some(prev) = l.last_token {
-        l.max_gap = l.max_gap.max(now.duration_since(prev).as_secs_f64());
-    }
-    l.last_token = Some(now);
-    let logprob = l
-        .job
-        .settings
-        .logprobs
-        .map(|top| token_logprob(l.session.logits(), id, top));
-    let keep_going = l.out.on_token(id, logprob);
-    let ended = l.out.end_ids.contains(&id) || !keep_going || l.ids.len() >= l.job.max_new;
-    if ended {
+    if emit(l, id, None, now) {
         l.session.keep_pending(id)?;
     } else {
         l.next = Some(id);
     }
     Ok(())
+}
+
+/// Streams a sampled id (with its logprobs from `row`, default the session's logits) and
+/// says whether the job ends with it.
+fn emit(l: &mut Live<'_>, id: u32, row: Option<&[f32]>, now: Instant) -> bool {
+    l.ids.push(id);
+    if let Some(prev) = l.last_token {
+        l.max_gap = l.max_gap.max(now.duration_since(prev).as_secs_f64());
+    }
+    l.last_token = Some(now);
+    let logits = row.unwrap_or(l.session.logits());
+    let logprob = l
+        .job
+        .settings
+        .logprobs
+        .map(|top| token_logprob(logits, id, top));
+    let keep_going = l.out.on_token(id, logprob);
+    l.out.end_ids.contains(&id) || !keep_going || l.ids.len() >= l.job.max_new
 }
 
 fn is_done(l: &Live<'_>) -> bool {
@@ -347,6 +373,12 @@ fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
         ids: std::mem::take(&mut l.ids),
     };
     eprintln!("{}", log_line(&l.job, &summary));
+    if l.drafted > 0 {
+        eprintln!(
+            "k3: request {}: hybrid drafting accepted {} of {} drafted ids",
+            l.job.id, l.accepted, l.drafted
+        );
+    }
     let _ = l.job.events.send(Event::Done(summary));
 }
 

@@ -109,12 +109,16 @@ fn q8_representable_rows_round_trip() {
     for _ in 0..200 {
         let cols = 1 + (rng.next() % 300) as usize;
         // A scale of 16 significant bits at a random binary exponent.
-        let mant = (1u64 << 15 | rng.next() % (1 << 15)) as f32;
+        let mant = ((1u64 << 15) | (rng.next() % (1 << 15))) as f32;
         // 2^-110 ..= 2^89: a normal scale whose 127 multiples are finite.
         let sc = mant * 2f32.powi((rng.next() % 200) as i32 - 125);
         let mut q: Vec<i8> = (0..cols).map(|_| (rng.next() % 255) as i8).collect();
         q.iter_mut().for_each(|v| *v = (*v).max(-127));
-        q[(rng.next() as usize) % cols] = if rng.next() % 2 == 0 { 127 } else { -127 };
+        q[(rng.next() as usize) % cols] = if rng.next().is_multiple_of(2) {
+            127
+        } else {
+            -127
+        };
         let x: Vec<f32> = q.iter().map(|&v| v as f32 * sc).collect();
         let mut v = vec![0i8; cols];
         let got = quantize_q8_row(&x, &mut v).unwrap();

@@ -20,6 +20,10 @@ pub(super) trait Ld16: Copy {
     /// The activation padding of a partial last block: `+0`, or `−0` where `PAD` widens to
     /// `+0` (int8), so the padded product is `−0` either way.
     const XPAD: f32 = 0.0;
+    /// Mat-vec software prefetch distance, in elements of each row.
+    const PF_DIST: usize = 512;
+    /// The mat-vec kernels prefetch once per this many elements (one cache line or less).
+    const PF_STEP: usize = 16;
     /// # Safety
     /// 16 elements readable at `p`; the CPU has AVX2 and FMA.
     unsafe fn ld16(p: *const Self) -> V16;
@@ -50,13 +54,18 @@ impl Ld16 for u16 {
 impl Ld16 for i8 {
     const PAD: i8 = 0;
     const XPAD: f32 = -0.0;
+    const PF_DIST: usize = PF_DIST_Q8;
+    const PF_STEP: usize = 64;
     /// int8 sign-extended to 32 bits (`vpmovsxbd`) and converted (`vcvtdq2ps`): exact.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn ld16(p: *const i8) -> V16 {
         // SAFETY: the caller guarantees 16 readable bytes at `p`; unaligned 8-byte loads.
         let (a, b) = unsafe { (_mm_loadl_epi64(p.cast()), _mm_loadl_epi64(p.add(8).cast())) };
-        [a, b].map(|v| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)))
+        [
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a)),
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
+        ]
     }
 }
 
@@ -80,8 +89,8 @@ pub(super) fn store16(v: V16) -> [f32; 16] {
     out
 }
 
-/// Software prefetch distance of the mat-vec kernels, in weight elements of each row.
-const PREFETCH: usize = 512;
+/// Mat-vec prefetch distance of int8 rows, in elements (= bytes).
+const PF_DIST_Q8: usize = 1024;
 
 /// The 16 lanes (natural order) of `R` weight rows dotted with one activation row `x` (the
 /// mat-vec kernel: `x` is loaded once per block and shared by the rows). Every `ws[r]` must
@@ -99,9 +108,11 @@ pub(super) fn rows16<W: Ld16, const R: usize>(ws: [&[W]; R], x: &[f32]) -> [[f32
             // A hint only (never dereferenced): past the row's end it points into the same
             // row of the next block of `R` (a matrix's rows are contiguous), so the next
             // block's rows are on their way before it starts.
-            let ahead = i + PREFETCH;
+            let ahead = i + W::PF_DIST;
             let skip = if ahead < n { 0 } else { (R - 1) * n };
-            _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(ahead + skip).cast());
+            if i % W::PF_STEP == 0 {
+                _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(ahead + skip).cast());
+            }
             // SAFETY: `i + 16 <= full <= n <= w.len()`.
             let wv = unsafe { W::ld16(w.as_ptr().add(i)) };
             a[0] = _mm256_fmadd_ps(wv[0], xv[0], a[0]);

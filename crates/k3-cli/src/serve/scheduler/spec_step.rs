@@ -1,0 +1,81 @@
+//! Hybrid drafting in the server (docs/SERVER.md "Batching"): when one session decodes
+//! alone and the engine holds a draft trunk, the draft model proposes ids and one exact pass
+//! over `owed + next + drafts` verifies them; the session's sampler picks from those rows in
+//! order exactly as one-id steps would (same logits bit for bit, same history, same random
+//! stream), so the reply is the one plain decoding gives. At the first pick that differs the
+//! state rolls back and the verified ids ride along with the next step.
+
+use super::{emit, Live};
+use k3_engine::{Engine, EngineError};
+use std::time::Instant;
+
+/// Most ids drafted per pass (the adaptive length starts here).
+pub(super) const MAX_DRAFT: usize = 4;
+
+/// One speculative step for `l`; `false` when nothing was drafted (a plain step follows).
+pub(super) fn run(engine: &Engine, l: &mut Live<'_>) -> Result<bool, EngineError> {
+    let Some(next) = l.next else {
+        return Ok(false);
+    };
+    if !engine.has_draft() || l.prefilling() || l.out.cancelled {
+        return Ok(false);
+    }
+    let left = l.job.max_new.saturating_sub(l.ids.len());
+    let chunk_room = engine.prefill_chunk().saturating_sub(l.owed.len() + 1);
+    let limit = left
+        .saturating_sub(1)
+        .min(chunk_room)
+        .min(l.draft_len.next());
+    let mut batch = l.owed.clone();
+    batch.push(next);
+    let drafts = l.session.propose_drafts(&batch, limit);
+    if drafts.is_empty() {
+        return Ok(false);
+    }
+    let before = engine.stats();
+    let first = batch.len() - 1; // the row after `next`
+    batch.extend_from_slice(&drafts);
+    let rows = l.session.feed_verify(&batch)?;
+    let vocab = rows.len() / batch.len();
+    let history_at_next = l.session.history().len() - drafts.len();
+    let now = Instant::now();
+    let k = drafts.len();
+    l.drafted += k;
+    let mut accepted = 0;
+    for j in 0..=k {
+        let row = &rows[(first + j) * vocab..(first + j + 1) * vocab];
+        let id = l
+            .sampler
+            .sample(row, &l.session.history()[..history_at_next + j]);
+        let ended = emit(l, id, Some(row), now);
+        if j < k && id == drafts[j] && !ended {
+            accepted += 1;
+            continue;
+        }
+        if j < k {
+            // Drafts j.. are in the state but not in the reply: back to before the pass;
+            // owed + next + the accepted drafts are owed again.
+            accepted += usize::from(id == drafts[j]);
+            l.session.rewind_verified()?;
+            l.owed = batch[..first + 1 + j].to_vec();
+        } else {
+            l.owed.clear();
+        }
+        if ended {
+            if !l.owed.is_empty() {
+                l.session.feed(&std::mem::take(&mut l.owed))?;
+            }
+            l.session.keep_pending(id)?;
+            l.next = None;
+        } else {
+            l.next = Some(id);
+        }
+        break;
+    }
+    l.accepted += accepted;
+    l.draft_len.learn(k, accepted.min(k));
+    l.bytes_read += engine.stats().since(&before).bytes_read() as f64;
+    l.batch_sum += 1;
+    l.decode_steps += 1;
+    Ok(true)
+}
