@@ -65,14 +65,14 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
     );
     if s0 > 0 {
         println!(
-            "hybrid drafting wins when an exact pass yields more than {:.2} tokens (trunk bytes per generated token: {} / tokens per pass)",
+            "hybrid drafting saves trunk reads when an exact pass yields more than {:.2} tokens (trunk bytes per generated token: {} / tokens per pass; rejected drafts' experts and the draft model's compute come on top, docs/PERFORMANCE.md#hybrid-drafting)",
             s1 as f64 / s0 as f64,
             fmt_bytes(s1)
         );
     }
     let plain = plain_fits.map(|_| plain);
     let hybrid_checked = fits.as_ref().map(|_| &hybrid);
-    let choice = choose_draft(plain.as_ref().ok(), hybrid_checked.map_err(|e| e));
+    let choice = choose_draft(plain.as_ref().ok(), hybrid_checked);
     println!(
         "--draft auto: hybrid drafting {}: {}",
         if choice.on { "on" } else { "off" },

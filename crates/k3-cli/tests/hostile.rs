@@ -11,6 +11,8 @@ mod cli;
 mod common;
 #[path = "hostile/config.rs"]
 mod config;
+#[path = "hostile/drafts.rs"]
+mod drafts;
 #[path = "hostile/index.rs"]
 mod index;
 #[path = "hostile/packs.rs"]

@@ -339,7 +339,11 @@ pub fn write_draft_trunk(
         overwrite,
         ..PackOptions::default()
     };
+    let recipe = k3_format::pack::DraftRecipe {
+        quant,
+        quantizer: &quantizer,
+    };
     Ok(k3_format::pack::write_draft_pack(
-        &ckpt, &binding, &config, out_dir, quant, &quantizer, &opts, progress,
+        &ckpt, &binding, &config, out_dir, recipe, &opts, progress,
     )?)
 }

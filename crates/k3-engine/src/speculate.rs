@@ -56,7 +56,7 @@ impl DraftLength {
         }
     }
     /// Drafts allowed in the next pass.
-    pub fn next(&mut self) -> usize {
+    pub fn allowed(&mut self) -> usize {
         if self.pause > 0 {
             self.pause -= 1;
             0
@@ -191,7 +191,7 @@ impl Session<'_> {
             let room = (n - generated - 1)
                 .min(self.room_after(owed.len()))
                 .min(chunk_room)
-                .min(length.next());
+                .min(length.allowed());
             let mut drafts = drafter(&history, room);
             drafts.truncate(room);
             let k = drafts.len();
@@ -248,35 +248,35 @@ mod tests {
     #[test]
     fn draft_length_grows_on_full_acceptance_and_pauses_after_misses() {
         let mut d = DraftLength::new(4);
-        assert_eq!(d.next(), 4);
+        assert_eq!(d.allowed(), 4);
         d.learn(4, 4);
-        assert_eq!(d.next(), 4, "capped at max");
+        assert_eq!(d.allowed(), 4, "capped at max");
         d.learn(4, 2);
-        assert_eq!(d.next(), 4, "partial acceptance keeps the length");
+        assert_eq!(d.allowed(), 4, "partial acceptance keeps the length");
         d.learn(4, 0);
-        assert_eq!(d.next(), 2);
+        assert_eq!(d.allowed(), 2);
         d.learn(2, 0);
-        assert_eq!(d.next(), 1);
+        assert_eq!(d.allowed(), 1);
         d.learn(1, 0);
         for _ in 0..COOLDOWN_PASSES {
-            assert_eq!(d.next(), 0, "paused");
+            assert_eq!(d.allowed(), 0, "paused");
         }
-        assert_eq!(d.next(), 1, "one draft after the pause");
+        assert_eq!(d.allowed(), 1, "one draft after the pause");
         d.learn(0, 0);
-        assert_eq!(d.next(), 1, "a pass without drafts teaches nothing");
+        assert_eq!(d.allowed(), 1, "a pass without drafts teaches nothing");
         d.learn(1, 1);
-        assert_eq!(d.next(), 2);
+        assert_eq!(d.allowed(), 2);
     }
 
     #[test]
     fn a_drafter_that_is_never_right_pauses_longer_and_longer() {
         /// Learns one rejected single draft; returns the pause that follows.
         fn miss(d: &mut DraftLength) -> usize {
-            assert_eq!(d.next(), 1);
+            assert_eq!(d.allowed(), 1);
             d.learn(1, 0);
             let mut p = 0;
             while d.pause > 0 {
-                assert_eq!(d.next(), 0);
+                assert_eq!(d.allowed(), 0);
                 p += 1;
             }
             p
@@ -284,7 +284,7 @@ mod tests {
         let mut d = DraftLength::new(1);
         let pauses: Vec<usize> = (0..7).map(|_| miss(&mut d)).collect();
         assert_eq!(pauses, [8, 16, 32, 64, 128, 256, 256]);
-        assert_eq!(d.next(), 1);
+        assert_eq!(d.allowed(), 1);
         d.learn(1, 1);
         assert_eq!(
             miss(&mut d),

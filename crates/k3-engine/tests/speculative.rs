@@ -75,7 +75,7 @@ fn oracle(truth: Vec<u32>, every: usize) -> impl FnMut(&[u32], usize) -> Vec<u32
         (ctx.len()..(ctx.len() + limit).min(truth.len()))
             .map(|p| {
                 drafted += 1;
-                let wrong = every > 0 && drafted % every == 0;
+                let wrong = every > 0 && drafted.is_multiple_of(every);
                 if wrong {
                     (truth[p] + 1) % 512
                 } else {

@@ -78,10 +78,19 @@ pub fn quantized_bytes(dtype: PackDtype, shape: &[usize]) -> Option<u64> {
     }
 }
 
+/// What a draft trunk is made of: the quantization and who computes it.
+#[derive(Clone, Copy)]
+pub struct DraftRecipe<'q> {
+    /// How the matrices are stored.
+    pub quant: DraftQuant,
+    /// Turns tensors into draft bytes.
+    pub quantizer: &'q dyn DraftQuantizer,
+}
+
 /// Tensor offsets inside a draft run are multiples of this (bf16/f32 views stay aligned).
 const TENSOR_ALIGN: u64 = 64;
 
-/// Writes the draft trunk of `ck` (quantized by `quantizer` as `quant`) into `out_dir`.
+/// Writes the draft trunk of `ck` (quantized by `recipe`) into `out_dir`.
 ///
 /// Same guarantees as [`super::write_trunk_pack`]: refuses an existing pack unless
 /// `opts.overwrite`, writes under `.tmp` names and renames at the end (`trunk.json` last),
@@ -93,11 +102,11 @@ pub fn write_draft_pack(
     binding: &ModelBinding,
     cfg: &K3Config,
     out_dir: &Path,
-    quant: DraftQuant,
-    quantizer: &dyn DraftQuantizer,
+    recipe: DraftRecipe<'_>,
     opts: &PackOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<TrunkPack, PackError> {
+    let DraftRecipe { quant, quantizer } = recipe;
     if binding.layers.len() != cfg.num_hidden_layers {
         return Err(PackError::Mismatch {
             path: out_dir.join(TRUNK_JSON),

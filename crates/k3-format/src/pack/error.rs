@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 /// What to tell the user when a pack must be rebuilt.
-const REPACK: &str = "re-run `k3 pack MODEL_DIR PACK_DIR --overwrite`";
+const REPACK: &str = "re-run `k3 pack MODEL_DIR PACK_DIR --overwrite` (with `--draft-quant q8|mxfp4` for a draft trunk)";
 
 /// Failure to write, open, match or verify a packed trunk (`trunk.bin` + `trunk.json`).
 #[derive(Debug, thiserror::Error)]

@@ -22,7 +22,7 @@ mod read;
 mod write;
 
 pub use adopt::{adopt_trunk_pack, UPSTREAM_JSON};
-pub use draft::{quantized_bytes, write_draft_pack, DraftQuant, DraftQuantizer};
+pub use draft::{quantized_bytes, write_draft_pack, DraftQuant, DraftQuantizer, DraftRecipe};
 pub use error::PackError;
 pub use json::{ConfigFingerprint, SourceShard};
 pub use write::{write_trunk_pack, PackOptions};

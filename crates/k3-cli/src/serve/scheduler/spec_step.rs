@@ -25,7 +25,7 @@ pub(super) fn run(engine: &Engine, l: &mut Live<'_>) -> Result<bool, EngineError
     let limit = left
         .saturating_sub(1)
         .min(chunk_room)
-        .min(l.draft_len.next());
+        .min(l.draft_len.allowed());
     let mut batch = l.owed.clone();
     batch.push(next);
     let drafts = l.session.propose_drafts(&batch, limit);
