@@ -109,7 +109,7 @@ fn cases() -> Vec<Case> {
             nothing,
             run(&["--ids", "1", "--draft", "99"]),
             2,
-            &["'99' is not auto, off or a draft length from 1 to 16"],
+            &["'99' is not auto, hybrid, off or a draft length from 1 to 16"],
         ),
         case(
             "draft-word",
@@ -117,7 +117,7 @@ fn cases() -> Vec<Case> {
             nothing,
             run(&["--ids", "1", "--draft", "sometimes"]),
             2,
-            &["--draft <auto|off|N>", "'sometimes' is not auto, off"],
+            &["--draft <auto|hybrid|off|N>", "'sometimes' is not auto, hybrid, off"],
         ),
         case(
             "n-negative-attached",
