@@ -6,6 +6,7 @@
 //! generated token, the draft model's time and its expert-cache coverage, and the released-
 //! scale break-even.
 
+use crate::bench_util::{oracle_right, phrase_prompt};
 use clap::Args;
 use k3_engine::planning::budget_extremes;
 use k3_engine::{
@@ -86,17 +87,6 @@ impl How {
     }
 }
 
-/// A prompt with a repeated phrase (the n-gram drafter needs something to look up).
-fn prompt(vocab: u32) -> Vec<u32> {
-    let phrase: Vec<u32> = (0..6).map(|i| (37 + 101 * i) % vocab).collect();
-    let mut p = vec![1 % vocab, 2 % vocab];
-    for _ in 0..3 {
-        p.extend(&phrase);
-        p.push(5 % vocab);
-    }
-    p
-}
-
 fn open(args: &BenchDraftArgs, budget: Budget, how: &How) -> Result<Engine, String> {
     let (draft_trunk, draft_policy) = match how {
         How::Hybrid(d) | How::Oracle(d, _) => (Some(d.clone()), DraftPolicy::On),
@@ -114,15 +104,9 @@ fn open(args: &BenchDraftArgs, budget: Budget, how: &How) -> Result<Engine, Stri
     Engine::open(&args.model_dir, options).map_err(|e| e.to_string())
 }
 
-/// Deterministic "coin" for position `p`: right with probability `accept`.
-fn right(p: usize, accept: f64) -> bool {
-    let h = (p as u64 ^ 0x9E37_79B9_7F4A_7C15).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    ((h >> 11) as f64 / (1u64 << 53) as f64) < accept
-}
-
 fn run_row(args: &BenchDraftArgs, budget: Budget, how: &How, truth: &[u32]) -> Result<Row, String> {
     let engine = open(args, budget, how)?;
-    let p = prompt(engine.config().vocab_size as u32);
+    let p = phrase_prompt(engine.config().vocab_size as u32);
     let n = args.tokens;
     let mode = match how {
         How::Plain => DecodeMode::Incremental,
@@ -160,7 +144,7 @@ fn run_row(args: &BenchDraftArgs, budget: Budget, how: &How, truth: &[u32]) -> R
                     let paid = draft.propose(ctx, limit.min(4));
                     (ctx.len()..(ctx.len() + paid.len()).min(truth.len()))
                         .map(|q| {
-                            if right(q, *accept) {
+                            if oracle_right(q, *accept) {
                                 truth[q]
                             } else {
                                 (truth[q] + 1) % vocab
@@ -224,7 +208,7 @@ fn print_row(r: &Row, base: f64, n: usize) {
 fn regime(args: &BenchDraftArgs, name: &str, budget: Budget) -> Result<(), String> {
     let n = args.tokens;
     let first = run_row(args, budget, &How::Plain, &[])?; // also the oracle's truth
-    let mut truth = prompt(vocab_of(args)?);
+    let mut truth = phrase_prompt(vocab_of(args)?);
     truth.extend(&first.ids);
     let mut hows: Vec<How> = vec![How::Plain, How::Ngram];
     hows.extend(args.draft_trunk.iter().cloned().map(How::Hybrid));

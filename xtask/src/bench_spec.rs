@@ -7,6 +7,7 @@
 //! synthetic models rarely repeat themselves, so the oracle is how the win (or loss) at a
 //! given acceptance is measured. Every run's ids are checked equal to the plain run's.
 
+use crate::bench_util::{oracle_right, phrase_prompt};
 use clap::Args;
 use k3_engine::planning::budget_extremes;
 use k3_engine::{
@@ -43,23 +44,6 @@ struct Row {
     spec: SpecStats,
 }
 
-/// A prompt with a repeated phrase (so the n-gram drafter has something to look up).
-fn prompt(vocab: u32) -> Vec<u32> {
-    let phrase: Vec<u32> = (0..6).map(|i| (37 + 101 * i) % vocab).collect();
-    let mut p = vec![1 % vocab, 2 % vocab];
-    for _ in 0..3 {
-        p.extend(&phrase);
-        p.push(5 % vocab);
-    }
-    p
-}
-
-/// Deterministic "coin" for position `p`: right with probability `accept`.
-fn right(p: usize, accept: f64) -> bool {
-    let h = (p as u64 ^ 0x9E37_79B9_7F4A_7C15).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    ((h >> 11) as f64 / (1u64 << 53) as f64) < accept
-}
-
 fn run_one(
     engine: &Engine,
     prompt: &[u32],
@@ -91,7 +75,7 @@ fn run_one(
             let drafter = |ctx: &[u32], limit: usize| -> Vec<u32> {
                 (ctx.len()..(ctx.len() + limit.min(*max)).min(truth.len()))
                     .map(|p| {
-                        if right(p, *accept) {
+                        if oracle_right(p, *accept) {
                             truth[p]
                         } else {
                             (truth[p] + 1) % vocab
@@ -166,7 +150,7 @@ fn regime(args: &BenchSpecArgs, name: &str, budget: Budget) -> Result<(), String
     };
     let engine = Engine::open(&args.model_dir, options).map_err(|e| e.to_string())?;
     let vocab = engine.config().vocab_size as u32;
-    let p = prompt(vocab);
+    let p = phrase_prompt(vocab);
     let n = args.tokens;
     let (_, ids) = run_one(&engine, &p, n, &Drafter::Plain, &[])?; // warm-up
     let mut truth = p.clone();

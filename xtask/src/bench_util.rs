@@ -263,6 +263,25 @@ pub fn prompt_ids(n: usize, vocab: usize, salt: u64) -> Vec<u32> {
         .collect()
 }
 
+/// A prompt with a repeated phrase (so a prompt-lookup drafter has something to look up),
+/// for the drafting benchmarks.
+pub fn phrase_prompt(vocab: u32) -> Vec<u32> {
+    let phrase: Vec<u32> = (0..6).map(|i| (37 + 101 * i) % vocab).collect();
+    let mut p = vec![1 % vocab, 2 % vocab];
+    for _ in 0..3 {
+        p.extend(&phrase);
+        p.push(5 % vocab);
+    }
+    p
+}
+
+/// Deterministic "coin" of an oracle drafter for position `p`: right with probability
+/// `accept`.
+pub fn oracle_right(p: usize, accept: f64) -> bool {
+    let h = (p as u64 ^ 0x9E37_79B9_7F4A_7C15).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    ((h >> 11) as f64 / (1u64 << 53) as f64) < accept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,24 +3,13 @@
 //! the flag named).
 
 mod common;
-use common::{k3, tiny};
+use common::{k3, scratch_dir, stderr, stdout, tiny};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("k3-cli-draft-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    scratch_dir("draft", name)
 }
 
 fn pack_draft(dir: &Path, quant: &str) -> PathBuf {

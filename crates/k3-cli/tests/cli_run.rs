@@ -2,19 +2,11 @@
 //! refusals with the documented exit codes and messages that name the culprit.
 
 mod common;
-use common::{doctored_copy, k3, tiny};
+use common::{doctored_copy, k3, scratch_dir, stderr, tiny};
 use std::path::PathBuf;
-use std::process::Output;
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("k3-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    scratch_dir("run", name)
 }
 
 #[test]

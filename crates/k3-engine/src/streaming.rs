@@ -416,7 +416,6 @@ impl ExpertProvider for StreamingStore {
         on_ready: &mut dyn FnMut(usize, &ExpertWeights<'_>),
     ) -> Result<(), ExpertFetchError> {
         let mut bad: Option<ExpertFetchError> = None;
-        let locator = &self.binding.experts;
         let start = std::time::Instant::now();
         let mut computing = std::time::Duration::ZERO;
         let result = self.experts.fetch(layer, experts, &mut |i, bytes| {
@@ -425,20 +424,8 @@ impl ExpertProvider for StreamingStore {
                 return;
             }
             let e = experts[i];
-            let view = locator
-                .locate(layer, e as usize)
-                .map_err(|err| -> SourceError { err.into() })
-                .and_then(|loc| {
-                    expert_view(&loc.shapes, |p| {
-                        let (off, len) = loc.parts[p];
-                        bytes
-                            .get(off as usize..(off + len) as usize)
-                            .ok_or_else(|| "expert part beyond its buffer".into())
-                    })
-                    .map(|w| (w, loc))
-                });
-            match view {
-                Ok((w, _)) => on_ready(i, &w),
+            match self.expert_weights(layer, e, bytes) {
+                Ok(w) => on_ready(i, &w),
                 Err(source) => bad = Some(ExpertFetchError { expert: e, source }),
             }
             computing += t.elapsed();
@@ -472,22 +459,30 @@ impl StreamingStore {
         experts: &[u32],
         on_ready: &mut dyn FnMut(usize, &ExpertWeights<'_>),
     ) {
-        let locator = &self.binding.experts;
         self.experts.fetch_cached(layer, experts, &mut |i, bytes| {
-            let view = locator
-                .locate(layer, experts[i] as usize)
-                .map_err(|err| -> SourceError { err.into() })
-                .and_then(|loc| {
-                    expert_view(&loc.shapes, |p| {
-                        let (off, len) = loc.parts[p];
-                        bytes
-                            .get(off as usize..(off + len) as usize)
-                            .ok_or_else(|| "expert part beyond its buffer".into())
-                    })
-                });
-            if let Ok(w) = view {
+            if let Ok(w) = self.expert_weights(layer, experts[i], bytes) {
                 on_ready(i, &w);
             }
         });
+    }
+
+    /// Expert `e` of `layer` viewed in its canonical buffer `bytes` (from the expert store).
+    fn expert_weights<'b>(
+        &self,
+        layer: usize,
+        e: u32,
+        bytes: &'b [u8],
+    ) -> Result<ExpertWeights<'b>, SourceError> {
+        let loc = self
+            .binding
+            .experts
+            .locate(layer, e as usize)
+            .map_err(|err| -> SourceError { err.into() })?;
+        expert_view(&loc.shapes, |p| {
+            let (off, len) = loc.parts[p];
+            bytes
+                .get(off as usize..(off + len) as usize)
+                .ok_or_else(|| "expert part beyond its buffer".into())
+        })
     }
 }

@@ -40,3 +40,21 @@ pub fn doctored_copy(dst: &Path, edit: impl Fn(&mut TensorSpec)) {
     })
     .unwrap();
 }
+
+/// A process's stderr, lossily decoded.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A process's stdout, lossily decoded.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// An empty scratch directory `k3-cli-{group}-{pid}-{name}` under the temp dir.
+pub fn scratch_dir(group: &str, name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("k3-cli-{group}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

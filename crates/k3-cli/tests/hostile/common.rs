@@ -120,6 +120,13 @@ pub fn edit_header(dir: &Path, file: &str, edit: impl FnOnce(&mut serde_json::Ma
 }
 
 /// Edits `config.json` as JSON.
+/// Rewrites the JSON file `p` through `f`.
+pub fn edit_json(p: &Path, f: impl Fn(&mut Value)) {
+    let mut v: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(p, v.to_string()).unwrap();
+}
+
 pub fn edit_config(dir: &Path, edit: impl FnOnce(&mut Value)) {
     let path = dir.join("config.json");
     let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();

@@ -25,12 +25,6 @@ fn drafted(edit: impl Fn(&Path) + 'static) -> impl Fn(&Path) + 'static {
     }
 }
 
-fn edit_json(p: &Path, f: impl Fn(&mut Value)) {
-    let mut v: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
-    f(&mut v);
-    std::fs::write(p, v.to_string()).unwrap();
-}
-
 /// The first I8R tensor of layer 1 in the draft's index.
 fn first_quantized(v: &mut Value) -> &mut Value {
     v["layers"][1]["tensors"]

@@ -25,12 +25,6 @@ fn packed(edit: impl Fn(&Path) + 'static) -> impl Fn(&Path) + 'static {
     }
 }
 
-fn edit_json(p: &Path, f: impl Fn(&mut Value)) {
-    let mut v: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
-    f(&mut v);
-    std::fs::write(p, v.to_string()).unwrap();
-}
-
 fn flip_byte(p: &Path, at: usize) {
     let mut b = std::fs::read(p).unwrap();
     b[at] ^= 0xff;

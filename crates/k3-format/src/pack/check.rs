@@ -26,21 +26,37 @@ impl TrunkPack {
                 q.name()
             )));
         }
+        self.check_model(binding, cfg, "pack")?;
+        for (pl, lt) in self.layers.iter().zip(&binding.layers) {
+            check_layer(pl, lt).map_err(mismatch)?;
+        }
+        Ok(())
+    }
+
+    /// The config fingerprint and the layer count against the checkpoint's; `what` names the
+    /// pack in the message ("pack", "draft trunk").
+    pub(super) fn check_model(
+        &self,
+        binding: &ModelBinding,
+        cfg: &K3Config,
+        what: &str,
+    ) -> Result<(), PackError> {
+        let mismatch = |detail: String| PackError::Mismatch {
+            path: self.json_path(),
+            detail,
+        };
         let fp = ConfigFingerprint::from_config(cfg);
         if let Some((field, pack, ck)) = self.source.config.first_difference(&fp) {
             return Err(mismatch(format!(
-                "config {field}: pack has {pack}, checkpoint has {ck}"
+                "config {field}: {what} has {pack}, checkpoint has {ck}"
             )));
         }
         if binding.layers.len() != self.layers.len() {
             return Err(mismatch(format!(
-                "pack has {} layers, checkpoint has {}",
+                "{what} has {} layers, checkpoint has {}",
                 self.layers.len(),
                 binding.layers.len()
             )));
-        }
-        for (pl, lt) in self.layers.iter().zip(&binding.layers) {
-            check_layer(pl, lt).map_err(mismatch)?;
         }
         Ok(())
     }

@@ -6,10 +6,10 @@
 //! This crate never does the arithmetic: [`DraftQuantizer`] (implemented by the engine over
 //! `k3_kernels::quant`) turns a tensor's bytes into the draft's bytes or keeps them verbatim.
 
-use super::json::{ConfigFingerprint, LayerDoc, PackDoc, SourceDoc, TensorDoc};
-use super::write::{prepare_dir, source_shard, write_json, TmpFiles};
+use super::json::{LayerDoc, TensorDoc};
+use super::write::{prepare_dir, publish, TmpFiles};
 use super::{align_up, checksum_string, PackDtype, PackError, PackOptions, PackedLayer};
-use super::{TrunkPack, ALIGN, FORMAT_NAME, FORMAT_VERSION, TRUNK_JSON};
+use super::{TrunkPack, ALIGN, TRUNK_JSON};
 use crate::bind::{LayerTensors, ModelBinding, TensorRef};
 use crate::config::K3Config;
 use crate::index::Checkpoint;
@@ -143,24 +143,7 @@ pub fn write_draft_pack(
     }
     writer.pad(ALIGN, None)?;
     out.sync_all().map_err(PackError::io(&tmp.bin, "sync"))?;
-    let doc = PackDoc {
-        align: ALIGN,
-        format: FORMAT_NAME.into(),
-        version: FORMAT_VERSION,
-        draft: Some(quant.name().into()),
-        source: SourceDoc {
-            config: ConfigFingerprint::from_config(cfg),
-            shards: ck
-                .shards()
-                .iter()
-                .map(|s| source_shard(s.path(), s.file_len()))
-                .collect(),
-        },
-        layers,
-    };
-    write_json(&tmp.json, &doc)?;
-    tmp.commit(out_dir)?;
-    TrunkPack::open(out_dir)
+    publish(ck, cfg, out_dir, tmp, layers, Some(quant.name()))
 }
 
 /// Appends bytes to `trunk.bin`, hashing the current run.
@@ -274,19 +257,7 @@ impl TrunkPack {
                 "this is an exact trunk pack, not a draft trunk: make one with `k3 pack --draft-quant q8 MODEL_DIR DRAFT_DIR`".into(),
             ));
         };
-        let fp = ConfigFingerprint::from_config(cfg);
-        if let Some((field, pack, ck)) = self.source.config.first_difference(&fp) {
-            return Err(mismatch(format!(
-                "config {field}: draft trunk has {pack}, checkpoint has {ck}"
-            )));
-        }
-        if binding.layers.len() != self.layers.len() {
-            return Err(mismatch(format!(
-                "draft trunk has {} layers, checkpoint has {}",
-                self.layers.len(),
-                binding.layers.len()
-            )));
-        }
+        self.check_model(binding, cfg, "draft trunk")?;
         for (pl, lt) in self.layers.iter().zip(&binding.layers) {
             check_draft_layer(pl, lt, quant).map_err(mismatch)?;
         }

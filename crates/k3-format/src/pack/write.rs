@@ -50,11 +50,24 @@ pub fn write_trunk_pack(
     prepare_dir(out_dir, opts.overwrite)?;
     let tmp = TmpFiles::new(out_dir);
     let layers = copy_runs(ck, &runs, &tmp.bin, opts.chunk_bytes.max(4096), progress)?;
+    publish(ck, cfg, out_dir, tmp, layers, None)
+}
+
+/// Writes the index of the layers in `tmp.bin` (`draft`: the quantization of a draft trunk),
+/// renames both files into place and opens the result.
+pub(super) fn publish(
+    ck: &Checkpoint,
+    cfg: &K3Config,
+    out_dir: &Path,
+    tmp: TmpFiles,
+    layers: Vec<LayerDoc>,
+    draft: Option<&str>,
+) -> Result<TrunkPack, PackError> {
     let doc = PackDoc {
         align: ALIGN,
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
-        draft: None,
+        draft: draft.map(str::to_string),
         source: SourceDoc {
             config: ConfigFingerprint::from_config(cfg),
             shards: ck
@@ -311,7 +324,7 @@ fn file_name(p: &Path) -> String {
 }
 
 /// Writes and syncs the index.
-pub(super) fn write_json(path: &Path, doc: &PackDoc) -> Result<(), PackError> {
+fn write_json(path: &Path, doc: &PackDoc) -> Result<(), PackError> {
     let text = serde_json::to_string_pretty(doc).map_err(|e| PackError::Json {
         path: path.into(),
         detail: e.to_string(),
