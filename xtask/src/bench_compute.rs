@@ -110,6 +110,8 @@ enum Kind {
     Bf16,
     F32,
     Mxfp4,
+    /// Per-row int8 + f32 scale (a q8 draft trunk's matrices).
+    Q8,
 }
 
 /// Owned weights of one matrix.
@@ -117,23 +119,31 @@ enum Owned {
     Bf16(Vec<bf16>),
     F32(Vec<f32>),
     Mx(Vec<u8>, Vec<u8>),
+    Q8(Vec<i8>, Vec<f32>),
 }
 
 impl Owned {
-    fn new(kind: Kind, rows: usize, cols: usize, seed: u64) -> Self {
+    fn new(kind: Kind, rows: usize, cols: usize, seed: u64) -> Result<Self, String> {
         let vals = |n| {
             bytes(n, seed)
                 .into_iter()
                 .map(|b| (b as f32 - 128.0) / 64.0)
         };
-        match kind {
+        Ok(match kind {
             Kind::Bf16 => Owned::Bf16(vals(rows * cols).map(bf16::from_f32).collect()),
             Kind::F32 => Owned::F32(vals(rows * cols).collect()),
             Kind::Mxfp4 => {
                 let (p, s) = mx_data(rows, cols, seed);
                 Owned::Mx(p, s)
             }
-        }
+            Kind::Q8 => {
+                let src: Vec<f32> = vals(rows * cols).collect();
+                let (mut q, mut s) = (vec![0i8; rows * cols], vec![0f32; rows]);
+                k3_kernels::quant::quantize_q8_rows(&src, rows, cols, &mut q, &mut s)
+                    .map_err(|e| e.to_string())?;
+                Owned::Q8(q, s)
+            }
+        })
     }
 
     fn view(&self, rows: usize, cols: usize) -> Option<Matrix<'_>> {
@@ -141,6 +151,7 @@ impl Owned {
             Owned::Bf16(d) => Matrix::bf16(rows, cols, d),
             Owned::F32(d) => Matrix::f32(rows, cols, d),
             Owned::Mx(p, s) => Matrix::mxfp4(rows, cols, p, s),
+            Owned::Q8(q, s) => Matrix::q8(rows, cols, q, s),
         }
     }
 }
@@ -165,8 +176,9 @@ const fn case(name: &'static str, kind: Kind, rows: usize, cols: usize, t: usize
 }
 
 /// Released shapes: q_a_proj-like [1536 × 7168] and its converse, the routed expert's
-/// w1/w3 [3072 × 3584] and w2 [3584 × 3072], a KDA projection [12288 × 7168].
-const CASES: [Case; 14] = [
+/// w1/w3 [3072 × 3584] and w2 [3584 × 3072], a KDA projection [12288 × 7168]; Q8 rows are a
+/// q8 draft trunk's matrices of the same shapes (docs/PERFORMANCE.md#hybrid-drafting).
+const CASES: [Case; 18] = [
     case("bf16 GEMM", Kind::Bf16, 1536, 7168, 32),
     case("bf16 GEMM", Kind::Bf16, 1536, 7168, 64),
     case("bf16 GEMM", Kind::Bf16, 7168, 1536, 32),
@@ -181,6 +193,10 @@ const CASES: [Case; 14] = [
     case("MXFP4 mat-vec (expert w2)", Kind::Mxfp4, 3584, 3072, 1),
     case("bf16 mat-vec", Kind::Bf16, 12288, 7168, 1),
     case("bf16 mat-vec", Kind::Bf16, 7168, 1536, 1),
+    case("Q8 GEMM", Kind::Q8, 1536, 7168, 32),
+    case("Q8 GEMM", Kind::Q8, 7168, 1536, 64),
+    case("Q8 mat-vec", Kind::Q8, 12288, 7168, 1),
+    case("Q8 mat-vec", Kind::Q8, 7168, 1536, 1),
 ];
 
 /// Matrices of a case in rotation: enough for ≥ 96 MB of weights (3× a 32 MB L3), at least 2.
@@ -189,6 +205,7 @@ fn rotation(c: &Case) -> usize {
         Kind::Bf16 => c.rows * c.cols * 2,
         Kind::F32 => c.rows * c.cols * 4,
         Kind::Mxfp4 => c.rows * c.cols / 2 + c.rows * c.cols / 32,
+        Kind::Q8 => c.rows * c.cols + c.rows * 4,
     };
     (96_000_000usize).div_ceil(per).clamp(2, 32)
 }
@@ -270,7 +287,7 @@ fn bench(args: &BenchComputeArgs) -> Result<(), String> {
     for c in &CASES {
         let owned: Vec<Owned> = (0..rotation(c) as u64)
             .map(|s| Owned::new(c.kind, c.rows, c.cols, 17 + 31 * s))
-            .collect();
+            .collect::<Result<_, _>>()?;
         let mats: Vec<Matrix> = owned
             .iter()
             .map(|o| o.view(c.rows, c.cols).ok_or("matrix shape"))

@@ -50,7 +50,8 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
     let bytes = k3_format::TrunkPack::open(draft)
         .map_err(|e| CliError::usage(e.to_string()))?
         .total_bytes();
-    let (plain, _, plain_fits) = forecast(&args.model_dir, budget, args.ctx, args.sessions, 0)?;
+    // The plain plan's streaming decides, whether or not it fits this machine itself.
+    let (plain, _, _) = forecast(&args.model_dir, budget, args.ctx, args.sessions, 0)?;
     let (hybrid, available, fits) =
         forecast(&args.model_dir, budget, args.ctx, args.sessions, bytes)?;
     println!("{}", hybrid.table(Some(&available)).trim_end());
@@ -70,9 +71,7 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
             fmt_bytes(s1)
         );
     }
-    let plain = plain_fits.map(|_| plain);
-    let hybrid_checked = fits.as_ref().map(|_| &hybrid);
-    let choice = choose_draft(plain.as_ref().ok(), hybrid_checked);
+    let choice = choose_draft(&plain, fits.as_ref().map(|_| &hybrid));
     println!(
         "--draft auto: hybrid drafting {}: {}",
         if choice.on { "on" } else { "off" },

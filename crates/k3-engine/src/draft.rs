@@ -30,16 +30,16 @@ pub(crate) struct DraftTrunk {
 }
 
 impl DraftTrunk {
-    /// Opens the draft trunk in `dir`, refusing one made from another model or checkpoint
-    /// (`ck`: the shard list it must have been made from), reads every layer once, checks
-    /// its checksum and prepares it.
+    /// Loads the opened draft trunk `pack`, refusing one made from another model or
+    /// checkpoint (`ck`: the shard list it must have been made from): reads every layer
+    /// once, checks its checksum and prepares it.
     pub(crate) fn load(
-        dir: &Path,
+        pack: TrunkPack,
         binding: &ModelBinding,
         cfg: &K3Config,
         ck: &Checkpoint,
     ) -> Result<DraftTrunk, EngineError> {
-        let pack = TrunkPack::open(dir)?;
+        let dir = pack.dir().to_path_buf();
         let quant = pack.check_draft_against(binding, cfg)?;
         pack.check_source(ck)?;
         let bin = pack.path();
@@ -71,7 +71,7 @@ impl DraftTrunk {
             layers.push(layer);
         }
         Ok(DraftTrunk {
-            dir: dir.to_path_buf(),
+            dir,
             quant,
             layers,
             bytes,

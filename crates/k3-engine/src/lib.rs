@@ -216,19 +216,30 @@ impl Engine {
             .map_err(|e| {
                 EngineError::Invalid(format!("cannot start {threads} compute threads: {e}"))
             })?;
-        let mut draft_choice = None;
-        let (stores, plan) = match options.budget {
+        // Opened once: its size goes into the plan, its layers into memory (when used).
+        let draft_pack = match (&options.draft_trunk, options.draft_policy) {
+            (Some(d), DraftPolicy::Auto | DraftPolicy::On) => Some(k3_format::TrunkPack::open(d)?),
+            _ => None,
+        };
+        let (stores, plan, ckpt, draft_choice) = match options.budget {
             None if options.trunk_dir.is_some() => {
                 return Err(EngineError::Invalid(
                     "--trunk streams the trunk from a pack: give a budget flag too (--preset, --mem-gb or --trunk-gb/--cache-gb)".into(),
                 ))
             }
-            None => (Stores::Resident(ResidentStore::open(dir, &config)?), None),
+            None => {
+                let choice = draft_pack.as_ref().map(|p| match options.draft_policy {
+                    DraftPolicy::On => planning::DraftChoice::forced(p.dir(), None),
+                    _ => planning::DraftChoice::no_budget(),
+                });
+                let store = ResidentStore::open(dir, &config)?;
+                (Stores::Resident(store), None, None, choice)
+            }
             Some(budget) => {
                 let ckpt = Checkpoint::open(dir)?;
                 let binding = bind_model(&ckpt, &config)?;
-                let (plan, choice) = plan_with_draft(&config, &binding, budget, &options)?;
-                draft_choice = choice;
+                let (plan, choice) =
+                    plan_with_draft(&config, &binding, budget, &options, draft_pack.as_ref())?;
                 let mut files = match options.readers {
                     Some(r) => r,
                     None => streaming::open_files(&ckpt, options.direct_io)?,
@@ -257,30 +268,21 @@ impl Engine {
                     pack.as_ref(),
                     &mut report,
                 )?;
-                (Stores::Streaming(store), Some(plan))
+                (Stores::Streaming(store), Some(plan), Some(ckpt), choice)
             }
         };
-        if plan.is_none() && options.draft_policy != DraftPolicy::Off {
-            if let Some(d) = &options.draft_trunk {
-                draft_choice = Some(match options.draft_policy {
-                    DraftPolicy::On => planning::DraftChoice {
-                        on: true,
-                        why: format!("--draft hybrid with {}", d.display()),
-                        plain_streamed: None,
-                        hybrid_streamed: None,
-                    },
-                    _ => planning::choose_draft(None, Err(&EngineError::Invalid(String::new()))),
-                });
-            }
-        }
-        let draft = match (&options.draft_trunk, &draft_choice) {
-            (Some(d), Some(c)) if c.on => {
-                let ckpt = Checkpoint::open(dir)?;
-                let binding = match &stores {
-                    Stores::Resident(s) => s.binding(),
-                    Stores::Streaming(s) => s.binding(),
+        let draft = match (draft_pack, &draft_choice) {
+            (Some(pack), Some(c)) if c.on => {
+                let (binding, ckpt) = match &stores {
+                    Stores::Resident(s) => (s.binding(), s.checkpoint()),
+                    Stores::Streaming(s) => (
+                        s.binding(),
+                        ckpt.as_ref().ok_or_else(|| {
+                            EngineError::Invalid("streaming store without its checkpoint".into())
+                        })?,
+                    ),
                 };
-                Some(draft::DraftTrunk::load(d, binding, &config, &ckpt)?)
+                Some(draft::DraftTrunk::load(pack, binding, &config, ckpt)?)
             }
             _ => None,
         };
@@ -454,13 +456,14 @@ impl Engine {
     }
 }
 
-/// The memory plan for `budget`, with the draft trunk when the policy and
+/// The memory plan for `budget`, with the draft trunk `draft` when the policy and
 /// [`planning::choose_draft`] say so; the choice is `None` without a draft trunk.
 fn plan_with_draft(
     config: &K3Config,
     binding: &k3_format::ModelBinding,
     budget: Budget,
     options: &EngineOptions,
+    draft: Option<&k3_format::TrunkPack>,
 ) -> Result<(MemoryPlan, Option<planning::DraftChoice>), EngineError> {
     let plan = |draft: u64| {
         planning::plan_checked(
@@ -472,27 +475,23 @@ fn plan_with_draft(
             draft,
         )
     };
-    let dir = match (&options.draft_trunk, options.draft_policy) {
-        (Some(d), DraftPolicy::Auto | DraftPolicy::On) => d,
-        _ => return Ok((plan(0)?, None)),
+    let Some(pack) = draft else {
+        return Ok((plan(0)?, None));
     };
-    let bytes = k3_format::TrunkPack::open(dir)?.total_bytes();
+    let hybrid = plan(pack.total_bytes());
     if options.draft_policy == DraftPolicy::On {
-        let hybrid = plan(bytes)?;
-        let choice = planning::DraftChoice {
-            on: true,
-            why: format!("--draft hybrid with {}", dir.display()),
-            plain_streamed: None,
-            hybrid_streamed: Some(hybrid.trunk.streamed_per_token),
-        };
-        return Ok((hybrid, Some(choice)));
+        let hybrid = hybrid?;
+        let streamed = Some(hybrid.trunk.streamed_per_token);
+        return Ok((
+            hybrid,
+            Some(planning::DraftChoice::forced(pack.dir(), streamed)),
+        ));
     }
-    let plain = plan(0);
-    let hybrid = plan(bytes);
-    let choice = planning::choose_draft(plain.as_ref().ok(), hybrid.as_ref());
-    match (choice.on, hybrid, plain) {
-        (true, Ok(h), _) => Ok((h, Some(choice))),
-        (_, _, p) => Ok((p?, Some(choice))),
+    let plain = plan(0)?;
+    let choice = planning::choose_draft(&plain, hybrid.as_ref());
+    match (choice.on, hybrid) {
+        (true, Ok(h)) => Ok((h, Some(choice))),
+        _ => Ok((plain, Some(choice))),
     }
 }
 

@@ -146,23 +146,35 @@ pub struct DraftChoice {
     pub hybrid_streamed: Option<u64>,
 }
 
-/// Decides hybrid drafting from the plans without and with the draft trunk: on only when
-/// the exact trunk streams (a verifying pass then serves every accepted draft for one trunk
-/// read) and holding the draft costs at most [`AUTO_DRAFT_MAX_EXTRA_STREAMING`] more
-/// streaming per pass. `hybrid` carries the refusal when the draft does not fit.
-pub fn choose_draft(
-    plain: Option<&MemoryPlan>,
-    hybrid: Result<&MemoryPlan, &EngineError>,
-) -> DraftChoice {
-    let gb = k3_plan::plan::fmt_bytes;
-    let Some(plain) = plain else {
-        return DraftChoice {
+impl DraftChoice {
+    /// `--draft hybrid`: on whatever the plan says (`hybrid_streamed` when there is a plan).
+    pub fn forced(dir: &std::path::Path, hybrid_streamed: Option<u64>) -> DraftChoice {
+        DraftChoice {
+            on: true,
+            why: format!("--draft hybrid with {}", dir.display()),
+            plain_streamed: None,
+            hybrid_streamed,
+        }
+    }
+
+    /// `--draft auto` without a memory budget: off.
+    pub fn no_budget() -> DraftChoice {
+        DraftChoice {
             on: false,
             why: "no memory budget: the weights are used in place and no trunk layer streams, so a draft would only add compute".into(),
             plain_streamed: None,
             hybrid_streamed: None,
-        };
-    };
+        }
+    }
+}
+
+/// Decides hybrid drafting from the plans without and with the draft trunk: on only when
+/// the exact trunk streams (a verifying pass then serves every accepted draft for one trunk
+/// read), a verifying pass can hold more than one token, and holding the draft costs at most
+/// [`AUTO_DRAFT_MAX_EXTRA_STREAMING`] more streaming per pass. `hybrid` carries the refusal
+/// when the draft does not fit.
+pub fn choose_draft(plain: &MemoryPlan, hybrid: Result<&MemoryPlan, &EngineError>) -> DraftChoice {
+    let gb = k3_plan::plan::fmt_bytes;
     let s0 = plain.trunk.streamed_per_token;
     let hybrid = match hybrid {
         Ok(h) => h,

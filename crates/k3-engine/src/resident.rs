@@ -120,6 +120,10 @@ impl ResidentStore {
     }
 
     /// The tensor binding (for the session-file model fingerprint).
+    pub(crate) fn checkpoint(&self) -> &Checkpoint {
+        &self.ckpt
+    }
+
     pub(crate) fn binding(&self) -> &ModelBinding {
         &self.binding
     }
