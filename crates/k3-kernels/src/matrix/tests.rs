@@ -156,9 +156,16 @@ fn fixed(kind: usize, rows: usize, cols: usize) -> Owned {
     }
 }
 
+/// Every pool size splits the rows differently (tasks of 1 to 4 row blocks, a partial last
+/// task and block); the second shape also has two token groups and three column chunks.
 #[test]
 fn results_are_the_same_in_every_pool_size() {
-    let (rows, cols, t) = (203, 544, 13);
+    for (rows, cols, t) in [(203, 544, 13), (100, 1056, 70)] {
+        same_in_every_pool_size(rows, cols, t);
+    }
+}
+
+fn same_in_every_pool_size(rows: usize, cols: usize, t: usize) {
     let x: Vec<f32> = (0..t * cols)
         .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 997.0)
         .collect();

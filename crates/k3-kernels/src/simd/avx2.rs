@@ -167,6 +167,44 @@ fn widen<W: Ld16>(src: &[W], dst: &mut [f32]) {
     }
 }
 
+/// `dot::reduce16` of the 16 lanes stored at `p` in register order (`layout`: natural, or
+/// the MXFP4 [`super::avx2_mx::Q16`] order), with the tree's additions done four or eight at
+/// a time: the same pairs in the same order as the scalar tree, so the same bits.
+///
+/// Natural: `b = v0 + v1` (lane `j` + lane `j+8`), then the low and high 128 bits, then
+/// `c0 + c2, c1 + c3`, then their sum. Q16: lane `l` sits at register position
+/// `4·(l % 4) + l / 4`, so lane `j + 8` is 2 positions after lane `j`, `b[j + 4]` one after
+/// `b[j]`, and `c[j + 2]` 8 after `c[j]`: two in-lane shuffles, then one cross add.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; 16 f32 are readable at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn reduce16_at(layout: super::Layout, p: *const f32) -> f32 {
+    // SAFETY: 16 readable f32 at `p` (caller); unaligned loads.
+    let (v0, v1) = unsafe { (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))) };
+    match layout {
+        super::Layout::Natural => {
+            let b = _mm256_add_ps(v0, v1);
+            let c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps::<1>(b));
+            let d = _mm_add_ps(c, _mm_movehl_ps(c, c));
+            _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)))
+        }
+        super::Layout::Q16 => {
+            // Positions p % 4 ∈ {0, 1} of each 128-bit half: lane j + lane j + 8.
+            let b0 = _mm256_add_ps(v0, _mm256_permute_ps::<0b01_00_11_10>(v0));
+            let b1 = _mm256_add_ps(v1, _mm256_permute_ps::<0b01_00_11_10>(v1));
+            // Positions 0 and 4 of each vector: c[j] = b[j] + b[j + 4].
+            let c0 = _mm256_add_ps(b0, _mm256_permute_ps::<0b10_11_00_01>(b0));
+            let c1 = _mm256_add_ps(b1, _mm256_permute_ps::<0b10_11_00_01>(b1));
+            // d0 = c0 + c2 at position 0, d1 = c1 + c3 at position 4.
+            let d = _mm256_add_ps(c0, c1);
+            let (lo, hi) = (_mm256_castps256_ps128(d), _mm256_extractf128_ps::<1>(d));
+            _mm_cvtss_f32(_mm_add_ss(lo, hi))
+        }
+    }
+}
+
 /// Rows per GEMM microkernel call.
 pub(super) const MR: usize = 2;
 /// Most tokens per GEMM microkernel call: 2 × 3 × 2 accumulators and the 4 weight vectors

@@ -2,18 +2,22 @@
 //! panels (docs/NUMERICS.md#gemm).
 //!
 //! The activations are packed once per call, chunk-major (`[chunk][token][XS]`, in the
-//! level's layout, `+0`-padded). One rayon task owns [`RB`] weight rows and every token. Per
-//! group of ≤ [`TG`] tokens it walks the columns in chunks of [`KC`]: each row's chunk becomes
-//! an f32 panel row (f32 copied, bf16 and int8 widened, MXFP4 decoded — once, shared by all
-//! the tokens; `−0`-padded), and the level's microkernel adds the chunk to the 16 lanes of `MR`
-//! rows × `TB` tokens at a time, the lanes living in registers within a chunk and in a
-//! per-task state between chunks; meanwhile the next chunk's weights are prefetched.
+//! level's layout, `+0`-padded). One rayon task owns up to [`SB`] blocks of [`RB`] weight rows
+//! and every token. Per group of ≤ [`TG`] tokens it walks the columns in chunks of [`KC`]; on
+//! each chunk its blocks take turns (the activation chunk, up to 132 KB, is read from L3 once
+//! per task and then served from L2 to every block: 1 thread 55–60 → 63–67 % of the FMA peak,
+//! 2 threads 42–46 → 52–56 % on bf16 1536 × 7168, see docs/PERFORMANCE.md#session-6-gemm-row-super-blocks). Each
+//! row's chunk becomes an f32 panel row (f32 copied, bf16 and int8 widened, MXFP4 decoded —
+//! once, shared by all the tokens; `−0`-padded), and the level's microkernel adds the chunk to
+//! the 16 lanes of `MR` rows × `TB` tokens at a time, the lanes living in registers within a
+//! chunk and in a per-block state between chunks; meanwhile the next panel's weights are
+//! prefetched. The lanes are reduced by the level's form of the scalar tree (AVX2: the same
+//! additions, 8 / 4 / 2 / 1 at a time).
 //!
 //! Every (row, token) lane therefore sees exactly the elements, order and fused operations of
 //! the mat-vec — columns ascending, element `i` → lane `i % 16` — and the scalar tree finishes
 //! it (a Q8 row then takes its scale, as in the mat-vec), so every output equals that token's
-//! `matvec` bit for bit, for any `RB`, `KC`, `TG`,
-//! `MR`, `TB` and thread count.
+//! `matvec` bit for bit, for any `RB`, `SB`, `KC`, `TG`, `MR`, `TB` and thread count.
 
 use super::{copy_in_layout, layout, prefetch_l2, to_lanes, Kind, Layout, Level};
 use crate::dot::reduce16;
@@ -88,6 +92,15 @@ trait Isa {
         st: *mut f32,
         ahead: &mut Ahead,
     );
+    /// `reduce16(to_lanes(lay, lanes))` of the 16 register-order lanes at `p`.
+    ///
+    /// # Safety
+    /// The CPU supports the level; 16 f32 readable at `p`.
+    unsafe fn reduce(lay: Layout, p: *const f32) -> f32 {
+        // SAFETY: 16 readable f32 at `p` (caller).
+        let lanes: [f32; 16] = std::array::from_fn(|l| unsafe { *p.add(l) });
+        reduce16(&to_lanes(lay, lanes))
+    }
 }
 
 /// Defines `$name`, the [`Isa::sweep`] of level module `$m` (its `MR × N` microkernels, `N`
@@ -146,7 +159,7 @@ sweep_fn!(sweep_neon, "neon", neon, [1, 2]);
 
 /// Implements [`Isa`] for `$isa` from level module `$m`'s kernels and `$sweep`.
 macro_rules! isa_impl {
-    ($isa:ident, $m:ident, $widen:ident, $panel:ident, $sweep:ident) => {
+    ($isa:ident, $m:ident, $widen:ident, $panel:ident, $sweep:ident $(, $reduce:ident)?) => {
         struct $isa;
         impl Isa for $isa {
             unsafe fn widen(src: &[u16], dst: &mut [f32]) {
@@ -173,12 +186,16 @@ macro_rules! isa_impl {
                 // SAFETY: forwarded from the caller.
                 unsafe { $sweep(w, nr, x, tg, kc, st, ahead) }
             }
+            $(unsafe fn reduce(lay: Layout, p: *const f32) -> f32 {
+                // SAFETY: forwarded from the caller.
+                unsafe { super::$m::$reduce(lay, p) }
+            })?
         }
     };
 }
 
 #[cfg(target_arch = "x86_64")]
-isa_impl!(Avx2, avx2, widen_bf16, panel_mx, sweep_avx2);
+isa_impl!(Avx2, avx2, widen_bf16, panel_mx, sweep_avx2, reduce16_at);
 #[cfg(target_arch = "x86_64")]
 isa_impl!(Avx512, avx512, widen_bf16, panel_mx, sweep_avx512);
 #[cfg(target_arch = "aarch64")]
@@ -208,6 +225,15 @@ fn pack_x<'b>(lay: Layout, x: &[f32], t: usize, cols: usize, buf: &'b mut Vec<f3
     xs
 }
 
+/// Most row blocks one task runs over each activation chunk.
+const SB: usize = 4;
+
+/// Row blocks per task: [`SB`], fewer when that would leave under 4 tasks per thread.
+/// (Results do not depend on it: every output is computed the same way in any task.)
+fn blocks_per_task(blocks: usize, threads: usize) -> usize {
+    (blocks / (4 * threads.max(1))).clamp(1, SB)
+}
+
 /// `Y[t] = W·X[t]` for `t ≥ 1` tokens on a SIMD `level` (shapes checked by the caller,
 /// `w.cols > 0`).
 pub(crate) fn matmul(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
@@ -226,9 +252,10 @@ pub(crate) fn matmul(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usiz
             lay,
             out: &out,
         };
-        (0..w.rows.div_ceil(RB))
+        let sb = blocks_per_task(w.rows.div_ceil(RB), rayon::current_num_threads());
+        (0..w.rows.div_ceil(RB * sb))
             .into_par_iter()
-            .for_each(|b| job.run(level, b * RB));
+            .for_each(|b| job.run(level, b * RB * sb, sb));
     });
 }
 
@@ -285,60 +312,73 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
-    fn run(&self, level: Level, r0: usize) {
+    fn run(&self, level: Level, r0: usize, sb: usize) {
         match level {
             #[cfg(target_arch = "x86_64")]
-            Level::Avx2 => self.rows::<Avx2>(r0),
+            Level::Avx2 => self.rows::<Avx2>(r0, sb),
             #[cfg(target_arch = "x86_64")]
-            Level::Avx512 => self.rows::<Avx512>(r0),
+            Level::Avx512 => self.rows::<Avx512>(r0, sb),
             #[cfg(target_arch = "aarch64")]
-            Level::Neon => self.rows::<Neon>(r0),
+            Level::Neon => self.rows::<Neon>(r0, sb),
             _ => unreachable!("no GEMM kernels for level {}", level.name()),
         }
     }
 
-    /// Rows `r0 .. r0 + RB` (fewer at the end) for every token.
-    fn rows<I: Isa>(&self, r0: usize) {
-        let nr = RB.min(self.w.rows - r0);
+    /// Rows `r0 .. r0 + sb·RB` (fewer at the end) for every token, as `sb` blocks of
+    /// [`RB`] rows that take turns on each activation chunk (so the chunk, read from L3 once,
+    /// serves all of them from L2).
+    fn rows<I: Isa>(&self, r0: usize, sb: usize) {
+        let blocks = sb.min((self.w.rows - r0).div_ceil(RB));
         scratch::with(&scratch::PANEL, |pbuf| {
             scratch::with(&scratch::STATE, |sbuf| {
                 let panel = scratch::aligned(pbuf, RB * XS, 0.0);
                 for tok0 in (0..self.t).step_by(TG) {
                     let tg = TG.min(self.t - tok0);
-                    let state = scratch::aligned(sbuf, RB * tg * 16, 0.0);
+                    let per = RB * tg * 16;
+                    let states = scratch::aligned(sbuf, blocks * per, 0.0);
                     for (c, k0) in (0..self.k16).step_by(KC).enumerate() {
                         let kc = KC.min(self.k16 - k0);
                         let xoff = (c * self.t + tok0) * XS;
-                        assert!(xoff + tg * XS <= self.xs.len() && state.len() == RB * tg * 16);
+                        assert!(xoff + tg * XS <= self.xs.len());
                         let x = self.xs[xoff..].as_ptr();
-                        let st = state.as_mut_ptr();
-                        for (rl, dst) in panel.chunks_mut(XS).take(nr).enumerate() {
-                            self.fill::<I>(r0 + rl, k0, &mut dst[..kc]);
+                        for (b, state) in states.chunks_mut(per).enumerate() {
+                            let rb = r0 + b * RB;
+                            let nr = RB.min(self.w.rows - rb);
+                            for (rl, dst) in panel.chunks_mut(XS).take(nr).enumerate() {
+                                self.fill::<I>(rb + rl, k0, &mut dst[..kc]);
+                            }
+                            let base = panel.as_ptr();
+                            let wp: [*const f32; RB] =
+                                std::array::from_fn(|rl| base.wrapping_add(rl.min(nr - 1) * XS));
+                            let mut ahead = self.next_chunk(r0, b, blocks, k0);
+                            // SAFETY: the level is supported (`matmul_at` checked it); `kc`
+                            // is a multiple of 16 (`k16` and `KC` are) and `kc <= KC < XS`,
+                            // so `kc` f32 are readable at every panel row (`RB · XS` long) and
+                            // at every `x + j·XS`, `j < tg` (asserted); `state` holds
+                            // `RB · tg` lanes.
+                            unsafe { I::sweep(&wp, nr, x, tg, kc, state.as_mut_ptr(), &mut ahead) };
                         }
-                        let base = panel.as_ptr();
-                        let wp: [*const f32; RB] =
-                            std::array::from_fn(|rl| base.wrapping_add(rl.min(nr - 1) * XS));
-                        let mut ahead = self.next_chunk(r0, k0 + KC);
-                        // SAFETY: the level is supported (`matmul_at` checked it); `kc` is a
-                        // multiple of 16 (`k16` and `KC` are) and `kc <= KC < XS`, so `kc`
-                        // f32 are readable at every panel row (`RB · XS` long) and at every
-                        // `x + j·XS`, `j < tg` (asserted); `state` holds `RB · tg` lanes.
-                        unsafe { I::sweep(&wp, nr, x, tg, kc, st, &mut ahead) };
                     }
-                    self.emit(r0, nr, tok0, tg, state);
+                    for (b, state) in states.chunks(per).enumerate() {
+                        let rb = r0 + b * RB;
+                        self.emit::<I>(rb, RB.min(self.w.rows - rb), tok0, tg, state);
+                    }
                 }
             })
         })
     }
 
-    /// The weights the next panel fill reads, to prefetch while this chunk's microkernels
-    /// run: columns `k0 .. k0 + KC` of rows `r0 .. r0 + RB`, or — past the last chunk — the
-    /// first chunk of the next row block (usually this thread's next task).
-    fn next_chunk(&self, r0: usize, k0: usize) -> Ahead {
-        let (r0, k0) = if k0 < self.w.cols {
-            (r0, k0)
+    /// The weights the next panel fill reads, to prefetch while the microkernels of block
+    /// `b` (of `blocks`, the task's first at row `r0`) run on chunk `k0`: the same columns of
+    /// the next block, else the next chunk of the first block, else — past the last chunk —
+    /// the first chunk of the rows after this task (usually this thread's next task).
+    fn next_chunk(&self, r0: usize, b: usize, blocks: usize, k0: usize) -> Ahead {
+        let (r0, k0) = if b + 1 < blocks {
+            (r0 + (b + 1) * RB, k0)
+        } else if k0 + KC < self.w.cols {
+            (r0, k0 + KC)
         } else {
-            (r0 + RB, 0)
+            (r0 + blocks * RB, 0)
         };
         let c = self.w.cols;
         let end = c.min(k0 + KC);
@@ -395,12 +435,15 @@ impl Job<'_> {
 
     /// Reduces the lanes and writes the outputs of rows `r0 .. r0 + nr`, tokens
     /// `tok0 .. tok0 + tg`.
-    fn emit(&self, r0: usize, nr: usize, tok0: usize, tg: usize, state: &[f32]) {
+    fn emit<I: Isa>(&self, r0: usize, nr: usize, tok0: usize, tg: usize, state: &[f32]) {
+        assert!(state.len() >= nr * tg * 16, "GEMM state length");
         for rl in 0..nr {
             for j in 0..tg {
                 let at = (rl * tg + j) * 16;
-                let lanes: [f32; 16] = std::array::from_fn(|l| state[at + l]);
-                let v = self.w.finish(r0 + rl, reduce16(&to_lanes(self.lay, lanes)));
+                // SAFETY: `at + 16 <= nr·tg·16 <= state.len()` (asserted); the task runs on
+                // a level the CPU supports.
+                let d = unsafe { I::reduce(self.lay, state[at..].as_ptr()) };
+                let v = self.w.finish(r0 + rl, d);
                 // SAFETY: row `r0 + rl` belongs to this task only.
                 unsafe { self.out.write((tok0 + j) * self.w.rows + r0 + rl, v) };
             }

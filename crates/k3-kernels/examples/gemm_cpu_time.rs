@@ -1,0 +1,111 @@
+//! `matmul` GFLOP/s next to the register-only FMA peak of the same level and pool, for
+//! iterating on the GEMM tiles (`bench-compute` is the reference measurement). Best of 31
+//! trials per case, per on-CPU second of the calling thread (ignores other tenants' time
+//! slices) or, with `WALL=1` (needed for `THREADS` > 1), per wall-clock second.
+//!
+//! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|mx|mx8|q8|hot|all]`
+
+use k3_kernels::simd::active_level;
+use k3_kernels::{matmul, probe, Matrix};
+use std::hint::black_box;
+
+#[path = "../benches/common/mod.rs"]
+mod common;
+use common::{bf16_data, bytes, mx_data, vector};
+
+/// Nanoseconds this thread has spent on a CPU.
+fn cpu_ns() -> u64 {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").expect("Linux schedstat");
+    s.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("schedstat format")
+}
+
+/// Best seconds of `f` over 31 trials: on-CPU seconds unless `WALL` is set in the
+/// environment (the on-CPU clock may advance in scheduler ticks; short trials then need the
+/// wall clock, which an idle machine makes equal).
+fn best(mut f: impl FnMut()) -> f64 {
+    let wall = std::env::var_os("WALL").is_some();
+    (0..31)
+        .map(|_| {
+            let (c0, t0) = (cpu_ns(), std::time::Instant::now());
+            f();
+            if wall {
+                t0.elapsed().as_secs_f64()
+            } else {
+                (cpu_ns() - c0) as f64 / 1e9
+            }
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn case(name: &str, mats: &[Matrix], t: usize, peak: f64) {
+    let (rows, cols) = (mats[0].rows, mats[0].cols);
+    let x = vector(t * cols);
+    let mut y = vec![0f32; t * rows];
+    // ≈ 2 GFLOP per trial (~30 ms on one thread).
+    let reps = (2e9 / (2.0 * (t * rows * cols) as f64)).ceil() as usize;
+    let s = best(|| {
+        for i in 0..reps {
+            matmul(&mut y, &mats[i % mats.len()], black_box(&x), t);
+        }
+    });
+    let gf = 2.0 * (reps * t * rows * cols) as f64 / s / 1e9;
+    println!(
+        "{name:6} {rows:5}x{cols:<5} T {t:3}: {gf:6.1} GFLOP/s  {:5.1} % of peak",
+        100.0 * gf / peak
+    );
+}
+
+fn main() {
+    let which = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    let threads = std::env::var("THREADS").map_or(1, |v| v.parse().unwrap());
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let level = active_level();
+        let iters = 10_000_000;
+        let s = best(|| {
+            rayon::broadcast(|_| black_box(probe::fma_loop(level, iters)));
+        });
+        let peak = (threads as u64 * probe::fma_loop_flops(level, iters)) as f64 / s / 1e9;
+        println!(
+            "level {}: FMA peak {peak:.1} GFLOP/s (on-CPU)",
+            level.name()
+        );
+        if which == "bf" || which == "all" {
+            let w: Vec<_> = (0..3).map(|_| bf16_data(1536 * 7168)).collect();
+            let m: Vec<_> = w
+                .iter()
+                .map(|w| Matrix::bf16(1536, 7168, w).unwrap())
+                .collect();
+            case("bf16", &m, 32, peak);
+            case("bf16", &m, 64, peak);
+            let m: Vec<_> = w
+                .iter()
+                .map(|w| Matrix::bf16(7168, 1536, w).unwrap())
+                .collect();
+            case("bf16", &m, 64, peak);
+        }
+        if which.starts_with("mx") || which == "all" {
+            let d: Vec<_> = (0..6).map(|e| mx_data(3072, 3584, 11 + e)).collect();
+            let m: Vec<_> = d
+                .iter()
+                .map(|(p, s)| Matrix::mxfp4(3072, 3584, p, s).unwrap())
+                .collect();
+            let ts: &[usize] = if which == "mx8" { &[8] } else { &[8, 16, 32] };
+            for &t in ts {
+                case("mxfp4", &m, t, peak);
+            }
+        }
+        if which == "q8" || which == "all" {
+            let v: Vec<i8> = bytes(1536 * 7168, 5).into_iter().map(|b| b as i8).collect();
+            let sc = vec![0.01f32; 1536];
+            let m = [Matrix::q8(1536, 7168, &v, &sc).unwrap()];
+            case("q8", &m, 32, peak);
+        }
+    });
+}
