@@ -122,14 +122,16 @@ macro_rules! sweep_fn {
             ahead: &mut Ahead,
         ) {
             const MR: usize = super::$m::MR;
-            let per = ahead.lines().div_ceil(tg.div_ceil(super::$m::TB)).max(1);
+            // The prefetches are spread over every microkernel call of the sweep.
+            let calls = tg.div_ceil(super::$m::TB) * nr.div_ceil(MR);
+            let per = ahead.lines().div_ceil(calls).max(1);
             let mut tb0 = 0;
             while tb0 < tg {
-                ahead.step(per);
                 let nt = (tg - tb0).min(super::$m::TB);
                 let xp = x.wrapping_add(tb0 * XS);
                 let mut rb = 0;
                 while rb < nr {
+                    ahead.step(per);
                     let mut wr = [w[0]; MR];
                     wr.copy_from_slice(&w[rb..rb + MR]);
                     let sp = st.wrapping_add((rb * tg + tb0) * 16);
