@@ -76,6 +76,15 @@ fn main() {
             "level {}: FMA peak {peak:.1} GFLOP/s (on-CPU)",
             level.name()
         );
+        if which == "hot" {
+            // Weights that stay in L2 (256 KB per thread at 2 threads): the tiles without DRAM.
+            let w = [bf16_data(128 * 2048)];
+            let m: Vec<_> = w
+                .iter()
+                .map(|w| Matrix::bf16(128, 2048, w).unwrap())
+                .collect();
+            case("bf16", &m, 48, peak);
+        }
         if which == "bf" || which == "all" {
             let w: Vec<_> = (0..3).map(|_| bf16_data(1536 * 7168)).collect();
             let m: Vec<_> = w
