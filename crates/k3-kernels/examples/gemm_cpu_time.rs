@@ -11,16 +11,7 @@ use std::hint::black_box;
 
 #[path = "../benches/common/mod.rs"]
 mod common;
-use common::{bf16_data, bytes, mx_data, vector};
-
-/// Nanoseconds this thread has spent on a CPU.
-fn cpu_ns() -> u64 {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").expect("Linux schedstat");
-    s.split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .expect("schedstat format")
-}
+use common::{bf16_data, bytes, cpu_ns, mx_data, vector};
 
 /// Best seconds of `f` over 31 trials: on-CPU seconds unless `WALL` is set in the
 /// environment (the on-CPU clock may advance in scheduler ticks; short trials then need the

@@ -9,18 +9,9 @@
 use k3_kernels::{matvec, Matrix};
 use std::time::Instant;
 
-/// Nanoseconds this thread has spent on a CPU.
-fn cpu_ns() -> u64 {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").expect("Linux schedstat");
-    s.split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .expect("schedstat format")
-}
-
 #[path = "../benches/common/mod.rs"]
 mod common;
-use common::{bf16_data, mx_data, vector};
+use common::{bf16_data, cpu_ns, mx_data, vector};
 
 /// Best on-CPU and wall GB/s over 7 trials of `iters` products rotating over `mats`.
 fn run(name: &str, mats: &[Matrix], iters: usize) {

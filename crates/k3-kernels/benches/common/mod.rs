@@ -1,5 +1,5 @@
-//! Synthetic weights and activations shared by `benches/kernels.rs` and
-//! `examples/matvec_cpu_time.rs` (no weights ship with either).
+//! Synthetic weights and activations shared by `benches/kernels.rs`, the `examples/` and
+//! `xtask bench-compute` (no weights ship with any), and the examples' on-CPU clock.
 #![allow(dead_code)] // each user takes what it needs
 
 use half::bf16;
@@ -40,4 +40,13 @@ pub fn bf16_data(n: usize) -> Vec<bf16> {
         .into_iter()
         .map(|b| bf16::from_f32((b as f32 - 128.0) / 64.0))
         .collect()
+}
+
+/// Nanoseconds this thread has spent on a CPU (Linux `/proc/thread-self/schedstat`).
+pub fn cpu_ns() -> u64 {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").expect("Linux schedstat");
+    s.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("schedstat format")
 }
