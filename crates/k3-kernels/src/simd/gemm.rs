@@ -4,15 +4,15 @@
 //! The activations are packed once per call, chunk-major (`[chunk][token][XS]`, in the
 //! level's layout, `+0`-padded). One rayon task owns up to [`SB`] blocks of [`RB`] weight rows
 //! and every token. Per group of ≤ [`TG`] tokens it walks the columns in chunks of [`KC`]; on
-//! each chunk its blocks take turns (the activation chunk, up to 132 KB, is read from L3 once
-//! per task and then served from L2 to every block: 1 thread 55–60 → 63–67 % of the FMA peak,
-//! 2 threads 42–46 → 52–56 % on bf16 1536 × 7168, see docs/PERFORMANCE.md#session-6-gemm-row-super-blocks). Each
-//! row's chunk becomes an f32 panel row (f32 copied, bf16 and int8 widened, MXFP4 decoded —
-//! once, shared by all the tokens; `−0`-padded), and the level's microkernel adds the chunk to
-//! the 16 lanes of `MR` rows × `TB` tokens at a time, the lanes living in registers within a
-//! chunk and in a per-block state between chunks; meanwhile the next panel's weights are
-//! prefetched. The lanes are reduced by the level's form of the scalar tree (AVX2: the same
-//! additions, 8 / 4 / 2 / 1 at a time).
+//! each chunk its blocks take turns: the activation chunk (≤ 135 KB) is read from L3 once per
+//! task and then served from L2 to every block (2-thread bf16 GEMM 46–52 → 52–58 % of the FMA
+//! peak, docs/PERFORMANCE.md#session-6-gemm-row-super-blocks). Each row's chunk becomes an
+//! f32 panel row (f32 copied, bf16 and int8 widened, MXFP4 decoded — once, shared by all the
+//! tokens; `−0`-padded), and the level's microkernel adds the chunk to the 16 lanes of `MR`
+//! rows × `TB` tokens at a time, the lanes living in registers within a chunk and in a
+//! per-block state between chunks; meanwhile the next panel's weights are prefetched, spread
+//! over the microkernel calls. The lanes are reduced by the level's form of the scalar tree
+//! (AVX2: the same additions, 8 / 4 / 2 / 1 at a time).
 //!
 //! Every (row, token) lane therefore sees exactly the elements, order and fused operations of
 //! the mat-vec — columns ascending, element `i` → lane `i % 16` — and the scalar tree finishes
