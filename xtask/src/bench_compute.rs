@@ -176,15 +176,17 @@ const fn case(name: &'static str, kind: Kind, rows: usize, cols: usize, t: usize
 }
 
 /// Released shapes: q_a_proj-like [1536 × 7168] and its converse, the routed expert's
-/// w1/w3 [3072 × 3584] and w2 [3584 × 3072], a KDA projection [12288 × 7168]; Q8 rows are a
+/// w1/w3 [3072 × 3584] (T 4 ≈ a released prompt's tokens per expert: 16 of 896) and w2
+/// [3584 × 3072], a KDA projection [12288 × 7168]; Q8 rows are a
 /// q8 draft trunk's matrices of the same shapes (docs/PERFORMANCE.md#hybrid-drafting).
-const CASES: [Case; 18] = [
+const CASES: [Case; 19] = [
     case("bf16 GEMM", Kind::Bf16, 1536, 7168, 32),
     case("bf16 GEMM", Kind::Bf16, 1536, 7168, 64),
     case("bf16 GEMM", Kind::Bf16, 7168, 1536, 32),
     case("bf16 GEMM", Kind::Bf16, 7168, 1536, 64),
     case("f32 GEMM", Kind::F32, 1536, 7168, 32),
     case("f32 GEMM", Kind::F32, 7168, 1536, 64),
+    case("MXFP4 GEMM (expert w1/w3)", Kind::Mxfp4, 3072, 3584, 4),
     case("MXFP4 GEMM (expert w1/w3)", Kind::Mxfp4, 3072, 3584, 8),
     case("MXFP4 GEMM (expert w1/w3)", Kind::Mxfp4, 3072, 3584, 16),
     case("MXFP4 GEMM (expert w1/w3)", Kind::Mxfp4, 3072, 3584, 32),

@@ -3,7 +3,7 @@
 //! trials per case, per on-CPU second of the calling thread (ignores other tenants' time
 //! slices) or, with `WALL=1` (needed for `THREADS` > 1), per wall-clock second.
 //!
-//! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|mx|mx8|q8|hot|all]`
+//! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|mx|mx8|mxs|q8|hot|all]`
 
 use k3_kernels::simd::active_level;
 use k3_kernels::{matmul, probe, Matrix};
@@ -96,7 +96,11 @@ fn main() {
                 .iter()
                 .map(|(p, s)| Matrix::mxfp4(3072, 3584, p, s).unwrap())
                 .collect();
-            let ts: &[usize] = if which == "mx8" { &[8] } else { &[8, 16, 32] };
+            let ts: &[usize] = match which.as_str() {
+                "mx8" => &[8],
+                "mxs" => &[2, 3, 4, 6, 8],
+                _ => &[8, 16, 32],
+            };
             for &t in ts {
                 case("mxfp4", &m, t, peak);
             }

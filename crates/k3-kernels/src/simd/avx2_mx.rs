@@ -179,3 +179,58 @@ pub(super) fn panel(packed: &[u8], scales: &[u8], dst: &mut [f32]) {
         }
     }
 }
+
+/// Most tokens of the fused GEMM tile ([`fused`]).
+pub(super) const FUSED_TB: usize = 4;
+
+/// The small-T MXFP4 GEMM tile: one weight row's groups decoded in registers (no f32 panel)
+/// and added to the lanes of `N ≤ 4` tokens: token `t`'s activations (in [`Q16`] layout) at
+/// `x + t·xs`, its 16 lanes at `st + 16t`. Each lane takes its elements in the order of the
+/// mat-vec ([`group`]): `w[0]`, `w[2]` into lanes 0..8 of the register order, `w[1]`, `w[3]`
+/// into 8..16, one FMA each — so the bits of the panel path and of the mat-vec.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; `packed` has `16 · groups` and `scales` `groups` bytes (checked:
+/// a violation only shortens the loop); `32 · groups` f32 are readable at every `x + t·xs`;
+/// 16 f32 readable and writable at every `st + 16t`, overlapping no input.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn fused<const N: usize>(
+    packed: &[u8],
+    scales: &[u8],
+    x: *const f32,
+    xs: usize,
+    st: *mut f32,
+) {
+    let groups = scales.len().min(packed.len() / 16);
+    let k = consts();
+    let mut acc = [[_mm256_setzero_ps(); 2]; N];
+    for (t, a) in acc.iter_mut().enumerate() {
+        // SAFETY: 16 readable f32 at `st + 16t` (caller).
+        unsafe {
+            *a = [
+                _mm256_loadu_ps(st.add(16 * t)),
+                _mm256_loadu_ps(st.add(16 * t + 8)),
+            ]
+        };
+    }
+    for (g, &s) in scales[..groups].iter().enumerate() {
+        // SAFETY: `g < groups`: 16 code bytes at `16g` (checked above).
+        let w = unsafe { decode(packed.as_ptr().add(16 * g), s, &k) };
+        for (t, a) in acc.iter_mut().enumerate() {
+            let xt = x.wrapping_add(t * xs + GROUP * g);
+            for (q, wq) in w.iter().enumerate() {
+                // SAFETY: `32g + 32 <= 32 · groups` f32 readable at `x + t·xs` (caller).
+                let xv = unsafe { _mm256_loadu_ps(xt.add(8 * q)) };
+                a[q % 2] = _mm256_fmadd_ps(*wq, xv, a[q % 2]);
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        // SAFETY: 16 writable f32 at `st + 16t`, not aliased (caller).
+        unsafe {
+            _mm256_storeu_ps(st.add(16 * t), a[0]);
+            _mm256_storeu_ps(st.add(16 * t + 8), a[1]);
+        }
+    }
+}

@@ -11,8 +11,9 @@
 //! tokens; `−0`-padded), and the level's microkernel adds the chunk to the 16 lanes of `MR`
 //! rows × `TB` tokens at a time, the lanes living in registers within a chunk and in a
 //! per-block state between chunks; meanwhile the next panel's weights are prefetched, spread
-//! over the microkernel calls. The lanes are reduced by the level's form of the scalar tree
-//! (AVX2: the same additions, 8 / 4 / 2 / 1 at a time).
+//! over the microkernel calls. AVX2 MXFP4 at T ≤ [`FUSED_MAX_T`] skips the panel: its tile
+//! decodes each row in registers for ≤ 4 tokens at a time. The lanes are reduced by the
+//! level's form of the scalar tree (AVX2: the same additions, 8 / 4 / 2 / 1 at a time).
 //!
 //! Every (row, token) lane therefore sees exactly the elements, order and fused operations of
 //! the mat-vec — columns ascending, element `i` → lane `i % 16` — and the scalar tree finishes
@@ -92,6 +93,25 @@ trait Isa {
         st: *mut f32,
         ahead: &mut Ahead,
     );
+    /// Adds columns `k0 .. k0 + kc` of the MXFP4 rows `rb .. rb + nr` of `w` to their lanes
+    /// (as [`Isa::sweep`]) straight from the packed bytes, without a panel, when the level
+    /// has a fused tile and `tg` is small enough for it to win; `false` (nothing done)
+    /// otherwise.
+    ///
+    /// # Safety
+    /// As [`Isa::sweep`]; `w` is MXFP4 and `k0 + kc <= w.cols`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn fused_mx(
+        _w: &Matrix,
+        _rows: (usize, usize),
+        _cols: (usize, usize),
+        _x: *const f32,
+        _tg: usize,
+        _st: *mut f32,
+        _ahead: &mut Ahead,
+    ) -> bool {
+        false
+    }
     /// `reduce16(to_lanes(lay, lanes))` of the 16 register-order lanes at `p`.
     ///
     /// # Safety
@@ -161,7 +181,7 @@ sweep_fn!(sweep_neon, "neon", neon, [1, 2]);
 
 /// Implements [`Isa`] for `$isa` from level module `$m`'s kernels and `$sweep`.
 macro_rules! isa_impl {
-    ($isa:ident, $m:ident, $widen:ident, $panel:ident, $sweep:ident $(, $reduce:ident)?) => {
+    ($isa:ident, $m:ident, $widen:ident, $panel:ident, $sweep:ident $(, $reduce:ident, $fused:ident)?) => {
         struct $isa;
         impl Isa for $isa {
             unsafe fn widen(src: &[u16], dst: &mut [f32]) {
@@ -191,13 +211,93 @@ macro_rules! isa_impl {
             $(unsafe fn reduce(lay: Layout, p: *const f32) -> f32 {
                 // SAFETY: forwarded from the caller.
                 unsafe { super::$m::$reduce(lay, p) }
+            }
+            unsafe fn fused_mx(
+                w: &Matrix,
+                rows: (usize, usize),
+                cols: (usize, usize),
+                x: *const f32,
+                tg: usize,
+                st: *mut f32,
+                ahead: &mut Ahead,
+            ) -> bool {
+                // SAFETY: forwarded from the caller.
+                unsafe { $fused(w, rows, cols, x, tg, st, ahead) }
             })?
         }
     };
 }
 
 #[cfg(target_arch = "x86_64")]
-isa_impl!(Avx2, avx2, widen_bf16, panel_mx, sweep_avx2, reduce16_at);
+isa_impl!(
+    Avx2,
+    avx2,
+    widen_bf16,
+    panel_mx,
+    sweep_avx2,
+    reduce16_at,
+    fused_avx2
+);
+
+/// Most tokens for which the AVX2 MXFP4 GEMM decodes in registers ([`fused_avx2`]) rather
+/// than into a panel: the tile decodes each row once per 4 tokens but saves the panel's
+/// stores and reloads. Measured (`gemm_cpu_time mxs`/`mx`, 3072 × 3584, alternate runs):
+/// T 3–4 +15–60 % (1 and 2 threads), T 8 +10–60 % (1 thread; level on 2), T 16 7–15 %
+/// slower.
+/// At released scale a prompt's expert groups average ~5 tokens (16 of 896 experts).
+#[cfg(target_arch = "x86_64")]
+const FUSED_MAX_T: usize = 8;
+
+/// [`Isa::fused_mx`] on AVX2: every row of the block through `avx2_mx::fused`, ≤ 4 tokens at a
+/// time, when `tg <= FUSED_MAX_T`.
+///
+/// # Safety
+/// See [`Isa::fused_mx`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fused_avx2(
+    w: &Matrix,
+    (rb, nr): (usize, usize),
+    (k0, kc): (usize, usize),
+    x: *const f32,
+    tg: usize,
+    st: *mut f32,
+    ahead: &mut Ahead,
+) -> bool {
+    use super::avx2_mx::{fused, FUSED_TB};
+    let MatrixData::Mxfp4 { packed, scales } = w.data else {
+        return false;
+    };
+    if tg > FUSED_MAX_T {
+        return false;
+    }
+    let per = ahead.lines().div_ceil(nr).max(1);
+    for r in rb..rb + nr {
+        ahead.step(per);
+        let (a, b) = (r * w.cols + k0, r * w.cols + k0 + kc);
+        let (p, s) = (&packed[a / 2..b / 2], &scales[a / GROUP..b / GROUP]);
+        let mut t0 = 0;
+        while t0 < tg {
+            let n = (tg - t0).min(FUSED_TB);
+            let (xp, sp) = (
+                x.wrapping_add(t0 * XS),
+                st.wrapping_add(((r - rb) * tg + t0) * 16),
+            );
+            // SAFETY: tokens `t0 .. t0 + n <= tg` and row `r - rb < nr` are inside the
+            // caller's guarantees (`kc` f32 at every `x + j·XS`, the block's state slots).
+            unsafe {
+                match n {
+                    1 => fused::<1>(p, s, xp, XS, sp),
+                    2 => fused::<2>(p, s, xp, XS, sp),
+                    3 => fused::<3>(p, s, xp, XS, sp),
+                    _ => fused::<4>(p, s, xp, XS, sp),
+                }
+            }
+            t0 += n;
+        }
+    }
+    true
+}
 #[cfg(target_arch = "x86_64")]
 isa_impl!(Avx512, avx512, widen_bf16, panel_mx, sweep_avx512);
 #[cfg(target_arch = "aarch64")]
@@ -346,19 +446,26 @@ impl Job<'_> {
                         for (b, state) in states.chunks_mut(per).enumerate() {
                             let rb = r0 + b * RB;
                             let nr = RB.min(self.w.rows - rb);
+                            let mut ahead = self.next_chunk(r0, b, blocks, k0);
+                            let st = state.as_mut_ptr();
+                            // SAFETY: as below; `k0 + kc <= cols` for MXFP4 (whole groups).
+                            if unsafe {
+                                I::fused_mx(self.w, (rb, nr), (k0, kc), x, tg, st, &mut ahead)
+                            } {
+                                continue;
+                            }
                             for (rl, dst) in panel.chunks_mut(XS).take(nr).enumerate() {
                                 self.fill::<I>(rb + rl, k0, &mut dst[..kc]);
                             }
                             let base = panel.as_ptr();
                             let wp: [*const f32; RB] =
                                 std::array::from_fn(|rl| base.wrapping_add(rl.min(nr - 1) * XS));
-                            let mut ahead = self.next_chunk(r0, b, blocks, k0);
                             // SAFETY: the level is supported (`matmul_at` checked it); `kc`
                             // is a multiple of 16 (`k16` and `KC` are) and `kc <= KC < XS`,
                             // so `kc` f32 are readable at every panel row (`RB · XS` long) and
                             // at every `x + j·XS`, `j < tg` (asserted); `state` holds
                             // `RB · tg` lanes.
-                            unsafe { I::sweep(&wp, nr, x, tg, kc, state.as_mut_ptr(), &mut ahead) };
+                            unsafe { I::sweep(&wp, nr, x, tg, kc, st, &mut ahead) };
                         }
                     }
                     for (b, state) in states.chunks(per).enumerate() {
