@@ -7,7 +7,7 @@
 //!
 //! * AVX-512F: one `zmm` (natural order) — `avx512.rs`;
 //! * AVX2 + FMA: two `ymm` (natural order for f32/bf16; MXFP4 decodes each 16-element block
-//!   in the order [`avx2_mx::Q16`], so the activation is read in that order too) —
+//!   in the order `avx2_mx::Q16`, so the activation is read in that order too) —
 //!   `avx2.rs`, `avx2_mx.rs`;
 //! * NEON: four `float32x4_t` (natural order) — `neon.rs`.
 //!
