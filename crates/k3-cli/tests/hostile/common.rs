@@ -279,3 +279,26 @@ pub fn check_all(group: &str, cases: Vec<Case>) {
         failures.join("\n")
     );
 }
+
+/// `k3 pack {extra..} {dir} {dir}/{out}` (which must succeed), then `edit` on the output
+/// directory: the setup of the pack and draft-trunk cases.
+pub fn pack_then(
+    extra: &'static [&'static str],
+    out: &'static str,
+    edit: impl Fn(&Path) + 'static,
+) -> impl Fn(&Path) + 'static {
+    move |d: &Path| {
+        let dst = d.join(out);
+        let (src, dst_s) = (d.display().to_string(), dst.display().to_string());
+        let mut a = vec!["pack"];
+        a.extend_from_slice(extra);
+        a.extend([src.as_str(), dst_s.as_str()]);
+        let o = k3(&args(&a));
+        assert!(
+            o.status.success(),
+            "k3 pack: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        edit(&dst);
+    }
+}

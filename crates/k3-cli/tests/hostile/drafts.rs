@@ -7,22 +7,7 @@ use std::path::Path;
 
 /// `k3 pack --draft-quant q8 {dir} {dir}/draft`, then `edit` on the draft directory.
 fn drafted(edit: impl Fn(&Path) + 'static) -> impl Fn(&Path) + 'static {
-    move |d: &Path| {
-        let draft = d.join("draft");
-        let o = k3(&args(&[
-            "pack",
-            "--draft-quant",
-            "q8",
-            &d.display().to_string(),
-            &draft.display().to_string(),
-        ]));
-        assert!(
-            o.status.success(),
-            "k3 pack: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        edit(&draft);
-    }
+    pack_then(&["--draft-quant", "q8"], "draft", edit)
 }
 
 /// The first I8R tensor of layer 1 in the draft's index.

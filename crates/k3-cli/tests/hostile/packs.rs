@@ -9,20 +9,7 @@ use std::process::Command;
 
 /// `k3 pack {dir} {dir}/pack`, then `edit` on the pack directory.
 fn packed(edit: impl Fn(&Path) + 'static) -> impl Fn(&Path) + 'static {
-    move |d: &Path| {
-        let pack = d.join("pack");
-        let o = k3(&args(&[
-            "pack",
-            &d.display().to_string(),
-            &pack.display().to_string(),
-        ]));
-        assert!(
-            o.status.success(),
-            "k3 pack: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        edit(&pack);
-    }
+    pack_then(&[], "pack", edit)
 }
 
 fn flip_byte(p: &Path, at: usize) {
