@@ -99,8 +99,7 @@ trait Isa {
     /// otherwise.
     ///
     /// # Safety
-    /// As [`Isa::sweep`]; `w` is MXFP4 and `k0 + kc <= w.cols`.
-    #[allow(clippy::too_many_arguments)]
+    /// As [`Isa::sweep`] (`kc` f32 at every `x + j·XS`, the block's `RB · tg` lanes at `st`).
     unsafe fn fused_mx(
         _w: &Matrix,
         _rows: (usize, usize),
