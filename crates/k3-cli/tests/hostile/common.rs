@@ -302,3 +302,9 @@ pub fn pack_then(
         edit(&dst);
     }
 }
+
+/// Cuts the file at `p` to `len` bytes.
+pub fn truncate_to(p: &Path, len: u64) {
+    let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+    f.set_len(len).unwrap();
+}

@@ -44,13 +44,7 @@ fn damaged_or_misplaced_draft_trunks_are_refused() {
             case(
                 "bin-truncated",
                 "draft trunk.bin cut to 200000 bytes",
-                drafted(|p| {
-                    let f = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(p.join("trunk.bin"))
-                        .unwrap();
-                    f.set_len(200_000).unwrap();
-                }),
+                drafted(|p| truncate_to(&p.join("trunk.bin"), 200_000)),
                 run_draft("{dir}/draft"),
                 2,
                 &["draft/trunk.bin", "bytes missing"],

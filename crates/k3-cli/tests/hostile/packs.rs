@@ -42,13 +42,7 @@ fn damaged_trunk_packs_are_refused() {
             case(
                 "bin-truncated",
                 "trunk.bin cut to 600000 bytes",
-                packed(|p| {
-                    let f = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(p.join("trunk.bin"))
-                        .unwrap();
-                    f.set_len(600_000).unwrap();
-                }),
+                packed(|p| truncate_to(&p.join("trunk.bin"), 600_000)),
                 run_trunk("0.003"),
                 2,
                 &["trunk.bin", "layer 6", "bytes missing", "k3 pack"],
