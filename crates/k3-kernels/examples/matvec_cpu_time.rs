@@ -4,7 +4,7 @@
 //! kernels. Cases: MXFP4 hot (L2-resident) / L1-resident / streamed from DRAM (12 distinct
 //! [3072×3584] matrices), bf16 hot / streamed ([12288×7168]). Best of 7 trials each.
 //!
-//! `cargo run --release -p k3-kernels --example matvec_cpu_time [mx|bf]`
+//! `[SCALE=n] cargo run --release -p k3-kernels --example matvec_cpu_time [mx|bf]`
 
 use k3_kernels::{matvec, Matrix};
 use std::time::Instant;
@@ -15,6 +15,7 @@ use common::{bf16_data, cpu_ns, mx_data, vector};
 
 /// Best on-CPU and wall GB/s over 7 trials of `iters` products rotating over `mats`.
 fn run(name: &str, mats: &[Matrix], iters: usize) {
+    let iters = iters * scale();
     let x = vector(mats[0].cols);
     let mut y = vec![0f32; mats[0].rows];
     let bytes = (mats[0].weight_bytes() * iters) as f64;
@@ -29,6 +30,15 @@ fn run(name: &str, mats: &[Matrix], iters: usize) {
         wall = wall.max(bytes / t1.duration_since(t0).as_nanos().max(1) as f64);
     }
     println!("{name:24} on-CPU {cpu:6.2} GB/s   wall {wall:6.2} GB/s");
+}
+
+/// `SCALE=n` runs every trial `n` times longer (steadier numbers on a noisy machine).
+fn scale() -> usize {
+    std::env::var("SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
 }
 
 fn mxfp4() {

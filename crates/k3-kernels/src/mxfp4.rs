@@ -89,6 +89,30 @@ const fn scaled_bytes() -> [[u8; 32]; 256] {
     t
 }
 
+/// [`decode`]`(c, s)` for every scale byte `s` and code `c` as f32 (one 64-byte row per
+/// scale, 64-byte aligned): the AVX-512 VBMI decoder indexes its scale's row with `vpermps`
+/// instead of multiplying the E2M1 table per group (the same multiply, done once here).
+pub static E2M1_SCALED_F32: ScaledF32 = ScaledF32(scaled_f32());
+
+/// [`E2M1_SCALED_F32`]: one 16-f32 row per scale byte, 64-byte aligned.
+#[repr(C, align(64))]
+pub struct ScaledF32(pub [[f32; 16]; 256]);
+
+const fn scaled_f32() -> [[f32; 16]; 256] {
+    let scale = e8m0_table();
+    let mut t = [[0f32; 16]; 256];
+    let mut s = 0;
+    while s < 256 {
+        let mut c = 0;
+        while c < 16 {
+            t[s][c] = E2M1[c] * scale[s];
+            c += 1;
+        }
+        s += 1;
+    }
+    t
+}
+
 /// The two codes of one packed byte, in element order (even element from the low nibble).
 #[inline(always)]
 pub fn unpack(byte: u8) -> (u8, u8) {
@@ -174,6 +198,17 @@ mod tests {
             }
         }
         assert_eq!(std::mem::align_of::<ScaledBytes>(), 32);
+    }
+
+    #[test]
+    fn scaled_f32_is_every_decode() {
+        for s in 0..=255u8 {
+            for c in 0..16u8 {
+                let row = &E2M1_SCALED_F32.0[s as usize];
+                assert_eq!(row[c as usize].to_bits(), decode(c, s).to_bits(), "{c} {s}");
+            }
+        }
+        assert_eq!(std::mem::align_of::<ScaledF32>(), 64);
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! newer; its declared `rust-version` predates them).
 #![allow(clippy::incompatible_msrv)]
 
-use crate::mxfp4::{E2M1, E8M0, GROUP};
+use crate::mxfp4::{E2M1, E2M1_SCALED_F32, E8M0, GROUP};
 use std::arch::x86_64::*;
 
 /// A weight element of a 16-lane row: f32, or bf16 as raw bits.
@@ -135,53 +135,162 @@ fn e2m1_table() -> __m512 {
     unsafe { _mm512_loadu_ps(E2M1.as_ptr()) }
 }
 
-/// The 16 lanes of `R` MXFP4 rows dotted with `x` (natural order; lengths as
-/// `avx2_mx::rows`).
+/// Multishift control: in every 64-bit lane `q`, byte 0 takes bits `8q..` (the low nibble of
+/// code byte `q`, element `2q`) and byte 4 bits `8q + 4..` (its high nibble, element `2q + 1`).
+const MULTISHIFT: [u8; 64] = {
+    let mut c = [0u8; 64];
+    let mut q = 0;
+    while q < 8 {
+        c[8 * q] = 8 * q as u8;
+        c[8 * q + 4] = 8 * q as u8 + 4;
+        q += 1;
+    }
+    c
+};
+
+/// [`decode`] with AVX-512 VBMI: the same 32 weights in the same order, bit for bit, in four
+/// shuffle-port operations instead of eight. Each half's 8 code bytes are broadcast to every
+/// 64-bit lane (a load), one `vpmultishiftqb` puts code `k` into the low bits of 32-bit lane
+/// `k` (`vpermps` reads only bits 0..4), and `vpermps` looks the codes up in the scale's row
+/// of [`E2M1_SCALED_F32`] (the scalar `decode`'s values; no multiply). `table` is unused.
+///
+/// # Safety
+/// 16 bytes readable at `codes`; the CPU has AVX-512 VBMI.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vbmi,avx2,fma")]
+unsafe fn decode_vbmi(codes: *const u8, s: u8, _table: __m512) -> [__m512; 2] {
+    // SAFETY: the caller guarantees 16 readable bytes at `codes`; every row of the table is
+    // 64 readable, 64-byte aligned bytes; `MULTISHIFT` is 64 bytes. Unaligned code loads.
+    unsafe {
+        let t = _mm512_load_ps(E2M1_SCALED_F32.0[s as usize].as_ptr());
+        let ctrl = _mm512_loadu_si512(MULTISHIFT.as_ptr().cast());
+        let half = |o: usize| {
+            let b = _mm512_set1_epi64(codes.add(o).cast::<i64>().read_unaligned());
+            _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(ctrl, b), t)
+        };
+        [half(0), half(8)]
+    }
+}
+
+/// Whether the CPU has AVX-512 VBMI (cached by `std`).
+#[inline]
+fn has_vbmi() -> bool {
+    is_x86_feature_detected!("avx512vbmi")
+}
+
+/// The MXFP4 mat-vec and panel kernels for one decoder and its target features.
+macro_rules! mx_kernels {
+    ($rows:ident, $panel:ident, $feat:literal, $decode:ident) => {
+        /// The 16 lanes of `R` MXFP4 rows dotted with `x` (natural order; lengths as
+        /// `avx2_mx::rows`).
+        #[target_feature(enable = $feat)]
+        fn $rows<const R: usize>(
+            packed: [&[u8]; R],
+            scales: [&[u8]; R],
+            x: &[f32],
+        ) -> [[f32; 16]; R] {
+            let groups = (0..R).fold(x.len() / GROUP, |m, r| {
+                m.min(scales[r].len()).min(packed[r].len() / 16)
+            });
+            let table = e2m1_table();
+            let mut acc = [_mm512_setzero_ps(); R];
+            for g in 0..groups {
+                // SAFETY: `g < groups`: elements `32g .. 32g+32` of `x` are in bounds.
+                let xv = unsafe {
+                    [
+                        _mm512_loadu_ps(x.as_ptr().add(GROUP * g)),
+                        _mm512_loadu_ps(x.as_ptr().add(GROUP * g + 16)),
+                    ]
+                };
+                for ((a, p), s) in acc.iter_mut().zip(&packed).zip(&scales) {
+                    // A hint only: the address may lie past the row (never dereferenced).
+                    let ahead = p.as_ptr().wrapping_add(16 * g + PREFETCH);
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                    // SAFETY: `g < groups`: bytes `16g .. 16g+16` of `p` are in bounds.
+                    let w = unsafe { $decode(p.as_ptr().add(16 * g), s[g], table) };
+                    *a = _mm512_fmadd_ps(w[0], xv[0], *a);
+                    *a = _mm512_fmadd_ps(w[1], xv[1], *a);
+                }
+            }
+            acc.map(|v| store16(v))
+        }
+
+        /// Decodes every group of one row into `dst` (natural order, 32 f32 per group;
+        /// lengths as `avx2_mx::panel`).
+        #[target_feature(enable = $feat)]
+        fn $panel(packed: &[u8], scales: &[u8], dst: &mut [f32]) {
+            let groups = scales.len().min(packed.len() / 16).min(dst.len() / GROUP);
+            let table = e2m1_table();
+            for (g, &s) in scales[..groups].iter().enumerate() {
+                // SAFETY: `g < groups`: bytes `16g .. 16g+16` of `packed` and f32
+                // `32g .. 32g+32` of `dst` are in bounds.
+                unsafe {
+                    let w = $decode(packed.as_ptr().add(16 * g), s, table);
+                    _mm512_storeu_ps(dst.as_mut_ptr().add(GROUP * g), w[0]);
+                    _mm512_storeu_ps(dst.as_mut_ptr().add(GROUP * g + 16), w[1]);
+                }
+            }
+        }
+    };
+}
+
+mx_kernels!(rows_mx_f, panel_mx_f, "avx512f,avx2,fma", decode);
+mx_kernels!(
+    rows_mx_vbmi,
+    panel_mx_vbmi,
+    "avx512f,avx512vbmi,avx2,fma",
+    decode_vbmi
+);
+
+/// The 16 lanes of `R` MXFP4 rows dotted with `x`: the VBMI decoder where the CPU has it,
+/// else the AVX-512F one (the same bits; `vbmi_and_f_decoders_agree` tests it).
+/// Measured (`matvec_cpu_time mx`, Xeon with VBMI, 1 thread): see docs/PERFORMANCE.md.
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(super) fn rows_mx<const R: usize>(
     packed: [&[u8]; R],
     scales: [&[u8]; R],
     x: &[f32],
 ) -> [[f32; 16]; R] {
-    let groups = (0..R).fold(x.len() / GROUP, |m, r| {
-        m.min(scales[r].len()).min(packed[r].len() / 16)
-    });
-    let table = e2m1_table();
-    let mut acc = [_mm512_setzero_ps(); R];
-    for g in 0..groups {
-        // SAFETY: `g < groups`: elements `32g .. 32g+32` of `x` are in bounds.
-        let xv = unsafe {
-            [
-                _mm512_loadu_ps(x.as_ptr().add(GROUP * g)),
-                _mm512_loadu_ps(x.as_ptr().add(GROUP * g + 16)),
-            ]
-        };
-        for ((a, p), s) in acc.iter_mut().zip(&packed).zip(&scales) {
-            // A hint only: the address may lie past the row (never dereferenced).
-            _mm_prefetch::<_MM_HINT_T0>(p.as_ptr().wrapping_add(16 * g + PREFETCH).cast());
-            // SAFETY: `g < groups`: bytes `16g .. 16g+16` of `p` are in bounds.
-            let w = unsafe { decode(p.as_ptr().add(16 * g), s[g], table) };
-            *a = _mm512_fmadd_ps(w[0], xv[0], *a);
-            *a = _mm512_fmadd_ps(w[1], xv[1], *a);
-        }
+    if has_vbmi() {
+        // SAFETY: VBMI detected; AVX-512F, AVX2 and FMA are this function's features.
+        unsafe { rows_mx_vbmi(packed, scales, x) }
+    } else {
+        rows_mx_f(packed, scales, x)
     }
-    acc.map(|v| store16(v))
 }
 
-/// Decodes every group of one row into `dst` (natural order, 32 f32 per group; lengths as
-/// `avx2_mx::panel`).
+/// Decodes every group of one row into `dst` ([`rows_mx`]'s decoder choice).
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(super) fn panel_mx(packed: &[u8], scales: &[u8], dst: &mut [f32]) {
-    let groups = scales.len().min(packed.len() / 16).min(dst.len() / GROUP);
-    let table = e2m1_table();
-    for (g, &s) in scales[..groups].iter().enumerate() {
-        // SAFETY: `g < groups`: bytes `16g .. 16g+16` of `packed` and f32 `32g .. 32g+32` of
-        // `dst` are in bounds.
-        unsafe {
-            let w = decode(packed.as_ptr().add(16 * g), s, table);
-            _mm512_storeu_ps(dst.as_mut_ptr().add(GROUP * g), w[0]);
-            _mm512_storeu_ps(dst.as_mut_ptr().add(GROUP * g + 16), w[1]);
-        }
+    if has_vbmi() {
+        // SAFETY: as in `rows_mx`.
+        unsafe { panel_mx_vbmi(packed, scales, dst) }
+    } else {
+        panel_mx_f(packed, scales, dst)
+    }
+}
+
+/// The 16 lanes of each of `R` rows.
+#[cfg(test)]
+type Lanes<const R: usize> = [[f32; 16]; R];
+
+/// Both AVX-512 decoders on the same rows, for the test that they agree: `(f, vbmi)`, or
+/// `None` without VBMI.
+#[cfg(test)]
+pub(super) fn rows_mx_both<const R: usize>(
+    packed: [&[u8]; R],
+    scales: [&[u8]; R],
+    x: &[f32],
+) -> Option<(Lanes<R>, Lanes<R>)> {
+    if !(has_vbmi() && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma")) {
+        return None;
+    }
+    // SAFETY: every feature of both kernels was detected above.
+    unsafe {
+        Some((
+            rows_mx_f(packed, scales, x),
+            rows_mx_vbmi(packed, scales, x),
+        ))
     }
 }
 

@@ -279,3 +279,41 @@ fn matvec_row_blocks_divide_the_task_size() {
         }
     }
 }
+
+/// The AVX-512F and AVX-512 VBMI MXFP4 decoders give the same lanes, bit for bit: every scale
+/// byte, every code in every position, 4 rows of 7 groups (skipped without VBMI, and says so).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn vbmi_and_f_decoders_agree() {
+    let groups = 7;
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let x: Vec<f32> = (0..32 * groups)
+        .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+        .collect();
+    for s0 in (0..=255u8).step_by(4) {
+        let packed: Vec<Vec<u8>> = (0..4)
+            .map(|_| (0..16 * groups).map(|_| next() as u8).collect())
+            .collect();
+        let scales: Vec<Vec<u8>> = (0..4)
+            .map(|r| {
+                (0..groups)
+                    .map(|g| s0.wrapping_add((r + g) as u8))
+                    .collect()
+            })
+            .collect();
+        let p: [&[u8]; 4] = std::array::from_fn(|r| &packed[r][..]);
+        let s: [&[u8]; 4] = std::array::from_fn(|r| &scales[r][..]);
+        let Some((f, vbmi)) = super::avx512::rows_mx_both(p, s, &x) else {
+            eprintln!("vbmi_and_f_decoders_agree: no AVX-512 VBMI on this CPU, nothing compared");
+            return;
+        };
+        let bits = |l: &[[f32; 16]; 4]| l.map(|r| r.map(f32::to_bits));
+        assert_eq!(bits(&f), bits(&vbmi), "scales from {s0}");
+    }
+}
