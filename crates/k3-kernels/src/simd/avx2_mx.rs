@@ -104,9 +104,7 @@ pub(super) fn rows<const R: usize, const NAT: bool>(
     scales: [&[u8]; R],
     x: &[f32],
 ) -> [[f32; 16]; R] {
-    let groups = (0..R).fold(x.len() / GROUP, |m, r| {
-        m.min(scales[r].len()).min(packed[r].len() / 16)
-    });
+    let groups = super::mx_groups(&packed, &scales, x.len());
     let k = consts();
     let mut acc: [V16; R] = [[_mm256_setzero_ps(); 2]; R];
     for g in 0..groups {

@@ -189,9 +189,7 @@ macro_rules! mx_kernels {
             scales: [&[u8]; R],
             x: &[f32],
         ) -> [[f32; 16]; R] {
-            let groups = (0..R).fold(x.len() / GROUP, |m, r| {
-                m.min(scales[r].len()).min(packed[r].len() / 16)
-            });
+            let groups = super::mx_groups(&packed, &scales, x.len());
             let table = e2m1_table();
             let mut acc = [_mm512_setzero_ps(); R];
             for g in 0..groups {

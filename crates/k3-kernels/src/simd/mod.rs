@@ -361,6 +361,19 @@ fn lanes_natural(level: Level, row: Row, x: &[f32]) -> [f32; 16] {
     rows_lanes::<1>(level, [row], x)[0]
 }
 
+/// Whole 32-groups every one of `R` MXFP4 rows (16 code bytes and a scale byte per group)
+/// and an activation of `x_len` values have: the bound of the mat-vec kernels' loops.
+#[allow(dead_code)] // unused on targets with no MXFP4 SIMD kernel
+pub(super) fn mx_groups<const R: usize>(
+    packed: &[&[u8]; R],
+    scales: &[&[u8]; R],
+    x_len: usize,
+) -> usize {
+    (0..R).fold(x_len / crate::mxfp4::GROUP, |m, r| {
+        m.min(scales[r].len()).min(packed[r].len() / 16)
+    })
+}
+
 /// Weight rows per mat-vec kernel call on `level` for `kind` rows.
 pub(crate) fn matvec_rows(level: Level, kind: Kind) -> usize {
     match (level, kind) {

@@ -185,9 +185,7 @@ pub(super) fn rows_mx<const R: usize>(
     scales: [&[u8]; R],
     x: &[f32],
 ) -> [[f32; 16]; R] {
-    let groups = (0..R).fold(x.len() / GROUP, |m, r| {
-        m.min(scales[r].len()).min(packed[r].len() / 16)
-    });
+    let groups = super::mx_groups(&packed, &scales, x.len());
     let (tlo, thi) = tables();
     let mut acc = [[vdupq_n_f32(0.0); 4]; R];
     for g in 0..groups {
