@@ -6,7 +6,8 @@
 //! group's 16 signed scaled values `E2M1[c] · E8M0[s]` are one `vmulps` of the E2M1 table by
 //! the broadcast scale (the scalar `mxfp4::decode`, bit for bit); the codes, unpacked to
 //! element order and zero-extended to 32 bits, index it with `vpermps` (`permutexvar`, low
-//! 4 bits) — natural order, so activations are read as they are.
+//! 4 bits) — natural order, so activations are read as they are. With VBMI (detected at run
+//! time) a cheaper decoder gives the same values in the same order (`decode_vbmi`).
 //!
 //! The `std::arch` AVX-512 intrinsics are stable since Rust 1.89 (the workspace toolchain is
 //! newer; its declared `rust-version` predates them).
@@ -149,9 +150,9 @@ const MULTISHIFT: [u8; 64] = {
 };
 
 /// [`decode`] with AVX-512 VBMI: the same 32 weights in the same order, bit for bit, in four
-/// shuffle-port operations instead of eight. Each half's 8 code bytes are broadcast to every
+/// shuffle-port operations instead of six. Each half's 8 code bytes are broadcast to every
 /// 64-bit lane (a load), one `vpmultishiftqb` puts code `k` into the low bits of 32-bit lane
-/// `k` (`vpermps` reads only bits 0..4), and `vpermps` looks the codes up in the scale's row
+/// `k` (`vpermps` reads only the low 4 bits), and `vpermps` looks the codes up in the scale's row
 /// of [`E2M1_SCALED_F32`] (the scalar `decode`'s values; no multiply). `table` is unused.
 ///
 /// # Safety
@@ -242,7 +243,7 @@ mx_kernels!(
 
 /// The 16 lanes of `R` MXFP4 rows dotted with `x`: the VBMI decoder where the CPU has it,
 /// else the AVX-512F one (the same bits; `vbmi_and_f_decoders_agree` tests it).
-/// Measured (`matvec_cpu_time mx`, Xeon with VBMI, 1 thread): see docs/PERFORMANCE.md.
+/// Measured: docs/PERFORMANCE.md#session-7-first-avx-512-machine-vbmi-mxfp4-decoder.
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(super) fn rows_mx<const R: usize>(
     packed: [&[u8]; R],
@@ -280,7 +281,8 @@ pub(super) fn rows_mx_both<const R: usize>(
     scales: [&[u8]; R],
     x: &[f32],
 ) -> Option<(Lanes<R>, Lanes<R>)> {
-    if !(has_vbmi() && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma")) {
+    let avx2_fma = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+    if !(has_vbmi() && avx2_fma && is_x86_feature_detected!("avx512f")) {
         return None;
     }
     // SAFETY: every feature of both kernels was detected above.

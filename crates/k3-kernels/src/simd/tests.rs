@@ -281,7 +281,7 @@ fn matvec_row_blocks_divide_the_task_size() {
 }
 
 /// The AVX-512F and AVX-512 VBMI MXFP4 decoders give the same lanes, bit for bit: every scale
-/// byte, every code in every position, 4 rows of 7 groups (skipped without VBMI, and says so).
+/// byte, random codes, 4 rows of 7 groups (skipped without VBMI, and says so).
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn vbmi_and_f_decoders_agree() {
