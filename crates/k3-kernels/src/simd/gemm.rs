@@ -13,7 +13,8 @@
 //! per-block state between chunks; meanwhile the next panel's weights are prefetched, spread
 //! over the microkernel calls. AVX2 MXFP4 at T ≤ [`FUSED_MAX_T`] skips the panel: its tile
 //! decodes each row in registers for ≤ 4 tokens at a time. The lanes are reduced by the
-//! level's form of the scalar tree (AVX2: the same additions, 8 / 4 / 2 / 1 at a time).
+//! level's form of the scalar tree (AVX2: the same additions, 8 / 4 / 2 / 1 at a time;
+//! AVX-512: 16 lane sets at once), and each token's outputs of a task are stored as one run.
 //!
 //! Every (row, token) lane therefore sees exactly the elements, order and fused operations of
 //! the mat-vec — columns ascending, element `i` → lane `i % 16` — and the scalar tree finishes
@@ -43,19 +44,19 @@ struct Out {
     len: usize,
 }
 
-// SAFETY: `Out` is only used through `write`, whose callers write disjoint indices (every
+// SAFETY: `Out` is only used through `write_run`, whose callers write disjoint indices (every
 // output element belongs to exactly one row, and every row to exactly one task).
 unsafe impl Sync for Out {}
 
 impl Out {
-    /// Stores `v` at `i` (bounds-checked).
+    /// Stores `run` at `i ..` (bounds-checked).
     ///
     /// # Safety
-    /// No other thread accesses index `i` during the `matmul` call.
-    unsafe fn write(&self, i: usize, v: f32) {
-        assert!(i < self.len, "matmul output index");
-        // SAFETY: `i < len` (checked) and the caller owns index `i`.
-        unsafe { *self.ptr.add(i) = v };
+    /// No other thread accesses indices `i .. i + run.len()` during the `matmul` call.
+    unsafe fn write_run(&self, i: usize, run: &[f32]) {
+        assert!(i + run.len() <= self.len, "matmul output run");
+        // SAFETY: in bounds (checked) and owned by the caller; `run` is a local buffer.
+        unsafe { std::ptr::copy_nonoverlapping(run.as_ptr(), self.ptr.add(i), run.len()) };
     }
 }
 
@@ -120,6 +121,16 @@ trait Isa {
         let lanes: [f32; 16] = std::array::from_fn(|l| unsafe { *p.add(l) });
         reduce16(&to_lanes(lay, lanes))
     }
+    /// [`Isa::reduce`] of the 16 consecutive lane sets at `p` into `out`.
+    ///
+    /// # Safety
+    /// The CPU supports the level; `16 · 16` f32 readable at `p`.
+    unsafe fn reduce16x16(lay: Layout, p: *const f32, out: &mut [f32; 16]) {
+        for (i, o) in out.iter_mut().enumerate() {
+            // SAFETY: set `i < 16` is inside the caller's `16 · 16` f32.
+            *o = unsafe { Self::reduce(lay, p.wrapping_add(16 * i)) };
+        }
+    }
 }
 
 /// Defines `$name`, the [`Isa::sweep`] of level module `$m` (its `MR × N` microkernels, `N`
@@ -180,7 +191,7 @@ sweep_fn!(sweep_neon, "neon", neon, [1, 2]);
 
 /// Implements [`Isa`] for `$isa` from level module `$m`'s kernels and `$sweep`.
 macro_rules! isa_impl {
-    ($isa:ident, $m:ident, $widen:ident, $panel:ident, $sweep:ident $(, $reduce:ident, $fused:ident)?) => {
+    ($isa:ident, $m:ident, $widen:ident, $panel:ident, $sweep:ident $(, $reduce:ident, $fused:ident)? $(; { $($extra:tt)* })?) => {
         struct $isa;
         impl Isa for $isa {
             unsafe fn widen(src: &[u16], dst: &mut [f32]) {
@@ -223,6 +234,7 @@ macro_rules! isa_impl {
                 // SAFETY: forwarded from the caller.
                 unsafe { $fused(w, rows, cols, x, tg, st, ahead) }
             })?
+            $($($extra)*)?
         }
     };
 }
@@ -298,7 +310,17 @@ unsafe fn fused_avx2(
     true
 }
 #[cfg(target_arch = "x86_64")]
-isa_impl!(Avx512, avx512, widen_bf16, panel_mx, sweep_avx512);
+isa_impl!(Avx512, avx512, widen_bf16, panel_mx, sweep_avx512; {
+    unsafe fn reduce(lay: Layout, p: *const f32) -> f32 {
+        // SAFETY: AVX-512F implies the AVX2 this needs; 16 f32 at `p` (caller).
+        unsafe { super::avx2::reduce16_at(lay, p) }
+    }
+    unsafe fn reduce16x16(lay: Layout, p: *const f32, out: &mut [f32; 16]) {
+        debug_assert!(matches!(lay, Layout::Natural), "AVX-512 lanes are natural");
+        // SAFETY: forwarded from the caller.
+        unsafe { super::avx512::reduce16x16(p, out) }
+    }
+});
 #[cfg(target_arch = "aarch64")]
 isa_impl!(Neon, neon, widen_bf16, panel_mx, sweep_neon);
 
@@ -467,10 +489,7 @@ impl Job<'_> {
                             unsafe { I::sweep(&wp, nr, x, tg, kc, st, &mut ahead) };
                         }
                     }
-                    for (b, state) in states.chunks(per).enumerate() {
-                        let rb = r0 + b * RB;
-                        self.emit::<I>(rb, RB.min(self.w.rows - rb), tok0, tg, state);
-                    }
+                    self.emit::<I>(r0, tok0, tg, states.chunks(per));
                 }
             })
         })
@@ -541,20 +560,53 @@ impl Job<'_> {
         dst[end - k0..].fill(-0.0);
     }
 
-    /// Reduces the lanes and writes the outputs of rows `r0 .. r0 + nr`, tokens
-    /// `tok0 .. tok0 + tg`.
-    fn emit<I: Isa>(&self, r0: usize, nr: usize, tok0: usize, tg: usize, state: &[f32]) {
-        assert!(state.len() >= nr * tg * 16, "GEMM state length");
-        for rl in 0..nr {
-            for j in 0..tg {
-                let at = (rl * tg + j) * 16;
-                // SAFETY: `at + 16 <= nr·tg·16 <= state.len()` (asserted); the task runs on
-                // a level the CPU supports.
-                let d = unsafe { I::reduce(self.lay, state[at..].as_ptr()) };
-                let v = self.w.finish(r0 + rl, d);
-                // SAFETY: row `r0 + rl` belongs to this task only.
-                unsafe { self.out.write((tok0 + j) * self.w.rows + r0 + rl, v) };
+    /// Reduces the lanes of the task's blocks (`states[b]`: rows `r0 + b·RB ..`) and writes
+    /// their outputs for tokens `tok0 .. tok0 + tg`. The results are staged token-major so
+    /// each token's outputs go out as one run of ≤ `SB · RB`: on AVX-512, 7168 × 1536 at T 32
+    /// spent ~13 % of its time on single stores 28 KB apart and ~10 % in the scalar tree
+    /// (`perf`); with runs and 16 sets per reduction, 1 thread 47 → 63 % of the FMA peak
+    /// (docs/PERFORMANCE.md#session-8-zen-5-gemm-emit-and-mxfp4-prefetch-stream).
+    fn emit<'s, I: Isa>(
+        &self,
+        r0: usize,
+        tok0: usize,
+        tg: usize,
+        states: impl Iterator<Item = &'s [f32]>,
+    ) {
+        let mut staged = [0f32; SB * RB * TG];
+        let mut nrows = 0;
+        for (b, state) in states.enumerate() {
+            let nr = RB.min(self.w.rows - (r0 + b * RB));
+            nrows = b * RB + nr;
+            // Lane set `i` is (row `i / tg`, token `i % tg`); 16 at a time where they can.
+            let sets = nr * tg;
+            assert!(state.len() >= sets * 16, "GEMM state length");
+            let mut d = [0f32; 16];
+            let mut i0 = 0;
+            while i0 < sets {
+                let n = if sets - i0 >= 16 { 16 } else { 1 };
+                let p = state[i0 * 16..].as_ptr();
+                // SAFETY: `(i0 + n)·16 <= sets·16 <= state.len()` (asserted); the task runs
+                // on a level the CPU supports.
+                unsafe {
+                    if n == 16 {
+                        I::reduce16x16(self.lay, p, &mut d);
+                    } else {
+                        d[0] = I::reduce(self.lay, p);
+                    }
+                }
+                for (k, &dk) in d[..n].iter().enumerate() {
+                    let (rl, j) = ((i0 + k) / tg, (i0 + k) % tg);
+                    let r = b * RB + rl;
+                    staged[j * SB * RB + r] = self.w.finish(r0 + r, dk);
+                }
+                i0 += n;
             }
+        }
+        for j in 0..tg {
+            let run = &staged[j * SB * RB..j * SB * RB + nrows];
+            // SAFETY: rows `r0 .. r0 + nrows` belong to this task only.
+            unsafe { self.out.write_run((tok0 + j) * self.w.rows + r0, run) };
         }
     }
 }
