@@ -5,6 +5,9 @@
 //! contract-v1 tree, commit 25e0bac, against this one).
 //!
 //! `cargo run --release -p k3-kernels --example mx_matvec_same_run`
+//!
+//! Self-contained on purpose (its own byte generator instead of `benches/common`, which older
+//! trees lack), so it can be copied into one.
 use k3_kernels::{par_matvec, Matrix};
 use std::hint::black_box;
 use std::time::Instant;
