@@ -71,7 +71,12 @@ fn store16(v: __m512) -> [f32; 16] {
     out
 }
 
-/// Software prefetch distance of the f32 / bf16 / Q8 mat-vec, in weight elements of each row.
+/// Software prefetch distance of the f32 / bf16 / Q8 mat-vec, in weight elements of each row
+/// (one hint per cache line, redirected past a row's end). Measured (`matvec_same_run bf`,
+/// Zen 5, alternate runs): with the redirect the short-row 7168 × 1536 bf16 mat-vec went
+/// 19.5–20.6 → 26.3–27.1 GB/s on 1 thread and 37.7–39.5 → 41.8–45.3 on 2; 12288 × 7168
+/// stayed at 26–27 / 42–51. Distances of 256 / 1024 elements: 21–23 / 28–31 GB/s on 1
+/// thread, but 37–41 / 38–40 on 2.
 const PREFETCH: usize = 512;
 
 /// MXFP4 mat-vec prefetch distance, in bytes past the block's linear position. The `R` rows
@@ -81,8 +86,8 @@ const PREFETCH: usize = 512;
 /// A line of row `k` of the block is hinted before it is read when the distance is at least
 /// `(R − 1)` rows: 12 KB covers 4-row blocks of rows up to 4 KB (8192 columns). (The same
 /// stream for bf16 rows, whose 4-row blocks are 57 KB, hinted rows 1–3 after their use and
-/// measured 10 % slower: those keep `PREFETCH` per row.)
-/// Measured (`mx_matvec_same_run`, 3072 × 3584 from DRAM, alternate runs, Zen 5): one prefetch
+/// measured 10 % slower: those keep per-row hints, [`PREFETCH`].)
+/// Measured (`matvec_same_run mx`, 3072 × 3584 from DRAM, alternate runs, Zen 5): one prefetch
 /// per group in every row 512 B ahead 11.1 / 21.3 GB/s on 1 / 2 threads; one per line 2 KB
 /// ahead 12.4 / 23.3; this stream 1 KB / 2 KB / 4 KB / 8 KB / 12 KB / 32 KB ahead
 /// 11.8 / 12.7 / 16.1 / 18.2 / 19.4 / 18.7 GB/s on 1 thread (≈ 36 on 2 from 8 KB on).
@@ -101,9 +106,16 @@ pub(super) fn rows16<W: Ld16, const R: usize>(ws: [&[W]; R], x: &[f32]) -> [[f32
     while i < full {
         // SAFETY: `i + 16 <= full <= n <= x.len()`.
         let xv = unsafe { f32::ld16(x.as_ptr().add(i)) };
+        // One hint per cache line of each row; past the row's end it points into the same
+        // row of the next block of `R` (a matrix's rows are contiguous; `avx2::rows16`).
+        let ahead = i + PREFETCH;
+        let skip = if ahead < n { 0 } else { (R - 1) * n };
+        let line = (i * size_of::<W>()).is_multiple_of(64);
         for (a, w) in acc.iter_mut().zip(&ws) {
-            // A hint only: the address may lie past the row (never dereferenced).
-            _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(i + PREFETCH).cast());
+            if line {
+                // A hint only: the address may lie past the matrix (never dereferenced).
+                _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(ahead + skip).cast());
+            }
             // SAFETY: `i + 16 <= full <= n <= w.len()`.
             *a = _mm512_fmadd_ps(unsafe { W::ld16(w.as_ptr().add(i)) }, xv, *a);
         }
