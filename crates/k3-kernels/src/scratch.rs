@@ -27,10 +27,13 @@ pub(crate) fn with<T, R>(
 }
 
 /// `len` f32 of `buf` starting at a 64-byte boundary (so vector loads never split a cache
-/// line), all set to `fill`.
-pub(crate) fn aligned(buf: &mut Vec<f32>, len: usize, fill: f32) -> &mut [f32] {
-    buf.clear();
-    buf.resize(len + 16, fill);
+/// line), holding whatever an earlier use left (zeros where it grows): for callers that
+/// write every element before they read it (not clearing saved the GEMM ~3 % of its time:
+/// 64 KB of lane state per task).
+pub(crate) fn aligned_any(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if buf.len() < len + 16 {
+        buf.resize(len + 16, 0.0);
+    }
     let off = buf.as_ptr().align_offset(64).min(16);
     &mut buf[off..off + len]
 }
@@ -55,13 +58,14 @@ mod tests {
     }
 
     #[test]
-    fn aligned_slices_start_on_a_cache_line() {
+    fn aligned_slices_start_on_a_cache_line_and_keep_their_contents() {
         let mut v = Vec::new();
-        for len in [0, 1, 100, 4096] {
-            let s = aligned(&mut v, len, -0.0);
+        for len in [0, 1, 100, 4096, 50] {
+            let s = aligned_any(&mut v, len);
             assert_eq!(s.len(), len);
             assert_eq!(s.as_ptr() as usize % 64, 0);
-            assert!(s.iter().all(|x| x.to_bits() == (-0f32).to_bits()));
+            s.fill(7.0);
         }
+        assert!(aligned_any(&mut v, 60).iter().all(|&x| x == 7.0));
     }
 }

@@ -229,13 +229,17 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     kc: usize,
     st: *mut f32,
     ss: usize,
+    fresh: bool,
 ) {
     let mut acc = [[[_mm256_setzero_ps(); 2]; N]; M];
-    for (r, ar) in acc.iter_mut().enumerate() {
-        for (t, a) in ar.iter_mut().enumerate() {
-            let s = st.wrapping_add(r * ss + 16 * t);
-            // SAFETY: 16 readable f32 at `s` (caller).
-            *a = unsafe { f32::ld16(s) };
+    // A fresh state (the first chunk) starts at +0, the lanes' initial value.
+    if !fresh {
+        for (r, ar) in acc.iter_mut().enumerate() {
+            for (t, a) in ar.iter_mut().enumerate() {
+                let s = st.wrapping_add(r * ss + 16 * t);
+                // SAFETY: 16 readable f32 at `s` (caller).
+                *a = unsafe { f32::ld16(s) };
+            }
         }
     }
     let mut k = 0;

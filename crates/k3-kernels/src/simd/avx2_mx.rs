@@ -199,18 +199,22 @@ pub(super) unsafe fn fused<const N: usize>(
     x: *const f32,
     xs: usize,
     st: *mut f32,
+    fresh: bool,
 ) {
     let groups = scales.len().min(packed.len() / 16);
     let k = consts();
     let mut acc = [[_mm256_setzero_ps(); 2]; N];
-    for (t, a) in acc.iter_mut().enumerate() {
-        // SAFETY: 16 readable f32 at `st + 16t` (caller).
-        unsafe {
-            *a = [
-                _mm256_loadu_ps(st.add(16 * t)),
-                _mm256_loadu_ps(st.add(16 * t + 8)),
-            ]
-        };
+    // A fresh state (the first chunk) starts at +0, the lanes' initial value.
+    if !fresh {
+        for (t, a) in acc.iter_mut().enumerate() {
+            // SAFETY: 16 readable f32 at `st + 16t` (caller).
+            unsafe {
+                *a = [
+                    _mm256_loadu_ps(st.add(16 * t)),
+                    _mm256_loadu_ps(st.add(16 * t + 8)),
+                ]
+            };
+        }
     }
     for (g, &s) in scales[..groups].iter().enumerate() {
         // SAFETY: `g < groups`: 16 code bytes at `16g` (checked above).

@@ -79,12 +79,14 @@ trait Isa {
     unsafe fn panel_mx(packed: &[u8], scales: &[u8], dst: &mut [f32]);
     /// Adds one column chunk (`kc`, a multiple of 16) of the weight rows `w[0 .. nr]` (rows
     /// `nr .. RB` may repeat the last) to the lanes of those rows × `tg` tokens: token `j` is
-    /// read at `x + j·XS`, the lanes of (row `r`, token `j`) live at `st + (r·tg + j)·16`.
+    /// read at `x + j·XS`, the lanes of (row `r`, token `j`) live at `st + (r·tg + j)·16`;
+    /// `fresh` (the first chunk): the lanes start at +0 and the state is only written.
     ///
     /// # Safety
     /// The CPU supports the level; `1 <= nr <= RB`; `kc` f32 readable at every `w[r]` and at
     /// every `x + j·XS` (`j < tg`); `RB · tg · 16` f32 readable and writable at `st`,
     /// overlapping no input.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn sweep(
         w: &[*const f32; RB],
         nr: usize,
@@ -92,6 +94,7 @@ trait Isa {
         tg: usize,
         kc: usize,
         st: *mut f32,
+        fresh: bool,
         ahead: &mut Ahead,
     );
     /// Adds columns `k0 .. k0 + kc` of the MXFP4 rows `rb .. rb + nr` of `w` to their lanes
@@ -101,6 +104,7 @@ trait Isa {
     ///
     /// # Safety
     /// As [`Isa::sweep`] (`kc` f32 at every `x + j·XS`, the block's `RB · tg` lanes at `st`).
+    #[allow(clippy::too_many_arguments)]
     unsafe fn fused_mx(
         _w: &Matrix,
         _rows: (usize, usize),
@@ -108,6 +112,7 @@ trait Isa {
         _x: *const f32,
         _tg: usize,
         _st: *mut f32,
+        _fresh: bool,
         _ahead: &mut Ahead,
     ) -> bool {
         false
@@ -142,6 +147,7 @@ macro_rules! sweep_fn {
         /// # Safety
         /// See [`Isa::sweep`].
         #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
         unsafe fn $name(
             w: &[*const f32; RB],
             nr: usize,
@@ -149,6 +155,7 @@ macro_rules! sweep_fn {
             tg: usize,
             kc: usize,
             st: *mut f32,
+            fresh: bool,
             ahead: &mut Ahead,
         ) {
             const MR: usize = super::$m::MR;
@@ -170,7 +177,7 @@ macro_rules! sweep_fn {
                             // SAFETY: rows `rb .. rb + MR <= RB` (RB is a multiple of MR) and
                             // tokens `tb0 .. tb0 + nt <= tg` are inside the caller's
                             // guarantees; the state slots of distinct (row, token) differ.
-                            unsafe { super::$m::micro::<MR, $n>(wr, xp, XS, kc, sp, tg * 16) }
+                            unsafe { super::$m::micro::<MR, $n>(wr, xp, XS, kc, sp, tg * 16, fresh) }
                         })+
                         _ => {}
                     }
@@ -213,10 +220,11 @@ macro_rules! isa_impl {
                 tg: usize,
                 kc: usize,
                 st: *mut f32,
+                fresh: bool,
                 ahead: &mut Ahead,
             ) {
                 // SAFETY: forwarded from the caller.
-                unsafe { $sweep(w, nr, x, tg, kc, st, ahead) }
+                unsafe { $sweep(w, nr, x, tg, kc, st, fresh, ahead) }
             }
             $(unsafe fn reduce(lay: Layout, p: *const f32) -> f32 {
                 // SAFETY: forwarded from the caller.
@@ -229,10 +237,11 @@ macro_rules! isa_impl {
                 x: *const f32,
                 tg: usize,
                 st: *mut f32,
+                fresh: bool,
                 ahead: &mut Ahead,
             ) -> bool {
                 // SAFETY: forwarded from the caller.
-                unsafe { $fused(w, rows, cols, x, tg, st, ahead) }
+                unsafe { $fused(w, rows, cols, x, tg, st, fresh, ahead) }
             })?
             $($($extra)*)?
         }
@@ -266,6 +275,7 @@ const FUSED_MAX_T: usize = 8;
 /// See [`Isa::fused_mx`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn fused_avx2(
     w: &Matrix,
     (rb, nr): (usize, usize),
@@ -273,6 +283,7 @@ unsafe fn fused_avx2(
     x: *const f32,
     tg: usize,
     st: *mut f32,
+    fresh: bool,
     ahead: &mut Ahead,
 ) -> bool {
     use super::avx2_mx::{fused, FUSED_TB};
@@ -298,10 +309,10 @@ unsafe fn fused_avx2(
             // caller's guarantees (`kc` f32 at every `x + j·XS`, the block's state slots).
             unsafe {
                 match n {
-                    1 => fused::<1>(p, s, xp, XS, sp),
-                    2 => fused::<2>(p, s, xp, XS, sp),
-                    3 => fused::<3>(p, s, xp, XS, sp),
-                    _ => fused::<4>(p, s, xp, XS, sp),
+                    1 => fused::<1>(p, s, xp, XS, sp, fresh),
+                    2 => fused::<2>(p, s, xp, XS, sp, fresh),
+                    3 => fused::<3>(p, s, xp, XS, sp, fresh),
+                    _ => fused::<4>(p, s, xp, XS, sp, fresh),
                 }
             }
             t0 += n;
@@ -338,11 +349,12 @@ pub(crate) fn kind_of(w: &Matrix) -> Kind {
 /// token `j` at `(c·t + j)·XS`, columns `c·KC ..` in `lay`, `+0` beyond `cols`.
 fn pack_x<'b>(lay: Layout, x: &[f32], t: usize, cols: usize, buf: &'b mut Vec<f32>) -> &'b [f32] {
     let chunks = cols.div_ceil(KC);
-    let xs = scratch::aligned(buf, chunks * t * XS, 0.0);
+    let xs = scratch::aligned_any(buf, chunks * t * XS);
     xs.par_chunks_mut(t * XS).enumerate().for_each(|(c, dst)| {
         let (k0, end) = (c * KC, cols.min(c * KC + KC));
         for (j, d) in dst.chunks_mut(XS).enumerate() {
             copy_in_layout(lay, &x[j * cols + k0..j * cols + end], &mut d[..end - k0]);
+            d[end - k0..].fill(0.0);
         }
     });
     xs
@@ -454,11 +466,13 @@ impl Job<'_> {
         let blocks = sb.min((self.w.rows - r0).div_ceil(RB));
         scratch::with(&scratch::PANEL, |pbuf| {
             scratch::with(&scratch::STATE, |sbuf| {
-                let panel = scratch::aligned(pbuf, RB * XS, 0.0);
+                // Every panel row is filled before it is read; the state's first chunk
+                // writes it fresh (`Isa::sweep`), so neither is cleared.
+                let panel = scratch::aligned_any(pbuf, RB * XS);
                 for tok0 in (0..self.t).step_by(TG) {
                     let tg = TG.min(self.t - tok0);
                     let per = RB * tg * 16;
-                    let states = scratch::aligned(sbuf, blocks * per, 0.0);
+                    let states = scratch::aligned_any(sbuf, blocks * per);
                     for (c, k0) in (0..self.k16).step_by(KC).enumerate() {
                         let kc = KC.min(self.k16 - k0);
                         let xoff = (c * self.t + tok0) * XS;
@@ -468,10 +482,11 @@ impl Job<'_> {
                             let rb = r0 + b * RB;
                             let nr = RB.min(self.w.rows - rb);
                             let mut ahead = self.next_chunk(r0, b, blocks, k0);
-                            let st = state.as_mut_ptr();
+                            let (st, fresh) = (state.as_mut_ptr(), c == 0);
                             // SAFETY: as below; `k0 + kc <= cols` for MXFP4 (whole groups).
                             if unsafe {
-                                I::fused_mx(self.w, (rb, nr), (k0, kc), x, tg, st, &mut ahead)
+                                let cols = (k0, kc);
+                                I::fused_mx(self.w, (rb, nr), cols, x, tg, st, fresh, &mut ahead)
                             } {
                                 continue;
                             }
@@ -486,7 +501,7 @@ impl Job<'_> {
                             // so `kc` f32 are readable at every panel row (`RB · XS` long) and
                             // at every `x + j·XS`, `j < tg` (asserted); `state` holds
                             // `RB · tg` lanes.
-                            unsafe { I::sweep(&wp, nr, x, tg, kc, st, &mut ahead) };
+                            unsafe { I::sweep(&wp, nr, x, tg, kc, st, fresh, &mut ahead) };
                         }
                     }
                     self.emit::<I>(r0, tok0, tg, states.chunks(per));
