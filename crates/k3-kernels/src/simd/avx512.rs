@@ -201,7 +201,7 @@ unsafe fn decode_vbmi(codes: *const u8, s: u8, _table: __m512) -> [__m512; 2] {
 
 /// Whether the CPU has AVX-512 VBMI (cached by `std`).
 #[inline]
-fn has_vbmi() -> bool {
+pub(super) fn has_vbmi() -> bool {
     is_x86_feature_detected!("avx512vbmi")
 }
 
@@ -440,6 +440,66 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
             let s = st.wrapping_add(r * ss + 16 * t);
             // SAFETY: 16 writable f32 at `s`, not aliased (caller).
             unsafe { _mm512_storeu_ps(s, a) };
+        }
+    }
+}
+
+/// Most tokens per fused MXFP4 GEMM tile call ([`micro_mx`]).
+pub(super) const MX_TB: usize = 4;
+
+/// The fused MXFP4 GEMM tile: `M` rows decoded in registers by the VBMI decoder (no panel)
+/// and added to the lanes of `N` tokens, as [`micro`] adds panel rows: lane `l` of (row `r`,
+/// token `t`) takes element `32g + l`, then `32g + 16 + l`, group after group, so the same
+/// FMAs in the same order. Each row's group is decoded once per call of up to [`MX_TB`]
+/// tokens; the panel's stores and reloads are gone.
+///
+/// # Safety
+/// The CPU has AVX-512F and VBMI; `16 · groups` bytes readable at every `packed[r]` and
+/// `groups` at every `scales[r]`; `32 · groups` f32 readable at every `x + t·xs`; the state
+/// slots as in `avx2::micro` (written only when `fresh`).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx512f,avx512vbmi,avx2,fma")]
+pub(super) unsafe fn micro_mx<const M: usize, const N: usize>(
+    packed: [*const u8; M],
+    scales: [*const u8; M],
+    groups: usize,
+    x: *const f32,
+    xs: usize,
+    st: *mut f32,
+    ss: usize,
+    fresh: bool,
+) {
+    let mut acc = [[_mm512_setzero_ps(); N]; M];
+    // A fresh state (the first chunk) starts at +0, the lanes' initial value.
+    if !fresh {
+        for (r, ar) in acc.iter_mut().enumerate() {
+            for (t, a) in ar.iter_mut().enumerate() {
+                // SAFETY: 16 readable f32 at every state slot (caller).
+                *a = unsafe { _mm512_loadu_ps(st.wrapping_add(r * ss + 16 * t)) };
+            }
+        }
+    }
+    let unused = _mm512_setzero_ps();
+    for g in 0..groups {
+        // SAFETY: `g < groups`: 16 code bytes and one scale byte of group `g` (caller).
+        let wv: [[__m512; 2]; M] = std::array::from_fn(|r| unsafe {
+            decode_vbmi(packed[r].add(16 * g), *scales[r].add(g), unused)
+        });
+        for t in 0..N {
+            let xt = x.wrapping_add(t * xs + GROUP * g);
+            // SAFETY: `32g + 32 <= 32 · groups` f32 readable at `x + t·xs` (caller).
+            let xv = unsafe { [_mm512_loadu_ps(xt), _mm512_loadu_ps(xt.add(16))] };
+            for (ar, w) in acc.iter_mut().zip(&wv) {
+                ar[t] = _mm512_fmadd_ps(w[0], xv[0], ar[t]);
+                ar[t] = _mm512_fmadd_ps(w[1], xv[1], ar[t]);
+            }
+        }
+    }
+    for (r, ar) in acc.iter().enumerate() {
+        for (t, &a) in ar.iter().enumerate() {
+            // SAFETY: 16 writable f32 at every state slot, not aliased (caller).
+            unsafe { _mm512_storeu_ps(st.wrapping_add(r * ss + 16 * t), a) };
         }
     }
 }

@@ -320,8 +320,86 @@ unsafe fn fused_avx2(
     }
     true
 }
+/// Most tokens for which the AVX-512 MXFP4 GEMM decodes in registers ([`fused_avx512`]).
+#[cfg(target_arch = "x86_64")]
+const FUSED512_MAX_T: usize = 8;
+
+/// [`Isa::fused_mx`] on AVX-512 with VBMI: the block's rows 4 at a time through
+/// `avx512::micro_mx`, ≤ 4 tokens per call, when `tg <= FUSED512_MAX_T`.
+///
+/// # Safety
+/// See [`Isa::fused_mx`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn fused_avx512(
+    w: &Matrix,
+    (rb, nr): (usize, usize),
+    (k0, kc): (usize, usize),
+    x: *const f32,
+    tg: usize,
+    st: *mut f32,
+    fresh: bool,
+    ahead: &mut Ahead,
+) -> bool {
+    use super::avx512::{has_vbmi, micro_mx, MX_TB};
+    let MatrixData::Mxfp4 { packed, scales } = w.data else {
+        return false;
+    };
+    if tg > FUSED512_MAX_T || !has_vbmi() {
+        return false;
+    }
+    let (c, groups) = (w.cols, kc / GROUP);
+    let per = ahead
+        .lines()
+        .div_ceil(tg.div_ceil(MX_TB) * nr.div_ceil(4))
+        .max(1);
+    for rg in (0..nr).step_by(4) {
+        // Rows past `nr` repeat the last (their lanes land in unused slots of the block).
+        let rows: [usize; 4] = std::array::from_fn(|i| rb + (rg + i).min(nr - 1));
+        let p = rows.map(|r| packed[(r * c + k0) / 2..(r * c + k0 + kc) / 2].as_ptr());
+        let s = rows.map(|r| scales[(r * c + k0) / GROUP..(r * c + k0 + kc) / GROUP].as_ptr());
+        let mut t0 = 0;
+        while t0 < tg {
+            ahead.step(per);
+            let n = (tg - t0).min(MX_TB);
+            let (xp, sp) = (
+                x.wrapping_add(t0 * XS),
+                st.wrapping_add((rg * tg + t0) * 16),
+            );
+            // SAFETY: VBMI detected; the slices above hold `groups` groups of every row;
+            // tokens `t0 .. t0 + n <= tg` and rows `rg .. rg + 4 <= RB` are inside the
+            // caller's guarantees (`kc` f32 at every `x + j·XS`, the block's state slots).
+            unsafe {
+                match n {
+                    1 => micro_mx::<4, 1>(p, s, groups, xp, XS, sp, tg * 16, fresh),
+                    2 => micro_mx::<4, 2>(p, s, groups, xp, XS, sp, tg * 16, fresh),
+                    3 => micro_mx::<4, 3>(p, s, groups, xp, XS, sp, tg * 16, fresh),
+                    _ => micro_mx::<4, 4>(p, s, groups, xp, XS, sp, tg * 16, fresh),
+                }
+            }
+            t0 += n;
+        }
+    }
+    true
+}
+
 #[cfg(target_arch = "x86_64")]
 isa_impl!(Avx512, avx512, widen_bf16, panel_mx, sweep_avx512; {
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn fused_mx(
+        w: &Matrix,
+        rows: (usize, usize),
+        cols: (usize, usize),
+        x: *const f32,
+        tg: usize,
+        st: *mut f32,
+        fresh: bool,
+        ahead: &mut Ahead,
+    ) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { fused_avx512(w, rows, cols, x, tg, st, fresh, ahead) }
+    }
     unsafe fn reduce(lay: Layout, p: *const f32) -> f32 {
         // SAFETY: AVX-512F implies the AVX2 this needs; 16 f32 at `p` (caller).
         unsafe { super::avx2::reduce16_at(lay, p) }
