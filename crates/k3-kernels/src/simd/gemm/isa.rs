@@ -1,0 +1,365 @@
+//! The GEMM's per-level kernels behind one trait ([`Isa`]): panel fills (widen, MXFP4
+//! decode), the microkernel sweep over a panel, the fused small-T MXFP4 tiles and the lane
+//! tree. `simd::gemm` drives them (docs/NUMERICS.md#gemm).
+
+use super::{Ahead, RB, XS};
+use crate::dot::reduce16;
+use crate::matrix::Matrix;
+#[cfg(target_arch = "x86_64")]
+use crate::matrix::MatrixData;
+#[cfg(target_arch = "x86_64")]
+use crate::mxfp4::GROUP;
+use crate::simd::{to_lanes, Layout};
+
+/// A level's GEMM kernels.
+pub(super) trait Isa {
+    /// Widens bf16 bits (`src.len()` a multiple of 16) into `dst`.
+    ///
+    /// # Safety
+    /// The CPU supports the level.
+    unsafe fn widen(src: &[u16], dst: &mut [f32]);
+    /// Widens int8 values (`src.len()` a multiple of 16) into `dst`.
+    ///
+    /// # Safety
+    /// The CPU supports the level.
+    unsafe fn widen_q8(src: &[i8], dst: &mut [f32]);
+    /// Decodes whole MXFP4 groups into `dst` in the level's MXFP4 layout.
+    ///
+    /// # Safety
+    /// The CPU supports the level.
+    unsafe fn panel_mx(packed: &[u8], scales: &[u8], dst: &mut [f32]);
+    /// Adds one column chunk (`kc`, a multiple of 16) of the weight rows `w[0 .. nr]` (rows
+    /// `nr .. RB` may repeat the last) to the lanes of those rows × `tg` tokens: token `j` is
+    /// read at `x + j·XS`, the lanes of (row `r`, token `j`) live at `st + (r·tg + j)·16`;
+    /// `fresh` (the first chunk): the lanes start at +0 and the state is only written.
+    ///
+    /// # Safety
+    /// The CPU supports the level; `1 <= nr <= RB`; `kc` f32 readable at every `w[r]` and at
+    /// every `x + j·XS` (`j < tg`); `RB · tg · 16` f32 readable and writable at `st`,
+    /// overlapping no input.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sweep(
+        w: &[*const f32; RB],
+        nr: usize,
+        x: *const f32,
+        tg: usize,
+        kc: usize,
+        st: *mut f32,
+        fresh: bool,
+        ahead: &mut Ahead,
+    );
+    /// Adds columns `k0 .. k0 + kc` of the MXFP4 rows `rb .. rb + nr` of `w` to their lanes
+    /// (as [`Isa::sweep`]) straight from the packed bytes, without a panel, when the level
+    /// has a fused tile and `tg` is small enough for it to win; `false` (nothing done)
+    /// otherwise.
+    ///
+    /// # Safety
+    /// As [`Isa::sweep`] (`kc` f32 at every `x + j·XS`, the block's `RB · tg` lanes at `st`).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn fused_mx(
+        _w: &Matrix,
+        _rows: (usize, usize),
+        _cols: (usize, usize),
+        _x: *const f32,
+        _tg: usize,
+        _st: *mut f32,
+        _fresh: bool,
+        _ahead: &mut Ahead,
+    ) -> bool {
+        false
+    }
+    /// `reduce16(to_lanes(lay, lanes))` of the 16 register-order lanes at `p`.
+    ///
+    /// # Safety
+    /// The CPU supports the level; 16 f32 readable at `p`.
+    unsafe fn reduce(lay: Layout, p: *const f32) -> f32 {
+        // SAFETY: 16 readable f32 at `p` (caller).
+        let lanes: [f32; 16] = std::array::from_fn(|l| unsafe { *p.add(l) });
+        reduce16(&to_lanes(lay, lanes))
+    }
+    /// [`Isa::reduce`] of the 16 consecutive lane sets at `p` into `out`.
+    ///
+    /// # Safety
+    /// The CPU supports the level; `16 · 16` f32 readable at `p`.
+    unsafe fn reduce16x16(lay: Layout, p: *const f32, out: &mut [f32; 16]) {
+        for (i, o) in out.iter_mut().enumerate() {
+            // SAFETY: set `i < 16` is inside the caller's `16 · 16` f32.
+            *o = unsafe { Self::reduce(lay, p.wrapping_add(16 * i)) };
+        }
+    }
+}
+
+/// Defines `$name`, the [`Isa::sweep`] of level module `$m` (its `MR × N` microkernels, `N`
+/// up to its `TB`), compiled with the level's features so the microkernels inline.
+macro_rules! sweep_fn {
+    ($name:ident, $feat:literal, $m:ident, [$($n:literal),+]) => {
+        /// See [`Isa::sweep`].
+        ///
+        /// # Safety
+        /// See [`Isa::sweep`].
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name(
+            w: &[*const f32; RB],
+            nr: usize,
+            x: *const f32,
+            tg: usize,
+            kc: usize,
+            st: *mut f32,
+            fresh: bool,
+            ahead: &mut Ahead,
+        ) {
+            const MR: usize = crate::simd::$m::MR;
+            // The prefetches are spread over every microkernel call of the sweep.
+            let calls = tg.div_ceil(crate::simd::$m::TB) * nr.div_ceil(MR);
+            let per = ahead.lines().div_ceil(calls).max(1);
+            let mut tb0 = 0;
+            while tb0 < tg {
+                let nt = (tg - tb0).min(crate::simd::$m::TB);
+                let xp = x.wrapping_add(tb0 * XS);
+                let mut rb = 0;
+                while rb < nr {
+                    ahead.step(per);
+                    let mut wr = [w[0]; MR];
+                    wr.copy_from_slice(&w[rb..rb + MR]);
+                    let sp = st.wrapping_add((rb * tg + tb0) * 16);
+                    match nt {
+                        $($n => {
+                            // SAFETY: rows `rb .. rb + MR <= RB` (RB is a multiple of MR) and
+                            // tokens `tb0 .. tb0 + nt <= tg` are inside the caller's
+                            // guarantees; the state slots of distinct (row, token) differ.
+                            unsafe { crate::simd::$m::micro::<MR, $n>(wr, xp, XS, kc, sp, tg * 16, fresh) }
+                        })+
+                        _ => {}
+                    }
+                    rb += MR;
+                }
+                tb0 += nt;
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+sweep_fn!(sweep_avx2, "avx2,fma", avx2, [1, 2, 3]);
+#[cfg(target_arch = "x86_64")]
+sweep_fn!(sweep_avx512, "avx512f,avx2,fma", avx512, [1, 2, 3, 4]);
+#[cfg(target_arch = "aarch64")]
+sweep_fn!(sweep_neon, "neon", neon, [1, 2]);
+
+/// Implements [`Isa`] for `$isa` from level module `$m`'s kernels and `$sweep`.
+macro_rules! isa_impl {
+    ($isa:ident, $m:ident, $widen:ident, $panel:ident, $sweep:ident $(, $reduce:ident, $fused:ident)? $(; { $($extra:tt)* })?) => {
+        pub(super) struct $isa;
+        impl Isa for $isa {
+            unsafe fn widen(src: &[u16], dst: &mut [f32]) {
+                // SAFETY: the caller guarantees the level's features.
+                unsafe { crate::simd::$m::$widen(src, dst) }
+            }
+            unsafe fn widen_q8(src: &[i8], dst: &mut [f32]) {
+                // SAFETY: the caller guarantees the level's features.
+                unsafe { crate::simd::$m::widen_q8(src, dst) }
+            }
+            unsafe fn panel_mx(packed: &[u8], scales: &[u8], dst: &mut [f32]) {
+                // SAFETY: the caller guarantees the level's features.
+                unsafe { crate::simd::$m::$panel(packed, scales, dst) }
+            }
+            unsafe fn sweep(
+                w: &[*const f32; RB],
+                nr: usize,
+                x: *const f32,
+                tg: usize,
+                kc: usize,
+                st: *mut f32,
+                fresh: bool,
+                ahead: &mut Ahead,
+            ) {
+                // SAFETY: forwarded from the caller.
+                unsafe { $sweep(w, nr, x, tg, kc, st, fresh, ahead) }
+            }
+            $(unsafe fn reduce(lay: Layout, p: *const f32) -> f32 {
+                // SAFETY: forwarded from the caller.
+                unsafe { crate::simd::$m::$reduce(lay, p) }
+            }
+            unsafe fn fused_mx(
+                w: &Matrix,
+                rows: (usize, usize),
+                cols: (usize, usize),
+                x: *const f32,
+                tg: usize,
+                st: *mut f32,
+                fresh: bool,
+                ahead: &mut Ahead,
+            ) -> bool {
+                // SAFETY: forwarded from the caller.
+                unsafe { $fused(w, rows, cols, x, tg, st, fresh, ahead) }
+            })?
+            $($($extra)*)?
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+isa_impl!(
+    Avx2,
+    avx2,
+    widen_bf16,
+    panel_mx,
+    sweep_avx2,
+    reduce16_at,
+    fused_avx2
+);
+
+/// Most tokens for which the AVX2 MXFP4 GEMM decodes in registers ([`fused_avx2`]) rather
+/// than into a panel: the tile decodes each row once per 4 tokens but saves the panel's
+/// stores and reloads. Measured (`gemm_cpu_time mxs`/`mx`, 3072 × 3584, alternate runs):
+/// T 3–4 +15–60 % (1 and 2 threads), T 8 +10–60 % (1 thread; level on 2), T 16 7–15 %
+/// slower.
+/// At released scale a prompt's expert groups average ~5 tokens (16 of 896 experts).
+#[cfg(target_arch = "x86_64")]
+const FUSED_MAX_T: usize = 8;
+
+/// [`Isa::fused_mx`] on AVX2: every row of the block through `avx2_mx::fused`, ≤ 4 tokens at a
+/// time, when `tg <= FUSED_MAX_T`.
+///
+/// # Safety
+/// See [`Isa::fused_mx`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn fused_avx2(
+    w: &Matrix,
+    (rb, nr): (usize, usize),
+    (k0, kc): (usize, usize),
+    x: *const f32,
+    tg: usize,
+    st: *mut f32,
+    fresh: bool,
+    ahead: &mut Ahead,
+) -> bool {
+    use crate::simd::avx2_mx::{fused, FUSED_TB};
+    let MatrixData::Mxfp4 { packed, scales } = w.data else {
+        return false;
+    };
+    if tg > FUSED_MAX_T {
+        return false;
+    }
+    let per = ahead.lines().div_ceil(nr).max(1);
+    for r in rb..rb + nr {
+        ahead.step(per);
+        let (a, b) = (r * w.cols + k0, r * w.cols + k0 + kc);
+        let (p, s) = (&packed[a / 2..b / 2], &scales[a / GROUP..b / GROUP]);
+        let mut t0 = 0;
+        while t0 < tg {
+            let n = (tg - t0).min(FUSED_TB);
+            let (xp, sp) = (
+                x.wrapping_add(t0 * XS),
+                st.wrapping_add(((r - rb) * tg + t0) * 16),
+            );
+            // SAFETY: tokens `t0 .. t0 + n <= tg` and row `r - rb < nr` are inside the
+            // caller's guarantees (`kc` f32 at every `x + j·XS`, the block's state slots).
+            unsafe {
+                match n {
+                    1 => fused::<1>(p, s, xp, XS, sp, fresh),
+                    2 => fused::<2>(p, s, xp, XS, sp, fresh),
+                    3 => fused::<3>(p, s, xp, XS, sp, fresh),
+                    _ => fused::<4>(p, s, xp, XS, sp, fresh),
+                }
+            }
+            t0 += n;
+        }
+    }
+    true
+}
+/// Most tokens for which the AVX-512 MXFP4 GEMM decodes in registers ([`fused_avx512`]).
+#[cfg(target_arch = "x86_64")]
+const FUSED512_MAX_T: usize = 8;
+
+/// [`Isa::fused_mx`] on AVX-512 with VBMI: the block's rows 4 at a time through
+/// `avx512::micro_mx`, ≤ 4 tokens per call, when `tg <= FUSED512_MAX_T`.
+///
+/// # Safety
+/// See [`Isa::fused_mx`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn fused_avx512(
+    w: &Matrix,
+    (rb, nr): (usize, usize),
+    (k0, kc): (usize, usize),
+    x: *const f32,
+    tg: usize,
+    st: *mut f32,
+    fresh: bool,
+    ahead: &mut Ahead,
+) -> bool {
+    use crate::simd::avx512::{has_vbmi, micro_mx, MX_TB};
+    let MatrixData::Mxfp4 { packed, scales } = w.data else {
+        return false;
+    };
+    if tg > FUSED512_MAX_T || !has_vbmi() {
+        return false;
+    }
+    let (c, groups) = (w.cols, kc / GROUP);
+    let per = ahead
+        .lines()
+        .div_ceil(tg.div_ceil(MX_TB) * nr.div_ceil(4))
+        .max(1);
+    for rg in (0..nr).step_by(4) {
+        // Rows past `nr` repeat the last (their lanes land in unused slots of the block).
+        let rows: [usize; 4] = std::array::from_fn(|i| rb + (rg + i).min(nr - 1));
+        let p = rows.map(|r| packed[(r * c + k0) / 2..(r * c + k0 + kc) / 2].as_ptr());
+        let s = rows.map(|r| scales[(r * c + k0) / GROUP..(r * c + k0 + kc) / GROUP].as_ptr());
+        let mut t0 = 0;
+        while t0 < tg {
+            ahead.step(per);
+            let n = (tg - t0).min(MX_TB);
+            let (xp, sp) = (
+                x.wrapping_add(t0 * XS),
+                st.wrapping_add((rg * tg + t0) * 16),
+            );
+            // SAFETY: VBMI detected; the slices above hold `groups` groups of every row;
+            // tokens `t0 .. t0 + n <= tg` and rows `rg .. rg + 4 <= RB` are inside the
+            // caller's guarantees (`kc` f32 at every `x + j·XS`, the block's state slots).
+            unsafe {
+                match n {
+                    1 => micro_mx::<4, 1>(p, s, groups, xp, XS, sp, tg * 16, fresh),
+                    2 => micro_mx::<4, 2>(p, s, groups, xp, XS, sp, tg * 16, fresh),
+                    3 => micro_mx::<4, 3>(p, s, groups, xp, XS, sp, tg * 16, fresh),
+                    _ => micro_mx::<4, 4>(p, s, groups, xp, XS, sp, tg * 16, fresh),
+                }
+            }
+            t0 += n;
+        }
+    }
+    true
+}
+
+#[cfg(target_arch = "x86_64")]
+isa_impl!(Avx512, avx512, widen_bf16, panel_mx, sweep_avx512; {
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn fused_mx(
+        w: &Matrix,
+        rows: (usize, usize),
+        cols: (usize, usize),
+        x: *const f32,
+        tg: usize,
+        st: *mut f32,
+        fresh: bool,
+        ahead: &mut Ahead,
+    ) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { fused_avx512(w, rows, cols, x, tg, st, fresh, ahead) }
+    }
+    unsafe fn reduce(lay: Layout, p: *const f32) -> f32 {
+        // SAFETY: AVX-512F implies the AVX2 this needs; 16 f32 at `p` (caller).
+        unsafe { crate::simd::avx2::reduce16_at(lay, p) }
+    }
+    unsafe fn reduce16x16(lay: Layout, p: *const f32, out: &mut [f32; 16]) {
+        debug_assert!(matches!(lay, Layout::Natural), "AVX-512 lanes are natural");
+        // SAFETY: forwarded from the caller.
+        unsafe { crate::simd::avx512::reduce16x16(p, out) }
+    }
+});
+#[cfg(target_arch = "aarch64")]
+isa_impl!(Neon, neon, widen_bf16, panel_mx, sweep_neon);
