@@ -392,6 +392,50 @@ pub(super) const MR: usize = 4;
 /// Most tokens per GEMM microkernel call (16 accumulators + 4 weight vectors of 32 `zmm`).
 pub(super) const TB: usize = 4;
 
+/// The lanes of `M` rows × `N` tokens from the GEMM state (slot of (row `r`, token `t`) at
+/// `st + r·ss + 16t`); a `fresh` state (the first chunk) starts at +0, the lanes' initial
+/// value, and is not read.
+///
+/// # Safety
+/// The CPU has AVX-512F; unless `fresh`, 16 readable f32 at every slot.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn load_state<const M: usize, const N: usize>(
+    st: *const f32,
+    ss: usize,
+    fresh: bool,
+) -> [[__m512; N]; M] {
+    let mut acc = [[_mm512_setzero_ps(); N]; M];
+    if !fresh {
+        for (r, ar) in acc.iter_mut().enumerate() {
+            for (t, a) in ar.iter_mut().enumerate() {
+                // SAFETY: 16 readable f32 at the slot (caller).
+                *a = unsafe { _mm512_loadu_ps(st.wrapping_add(r * ss + 16 * t)) };
+            }
+        }
+    }
+    acc
+}
+
+/// Stores the lanes back to their slots ([`load_state`]'s layout).
+///
+/// # Safety
+/// The CPU has AVX-512F; 16 writable f32 at every slot, not aliased.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn store_state<const M: usize, const N: usize>(
+    acc: &[[__m512; N]; M],
+    st: *mut f32,
+    ss: usize,
+) {
+    for (r, ar) in acc.iter().enumerate() {
+        for (t, &a) in ar.iter().enumerate() {
+            // SAFETY: 16 writable f32 at the slot (caller).
+            unsafe { _mm512_storeu_ps(st.wrapping_add(r * ss + 16 * t), a) };
+        }
+    }
+}
+
 /// The GEMM microkernel (contract and safety as `avx2::micro`, with AVX-512F).
 ///
 /// # Safety
@@ -407,17 +451,8 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     ss: usize,
     fresh: bool,
 ) {
-    let mut acc = [[_mm512_setzero_ps(); N]; M];
-    // A fresh state (the first chunk) starts at +0, the lanes' initial value.
-    if !fresh {
-        for (r, ar) in acc.iter_mut().enumerate() {
-            for (t, a) in ar.iter_mut().enumerate() {
-                let s = st.wrapping_add(r * ss + 16 * t);
-                // SAFETY: 16 readable f32 at `s` (caller).
-                *a = unsafe { _mm512_loadu_ps(s) };
-            }
-        }
-    }
+    // SAFETY: the state slots are the caller's.
+    let mut acc = unsafe { load_state::<M, N>(st, ss, fresh) };
     let mut k = 0;
     while k < kc {
         let mut wv = [_mm512_setzero_ps(); M];
@@ -435,13 +470,8 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
         }
         k += 16;
     }
-    for (r, ar) in acc.iter().enumerate() {
-        for (t, &a) in ar.iter().enumerate() {
-            let s = st.wrapping_add(r * ss + 16 * t);
-            // SAFETY: 16 writable f32 at `s`, not aliased (caller).
-            unsafe { _mm512_storeu_ps(s, a) };
-        }
-    }
+    // SAFETY: the state slots are the caller's.
+    unsafe { store_state(&acc, st, ss) };
 }
 
 /// Most tokens per fused MXFP4 GEMM tile call ([`micro_mx`]).
@@ -470,16 +500,8 @@ pub(super) unsafe fn micro_mx<const M: usize, const N: usize>(
     ss: usize,
     fresh: bool,
 ) {
-    let mut acc = [[_mm512_setzero_ps(); N]; M];
-    // A fresh state (the first chunk) starts at +0, the lanes' initial value.
-    if !fresh {
-        for (r, ar) in acc.iter_mut().enumerate() {
-            for (t, a) in ar.iter_mut().enumerate() {
-                // SAFETY: 16 readable f32 at every state slot (caller).
-                *a = unsafe { _mm512_loadu_ps(st.wrapping_add(r * ss + 16 * t)) };
-            }
-        }
-    }
+    // SAFETY: the state slots are the caller's.
+    let mut acc = unsafe { load_state::<M, N>(st, ss, fresh) };
     let unused = _mm512_setzero_ps();
     for g in 0..groups {
         // SAFETY: `g < groups`: 16 code bytes and one scale byte of group `g` (caller).
@@ -496,10 +518,6 @@ pub(super) unsafe fn micro_mx<const M: usize, const N: usize>(
             }
         }
     }
-    for (r, ar) in acc.iter().enumerate() {
-        for (t, &a) in ar.iter().enumerate() {
-            // SAFETY: 16 writable f32 at every state slot, not aliased (caller).
-            unsafe { _mm512_storeu_ps(st.wrapping_add(r * ss + 16 * t), a) };
-        }
-    }
+    // SAFETY: the state slots are the caller's.
+    unsafe { store_state(&acc, st, ss) };
 }

@@ -28,11 +28,11 @@ use super::{copy_in_layout, layout, prefetch_l2, Kind, Layout, Level};
 use crate::matrix::{Matrix, MatrixData};
 use crate::mxfp4::GROUP;
 use crate::scratch;
-use isa::Isa;
 #[cfg(target_arch = "aarch64")]
 use isa::Neon;
 #[cfg(target_arch = "x86_64")]
 use isa::{Avx2, Avx512};
+use isa::{Isa, Tile};
 use rayon::prelude::*;
 
 /// Weight rows per rayon task (a multiple of every level's `MR`).
@@ -217,8 +217,16 @@ impl Job<'_> {
                             let (st, fresh) = (state.as_mut_ptr(), c == 0);
                             // SAFETY: as below; `k0 + kc <= cols` for MXFP4 (whole groups).
                             if unsafe {
-                                let cols = (k0, kc);
-                                I::fused_mx(self.w, (rb, nr), cols, x, tg, st, fresh, &mut ahead)
+                                let tile = Tile {
+                                    w: self.w,
+                                    rows: (rb, nr),
+                                    cols: (k0, kc),
+                                    x,
+                                    tg,
+                                    st,
+                                    fresh,
+                                };
+                                I::fused_mx(&tile, &mut ahead)
                             } {
                                 continue;
                             }

@@ -11,6 +11,25 @@ use crate::matrix::MatrixData;
 use crate::mxfp4::GROUP;
 use crate::simd::{to_lanes, Layout};
 
+/// One block × chunk of the GEMM for [`Isa::fused_mx`] (read by the x86 fused tiles only).
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) struct Tile<'a> {
+    pub(super) w: &'a Matrix<'a>,
+    /// The block's first row and row count (`1 ..= RB`).
+    pub(super) rows: (usize, usize),
+    /// The chunk's first column and column count (whole MXFP4 groups).
+    pub(super) cols: (usize, usize),
+    /// The chunk's packed activations: token `j` at `x + j·XS`.
+    pub(super) x: *const f32,
+    /// Tokens of the group.
+    pub(super) tg: usize,
+    /// The block's lanes (`RB · tg` slots, as [`Isa::sweep`]).
+    pub(super) st: *mut f32,
+    /// The first chunk: the lanes start at +0 and are only written.
+    pub(super) fresh: bool,
+}
+
 /// A level's GEMM kernels.
 pub(super) trait Isa {
     /// Widens bf16 bits (`src.len()` a multiple of 16) into `dst`.
@@ -48,24 +67,14 @@ pub(super) trait Isa {
         fresh: bool,
         ahead: &mut Ahead,
     );
-    /// Adds columns `k0 .. k0 + kc` of the MXFP4 rows `rb .. rb + nr` of `w` to their lanes
-    /// (as [`Isa::sweep`]) straight from the packed bytes, without a panel, when the level
-    /// has a fused tile and `tg` is small enough for it to win; `false` (nothing done)
-    /// otherwise.
+    /// Adds the tile's columns of its MXFP4 rows to their lanes (as [`Isa::sweep`]) straight
+    /// from the packed bytes, without a panel, when the level has a fused tile and `tg` is
+    /// small enough for it to win; `false` (nothing done) otherwise.
     ///
     /// # Safety
-    /// As [`Isa::sweep`] (`kc` f32 at every `x + j·XS`, the block's `RB · tg` lanes at `st`).
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn fused_mx(
-        _w: &Matrix,
-        _rows: (usize, usize),
-        _cols: (usize, usize),
-        _x: *const f32,
-        _tg: usize,
-        _st: *mut f32,
-        _fresh: bool,
-        _ahead: &mut Ahead,
-    ) -> bool {
+    /// As [`Isa::sweep`] (`cols.1` f32 at every `x + j·XS`, the block's `RB · tg` lanes at
+    /// `st`); the tile's columns lie inside the rows.
+    unsafe fn fused_mx(_tile: &Tile, _ahead: &mut Ahead) -> bool {
         false
     }
     /// `reduce16(to_lanes(lay, lanes))` of the 16 register-order lanes at `p`.
@@ -181,18 +190,9 @@ macro_rules! isa_impl {
                 // SAFETY: forwarded from the caller.
                 unsafe { crate::simd::$m::$reduce(lay, p) }
             }
-            unsafe fn fused_mx(
-                w: &Matrix,
-                rows: (usize, usize),
-                cols: (usize, usize),
-                x: *const f32,
-                tg: usize,
-                st: *mut f32,
-                fresh: bool,
-                ahead: &mut Ahead,
-            ) -> bool {
+            unsafe fn fused_mx(tile: &Tile, ahead: &mut Ahead) -> bool {
                 // SAFETY: forwarded from the caller.
-                unsafe { $fused(w, rows, cols, x, tg, st, fresh, ahead) }
+                unsafe { $fused(tile, ahead) }
             })?
             $($($extra)*)?
         }
@@ -210,14 +210,37 @@ isa_impl!(
     fused_avx2
 );
 
-/// Most tokens for which the AVX2 MXFP4 GEMM decodes in registers ([`fused_avx2`]) rather
-/// than into a panel: the tile decodes each row once per 4 tokens but saves the panel's
-/// stores and reloads. Measured (`gemm_cpu_time mxs`/`mx`, 3072 × 3584, alternate runs):
-/// T 3–4 +15–60 % (1 and 2 threads), T 8 +10–60 % (1 thread; level on 2), T 16 7–15 %
-/// slower.
-/// At released scale a prompt's expert groups average ~5 tokens (16 of 896 experts).
+/// Most tokens for which the MXFP4 GEMM decodes in registers ([`fused_avx2`],
+/// [`fused_avx512`]) rather than into a panel: the tiles decode each row once per 4 tokens
+/// but save the panel's stores and reloads. Measured (`gemm_cpu_time mxs`/`mx`,
+/// 3072 × 3584, alternate runs): AVX2 (Zen 3) T 3–4 +15–60 % (1 and 2 threads), T 8
+/// +10–60 % (1 thread; level on 2), T 16 7–15 % slower; AVX-512 VBMI (Zen 5) T 4 +30 %,
+/// T 8 +20–25 %, T 16 level. At released scale a prompt's expert groups average ~5 tokens
+/// (16 of 896 experts).
 #[cfg(target_arch = "x86_64")]
 const FUSED_MAX_T: usize = 8;
+
+#[cfg(target_arch = "x86_64")]
+impl Tile<'_> {
+    /// The packed codes and scales when the tile is MXFP4 of at most [`FUSED_MAX_T`] tokens.
+    fn small_mxfp4(&self) -> Option<(&[u8], &[u8])> {
+        match self.w.data {
+            MatrixData::Mxfp4 { packed, scales } if self.tg <= FUSED_MAX_T => {
+                Some((packed, scales))
+            }
+            _ => None,
+        }
+    }
+
+    /// Row `r`'s codes and scales over the tile's columns.
+    fn row_mx<'p>(&self, packed: &'p [u8], scales: &'p [u8], r: usize) -> (&'p [u8], &'p [u8]) {
+        let (a, b) = (
+            r * self.w.cols + self.cols.0,
+            r * self.w.cols + self.cols.0 + self.cols.1,
+        );
+        (&packed[a / 2..b / 2], &scales[a / GROUP..b / GROUP])
+    }
+}
 
 /// [`Isa::fused_mx`] on AVX2: every row of the block through `avx2_mx::fused`, ≤ 4 tokens at a
 /// time, when `tg <= FUSED_MAX_T`.
@@ -226,29 +249,23 @@ const FUSED_MAX_T: usize = 8;
 /// See [`Isa::fused_mx`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn fused_avx2(
-    w: &Matrix,
-    (rb, nr): (usize, usize),
-    (k0, kc): (usize, usize),
-    x: *const f32,
-    tg: usize,
-    st: *mut f32,
-    fresh: bool,
-    ahead: &mut Ahead,
-) -> bool {
+unsafe fn fused_avx2(tile: &Tile, ahead: &mut Ahead) -> bool {
     use crate::simd::avx2_mx::{fused, FUSED_TB};
-    let MatrixData::Mxfp4 { packed, scales } = w.data else {
+    let Some((packed, scales)) = tile.small_mxfp4() else {
         return false;
     };
-    if tg > FUSED_MAX_T {
-        return false;
-    }
+    let Tile {
+        rows: (rb, nr),
+        x,
+        tg,
+        st,
+        fresh,
+        ..
+    } = *tile;
     let per = ahead.lines().div_ceil(nr).max(1);
     for r in rb..rb + nr {
         ahead.step(per);
-        let (a, b) = (r * w.cols + k0, r * w.cols + k0 + kc);
-        let (p, s) = (&packed[a / 2..b / 2], &scales[a / GROUP..b / GROUP]);
+        let (p, s) = tile.row_mx(packed, scales, r);
         let mut t0 = 0;
         while t0 < tg {
             let n = (tg - t0).min(FUSED_TB);
@@ -271,36 +288,28 @@ unsafe fn fused_avx2(
     }
     true
 }
-/// Most tokens for which the AVX-512 MXFP4 GEMM decodes in registers ([`fused_avx512`]).
-#[cfg(target_arch = "x86_64")]
-const FUSED512_MAX_T: usize = 8;
 
 /// [`Isa::fused_mx`] on AVX-512 with VBMI: the block's rows 4 at a time through
-/// `avx512::micro_mx`, ≤ 4 tokens per call, when `tg <= FUSED512_MAX_T`.
+/// `avx512::micro_mx`, ≤ 4 tokens per call, when `tg <= FUSED_MAX_T`.
 ///
 /// # Safety
 /// See [`Isa::fused_mx`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn fused_avx512(
-    w: &Matrix,
-    (rb, nr): (usize, usize),
-    (k0, kc): (usize, usize),
-    x: *const f32,
-    tg: usize,
-    st: *mut f32,
-    fresh: bool,
-    ahead: &mut Ahead,
-) -> bool {
+unsafe fn fused_avx512(tile: &Tile, ahead: &mut Ahead) -> bool {
     use crate::simd::avx512::{has_vbmi, micro_mx, MX_TB};
-    let MatrixData::Mxfp4 { packed, scales } = w.data else {
+    let Some((packed, scales)) = tile.small_mxfp4().filter(|_| has_vbmi()) else {
         return false;
     };
-    if tg > FUSED512_MAX_T || !has_vbmi() {
-        return false;
-    }
-    let (c, groups) = (w.cols, kc / GROUP);
+    let Tile {
+        rows: (rb, nr),
+        x,
+        tg,
+        st,
+        fresh,
+        ..
+    } = *tile;
+    let groups = tile.cols.1 / GROUP;
     let per = ahead
         .lines()
         .div_ceil(tg.div_ceil(MX_TB) * nr.div_ceil(4))
@@ -308,8 +317,8 @@ unsafe fn fused_avx512(
     for rg in (0..nr).step_by(4) {
         // Rows past `nr` repeat the last (their lanes land in unused slots of the block).
         let rows: [usize; 4] = std::array::from_fn(|i| rb + (rg + i).min(nr - 1));
-        let p = rows.map(|r| packed[(r * c + k0) / 2..(r * c + k0 + kc) / 2].as_ptr());
-        let s = rows.map(|r| scales[(r * c + k0) / GROUP..(r * c + k0 + kc) / GROUP].as_ptr());
+        let p = rows.map(|r| tile.row_mx(packed, scales, r).0.as_ptr());
+        let s = rows.map(|r| tile.row_mx(packed, scales, r).1.as_ptr());
         let mut t0 = 0;
         while t0 < tg {
             ahead.step(per);
@@ -337,19 +346,9 @@ unsafe fn fused_avx512(
 
 #[cfg(target_arch = "x86_64")]
 isa_impl!(Avx512, avx512, widen_bf16, panel_mx, sweep_avx512; {
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn fused_mx(
-        w: &Matrix,
-        rows: (usize, usize),
-        cols: (usize, usize),
-        x: *const f32,
-        tg: usize,
-        st: *mut f32,
-        fresh: bool,
-        ahead: &mut Ahead,
-    ) -> bool {
+    unsafe fn fused_mx(tile: &Tile, ahead: &mut Ahead) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { fused_avx512(w, rows, cols, x, tg, st, fresh, ahead) }
+        unsafe { fused_avx512(tile, ahead) }
     }
     unsafe fn reduce(lay: Layout, p: *const f32) -> f32 {
         // SAFETY: AVX-512F implies the AVX2 this needs; 16 f32 at `p` (caller).
