@@ -221,6 +221,50 @@ fn gemm_padding_keeps_negative_zero_lanes() {
     }
 }
 
+/// The GEMM's per-thread scratch (packed activations, panels, lane states) is reused without
+/// clearing: a call after one that left NaN everywhere in it (NaN activations, a larger
+/// shape) still equals the per-token mat-vec, on every level, at small and large T and a
+/// column count that leaves padding in the last chunk.
+#[test]
+fn gemm_never_reads_stale_scratch() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    for kind in 0..4 {
+        let (big_rows, big_cols, big_t) = (64, 1088, 70);
+        let big = fixed(kind, big_rows, big_cols);
+        let nan = vec![f32::NAN; big_t * big_cols];
+        let (rows, cols) = (13, if kind == 2 { 544 } else { 530 });
+        let w = fixed(kind, rows, cols);
+        let m = w.view(rows, cols);
+        for t in [3, 20] {
+            let x: Vec<f32> = (0..t * cols).map(|i| (i % 13) as f32 - 6.0).collect();
+            let mut want = vec![0f32; t * rows];
+            for tok in 0..t {
+                matvec(
+                    &mut want[tok * rows..][..rows],
+                    &m,
+                    &x[tok * cols..][..cols],
+                );
+            }
+            for level in available_levels() {
+                let mut y = vec![0f32; big_t * big_rows];
+                pool.install(|| {
+                    matmul_at(level, &mut y, &big.view(big_rows, big_cols), &nan, big_t)
+                });
+                assert!(
+                    y.iter().all(|v| v.is_nan()),
+                    "the poisoning call, {level:?}"
+                );
+                let mut y = vec![0f32; t * rows];
+                pool.install(|| matmul_at(level, &mut y, &m, &x, t));
+                assert_eq!(bits(&y), bits(&want), "kind {kind}, T {t}, {level:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn matmul_of_empty_rows_is_zero() {
     let m = Matrix::f32(3, 0, &[]).unwrap();

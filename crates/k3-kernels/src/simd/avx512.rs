@@ -486,7 +486,7 @@ pub(super) const MX_TB: usize = 4;
 /// # Safety
 /// The CPU has AVX-512F and VBMI; `16 · groups` bytes readable at every `packed[r]` and
 /// `groups` at every `scales[r]`; `32 · groups` f32 readable at every `x + t·xs`; the state
-/// slots as in `avx2::micro` (written only when `fresh`).
+/// slots as in `avx2::micro` (not read when `fresh`).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx512f,avx512vbmi,avx2,fma")]

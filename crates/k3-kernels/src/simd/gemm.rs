@@ -214,20 +214,17 @@ impl Job<'_> {
                             let rb = r0 + b * RB;
                             let nr = RB.min(self.w.rows - rb);
                             let mut ahead = self.next_chunk(r0, b, blocks, k0);
-                            let (st, fresh) = (state.as_mut_ptr(), c == 0);
+                            let tile = Tile {
+                                w: self.w,
+                                rows: (rb, nr),
+                                cols: (k0, kc),
+                                x,
+                                tg,
+                                st: state.as_mut_ptr(),
+                                fresh: c == 0,
+                            };
                             // SAFETY: as below; `k0 + kc <= cols` for MXFP4 (whole groups).
-                            if unsafe {
-                                let tile = Tile {
-                                    w: self.w,
-                                    rows: (rb, nr),
-                                    cols: (k0, kc),
-                                    x,
-                                    tg,
-                                    st,
-                                    fresh,
-                                };
-                                I::fused_mx(&tile, &mut ahead)
-                            } {
+                            if unsafe { I::fused_mx(&tile, &mut ahead) } {
                                 continue;
                             }
                             for (rl, dst) in panel.chunks_mut(XS).take(nr).enumerate() {
@@ -241,7 +238,7 @@ impl Job<'_> {
                             // so `kc` f32 are readable at every panel row (`RB · XS` long) and
                             // at every `x + j·XS`, `j < tg` (asserted); `state` holds
                             // `RB · tg` lanes.
-                            unsafe { I::sweep(&wp, nr, x, tg, kc, st, fresh, &mut ahead) };
+                            unsafe { I::sweep(&wp, &tile, &mut ahead) };
                         }
                     }
                     self.emit::<I>(r0, tok0, tg, states.chunks(per));

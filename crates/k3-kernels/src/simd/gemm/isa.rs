@@ -11,14 +11,15 @@ use crate::matrix::MatrixData;
 use crate::mxfp4::GROUP;
 use crate::simd::{to_lanes, Layout};
 
-/// One block × chunk of the GEMM for [`Isa::fused_mx`] (read by the x86 fused tiles only).
+/// One block × chunk of the GEMM: the operands of [`Isa::sweep`] and [`Isa::fused_mx`]
+/// (`w` and the first row and column are read by the x86 fused tiles only).
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) struct Tile<'a> {
     pub(super) w: &'a Matrix<'a>,
     /// The block's first row and row count (`1 ..= RB`).
     pub(super) rows: (usize, usize),
-    /// The chunk's first column and column count (whole MXFP4 groups).
+    /// The chunk's first column and column count (a multiple of 16; whole groups for MXFP4).
     pub(super) cols: (usize, usize),
     /// The chunk's packed activations: token `j` at `x + j·XS`.
     pub(super) x: *const f32,
@@ -47,26 +48,17 @@ pub(super) trait Isa {
     /// # Safety
     /// The CPU supports the level.
     unsafe fn panel_mx(packed: &[u8], scales: &[u8], dst: &mut [f32]);
-    /// Adds one column chunk (`kc`, a multiple of 16) of the weight rows `w[0 .. nr]` (rows
-    /// `nr .. RB` may repeat the last) to the lanes of those rows × `tg` tokens: token `j` is
-    /// read at `x + j·XS`, the lanes of (row `r`, token `j`) live at `st + (r·tg + j)·16`;
-    /// `fresh` (the first chunk): the lanes start at +0 and the state is only written.
+    /// Adds the tile's column chunk (`kc = tile.cols.1`) of the panel rows `w[0 .. nr]`
+    /// (`nr = tile.rows.1`; rows `nr .. RB` may repeat the last) to the lanes of those rows ×
+    /// `tg` tokens: token `j` is read at `x + j·XS`, the lanes of (row `r`, token `j`) live at
+    /// `st + (r·tg + j)·16`; a `fresh` tile (the first chunk) starts its lanes at +0 and only
+    /// writes the state.
     ///
     /// # Safety
     /// The CPU supports the level; `1 <= nr <= RB`; `kc` f32 readable at every `w[r]` and at
     /// every `x + j·XS` (`j < tg`); `RB · tg · 16` f32 readable and writable at `st`,
     /// overlapping no input.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn sweep(
-        w: &[*const f32; RB],
-        nr: usize,
-        x: *const f32,
-        tg: usize,
-        kc: usize,
-        st: *mut f32,
-        fresh: bool,
-        ahead: &mut Ahead,
-    );
+    unsafe fn sweep(w: &[*const f32; RB], tile: &Tile, ahead: &mut Ahead);
     /// Adds the tile's columns of its MXFP4 rows to their lanes (as [`Isa::sweep`]) straight
     /// from the packed bytes, without a panel, when the level has a fused tile and `tg` is
     /// small enough for it to win; `false` (nothing done) otherwise.
@@ -107,17 +99,8 @@ macro_rules! sweep_fn {
         /// # Safety
         /// See [`Isa::sweep`].
         #[target_feature(enable = $feat)]
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn $name(
-            w: &[*const f32; RB],
-            nr: usize,
-            x: *const f32,
-            tg: usize,
-            kc: usize,
-            st: *mut f32,
-            fresh: bool,
-            ahead: &mut Ahead,
-        ) {
+        unsafe fn $name(w: &[*const f32; RB], tile: &Tile, ahead: &mut Ahead) {
+            let Tile { rows: (_, nr), cols: (_, kc), x, tg, st, fresh, .. } = *tile;
             const MR: usize = crate::simd::$m::MR;
             // The prefetches are spread over every microkernel call of the sweep.
             let calls = tg.div_ceil(crate::simd::$m::TB) * nr.div_ceil(MR);
@@ -173,18 +156,9 @@ macro_rules! isa_impl {
                 // SAFETY: the caller guarantees the level's features.
                 unsafe { crate::simd::$m::$panel(packed, scales, dst) }
             }
-            unsafe fn sweep(
-                w: &[*const f32; RB],
-                nr: usize,
-                x: *const f32,
-                tg: usize,
-                kc: usize,
-                st: *mut f32,
-                fresh: bool,
-                ahead: &mut Ahead,
-            ) {
+            unsafe fn sweep(w: &[*const f32; RB], tile: &Tile, ahead: &mut Ahead) {
                 // SAFETY: forwarded from the caller.
-                unsafe { $sweep(w, nr, x, tg, kc, st, fresh, ahead) }
+                unsafe { $sweep(w, tile, ahead) }
             }
             $(unsafe fn reduce(lay: Layout, p: *const f32) -> f32 {
                 // SAFETY: forwarded from the caller.
