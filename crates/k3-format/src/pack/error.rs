@@ -92,6 +92,25 @@ pub enum PackError {
         of: usize,
     },
 
+    /// An index to adopt is not in upstream's format (or is not JSON).
+    #[error("{path}: not a trunk index as upstream's packer writes it ({{\"align\", \"layers\": [{{\"file_off\", \"nbytes\", \"tensors\": {{NAME: {{\"off\", \"nbytes\", \"dtype\"}}}}}}]}}): {detail}; nothing was adopted: pack the trunk with `k3 pack MODEL_DIR PACK_DIR` instead")]
+    UpstreamJson {
+        /// The `trunk.json` file.
+        path: PathBuf,
+        /// The parser's message (with line and column).
+        detail: String,
+    },
+
+    /// A pack to adopt does not describe the checkpoint (a layer missing, a tensor at another
+    /// offset, a run of another length, non-zero padding).
+    #[error("{path}: {detail}; nothing was adopted: the pack was made from another model or download, or is damaged: {REPACK}")]
+    NotAdopted {
+        /// The `trunk.json` (or `trunk.bin`) file.
+        path: PathBuf,
+        /// What differs, naming the layer (and tensor or byte).
+        detail: String,
+    },
+
     /// A layer of an adopted pack differs from the checkpoint's bytes.
     #[error("{path}: layer {layer} differs from the checkpoint at byte {at} of its {nbytes}-byte run (tensor {tensor:?}; the checkpoint's copy is {shard} at offset {shard_off}): the pack is corrupt or was made from another download; nothing was adopted: {REPACK}")]
     Differs {

@@ -65,6 +65,39 @@ pub(super) struct TensorDoc {
     pub shape: Vec<usize>,
 }
 
+/// `trunk.json` as upstream's packer writes it (docs/FORMATS.md#adopting-an-upstream-pack):
+/// only the fields it always writes; any others (`n_layers`, `layer`, `shard`, `shape`, k3's
+/// own fields, …) are ignored, since none can be relied on.
+#[derive(Debug, Deserialize)]
+pub(super) struct UpstreamDoc {
+    /// Alignment of every `file_off`.
+    pub align: u64,
+    /// One entry per layer, in order.
+    pub layers: Vec<UpstreamLayer>,
+}
+
+/// One entry of upstream's `"layers"`.
+#[derive(Debug, Deserialize)]
+pub(super) struct UpstreamLayer {
+    /// Offset of the run in `trunk.bin`.
+    pub file_off: u64,
+    /// The run's length, rounded up to 4096 by upstream's packer (or exact).
+    pub nbytes: u64,
+    /// Tensors by full name.
+    pub tensors: BTreeMap<String, UpstreamTensor>,
+}
+
+/// One entry of an upstream layer's `"tensors"`.
+#[derive(Debug, Deserialize)]
+pub(super) struct UpstreamTensor {
+    /// Offset within the run.
+    pub off: u64,
+    /// Byte length.
+    pub nbytes: u64,
+    /// Dtype spelling (`"BF16"`, `"F32"`, …).
+    pub dtype: String,
+}
+
 /// One shard file of the checkpoint a pack was made from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceShard {

@@ -8,8 +8,8 @@
 //!   [`TrunkPack::check_against`] refuses a pack of another model or a stale pack;
 //!   [`TrunkPack::verify_checksums`] re-reads and re-hashes every layer.
 //!
-//! - [`adopt_trunk_pack`] takes over a trunk packed by upstream's packer (no checksums),
-//!   after comparing every layer with the checkpoint.
+//! - [`adopt_trunk_pack`] takes over a trunk packed by upstream's packer (its own, smaller
+//!   `trunk.json`), after matching and comparing every layer with the checkpoint.
 //!
 //! The format is documented in `docs/FORMATS.md` ("Packed trunk").
 
@@ -19,6 +19,7 @@ mod draft;
 mod error;
 mod json;
 mod read;
+mod upstream;
 mod write;
 
 pub use adopt::{adopt_trunk_pack, UPSTREAM_JSON};

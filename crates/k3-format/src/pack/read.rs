@@ -1,6 +1,6 @@
 //! Opening a packed trunk: `trunk.json` parsed and checked against itself and `trunk.bin`.
 
-use super::json::{LayerDoc, PackDoc};
+use super::json::{LayerDoc, PackDoc, UpstreamDoc};
 use super::{
     quantized_bytes, DraftQuant, PackDtype, PackError, PackSource, PackedLayer, PackedTensor,
     TrunkPack,
@@ -16,16 +16,12 @@ impl TrunkPack {
     /// two runs overlapping. Does not read `trunk.bin`'s data (see
     /// [`TrunkPack::verify_checksums`]).
     pub fn open(dir: impl AsRef<Path>) -> Result<TrunkPack, PackError> {
-        Ok(open_doc(dir.as_ref(), true)?.0)
+        open_pack(dir.as_ref())
     }
 }
 
-/// [`TrunkPack::open`], also returning the parsed document; with `require_checksums` false a
-/// layer without a checksum (upstream's packer writes none) is accepted with checksum 0.
-pub(super) fn open_doc(
-    dir: &Path,
-    require_checksums: bool,
-) -> Result<(TrunkPack, PackDoc), PackError> {
+/// [`TrunkPack::open`].
+fn open_pack(dir: &Path) -> Result<TrunkPack, PackError> {
     let json = dir.join(TRUNK_JSON);
     if !json.is_file() {
         let interrupted = ["trunk.bin.tmp", "trunk.json.tmp"]
@@ -37,17 +33,14 @@ pub(super) fn open_doc(
         });
     }
     let text = std::fs::read_to_string(&json).map_err(PackError::io(&json, "read"))?;
-    let doc: PackDoc = serde_json::from_str(&text).map_err(|e| PackError::Json {
-        path: json.clone(),
-        detail: e.to_string(),
-    })?;
+    let doc: PackDoc = serde_json::from_str(&text).map_err(|e| not_k3_index(&json, &text, e))?;
     let invalid = |detail: String| PackError::Invalid {
         path: json.clone(),
         detail,
     };
     check_header(&doc).map_err(invalid)?;
     let unchecked = doc.layers.iter().filter(|l| l.checksum.is_none()).count();
-    if require_checksums && unchecked > 0 {
+    if unchecked > 0 {
         return Err(PackError::NoChecksums {
             path: json,
             layers: unchecked,
@@ -73,7 +66,7 @@ pub(super) fn open_doc(
                 invalid(format!("\"draft\" is {q:?}: expected \"q8\" or \"mxfp4\""))
             })?),
         };
-    let pack = TrunkPack {
+    Ok(TrunkPack {
         draft,
         dir: dir.into(),
         bin_len,
@@ -83,8 +76,25 @@ pub(super) fn open_doc(
             shards: doc.source.shards.clone(),
         },
         layers,
-    };
-    Ok((pack, doc))
+    })
+}
+
+/// The error for an index that does not parse as k3's: upstream's packer's index (no
+/// `"format"`, no checksums) is pointed at `--adopt`; anything else is not an index.
+fn not_k3_index(json: &Path, text: &str, e: serde_json::Error) -> PackError {
+    let value: Option<serde_json::Value> = serde_json::from_str(text).ok();
+    let has_format = value.as_ref().is_some_and(|v| v.get("format").is_some());
+    match serde_json::from_str::<UpstreamDoc>(text) {
+        Ok(up) if !has_format => PackError::NoChecksums {
+            path: json.into(),
+            layers: up.layers.len(),
+            of: up.layers.len(),
+        },
+        _ => PackError::Json {
+            path: json.into(),
+            detail: e.to_string(),
+        },
+    }
 }
 
 /// Format, version, alignment and layer count.
@@ -138,7 +148,7 @@ fn parse_layer(i: usize, l: &LayerDoc, align: u64) -> Result<PackedLayer, String
         Some(sum) => parse_checksum(sum).ok_or_else(|| {
             format!("layer {i}: checksum {sum:?} is not \"{CHECKSUM_ALGO}:<16 hex digits>\"")
         })?,
-        // Only reached when the caller accepts unchecked layers (adopting upstream's pack).
+        // Unreachable: `open_pack` refuses layers without a checksum first.
         None => 0,
     };
     let mut tensors = Vec::with_capacity(l.tensors.len());

@@ -63,8 +63,22 @@ pub(super) fn publish(
     layers: Vec<LayerDoc>,
     draft: Option<&str>,
 ) -> Result<TrunkPack, PackError> {
-    let doc = PackDoc {
-        align: ALIGN,
+    let doc = pack_doc(ck, cfg, ALIGN, layers, draft);
+    write_json(&tmp.json, &doc)?;
+    tmp.commit(out_dir)?;
+    TrunkPack::open(out_dir)
+}
+
+/// k3's index of `layers` packed from `ck` with runs aligned to `align`.
+pub(super) fn pack_doc(
+    ck: &Checkpoint,
+    cfg: &K3Config,
+    align: u64,
+    layers: Vec<LayerDoc>,
+    draft: Option<&str>,
+) -> PackDoc {
+    PackDoc {
+        align,
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
         draft: draft.map(str::to_string),
@@ -77,10 +91,7 @@ pub(super) fn publish(
                 .collect(),
         },
         layers,
-    };
-    write_json(&tmp.json, &doc)?;
-    tmp.commit(out_dir)?;
-    TrunkPack::open(out_dir)
+    }
 }
 
 /// Every layer's run, refusing a count mismatch or a non-contiguous layer.
@@ -284,7 +295,7 @@ fn pad_to(out: &mut File, path: &Path, pos: u64, align: u64) -> Result<u64, Pack
 }
 
 /// The `trunk.json` entry of one copied layer.
-fn layer_doc(lt: &LayerTensors, run: TrunkRun, file_off: u64, hash: u64, shard: &Path) -> LayerDoc {
+pub(super) fn layer_doc(lt: &LayerTensors, run: TrunkRun, file_off: u64, hash: u64, shard: &Path) -> LayerDoc {
     let tensors: BTreeMap<String, TensorDoc> = lt
         .tensors()
         .into_iter()
@@ -324,7 +335,7 @@ fn file_name(p: &Path) -> String {
 }
 
 /// Writes and syncs the index.
-fn write_json(path: &Path, doc: &PackDoc) -> Result<(), PackError> {
+pub(super) fn write_json(path: &Path, doc: &PackDoc) -> Result<(), PackError> {
     let text = serde_json::to_string_pretty(doc).map_err(|e| PackError::Json {
         path: path.into(),
         detail: e.to_string(),
