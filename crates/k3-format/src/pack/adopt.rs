@@ -56,7 +56,11 @@ pub fn adopt_trunk_pack(
         layers.push(layer_doc(m.lt, m.run, m.file_off, hash, shard));
     }
     let keep_original = !is_k3_index(&original);
-    publish(dir, &pack_doc(ck, cfg, up.align, layers, None), keep_original)?;
+    publish(
+        dir,
+        &pack_doc(ck, cfg, up.align, layers, None),
+        keep_original,
+    )?;
     let pack = TrunkPack::open(dir)?;
     pack.check_against(binding, cfg)?;
     pack.check_source(ck)?;
@@ -144,19 +148,20 @@ impl Comparer {
 
     /// Bytes to read next when `left` remain.
     fn chunk(&self, left: u64) -> usize {
-        self.a.len().min(usize::try_from(left).unwrap_or(usize::MAX))
+        self.a
+            .len()
+            .min(usize::try_from(left).unwrap_or(usize::MAX))
     }
 }
 
 /// The error for layer `m`'s run differing from the checkpoint at run byte `at`.
 fn differs(m: &Matched<'_>, bin: &Path, shard: &Path, at: u64) -> PackError {
-    let tensor = m
-        .lt
-        .tensors()
-        .into_iter()
-        .find(|t| t.offset - m.run.start <= at && at < t.offset - m.run.start + t.nbytes)
-        .map(|t| t.name.clone())
-        .unwrap_or_default();
+    let tensor =
+        m.lt.tensors()
+            .into_iter()
+            .find(|t| t.offset - m.run.start <= at && at < t.offset - m.run.start + t.nbytes)
+            .map(|t| t.name.clone())
+            .unwrap_or_default();
     PackError::Differs {
         path: bin.into(),
         layer: m.lt.layer,

@@ -69,7 +69,11 @@ fn tensor_owners(binding: &ModelBinding) -> HashMap<&str, usize> {
     binding
         .layers
         .iter()
-        .flat_map(|lt| lt.tensors().into_iter().map(|t| (t.name.as_str(), lt.layer)))
+        .flat_map(|lt| {
+            lt.tensors()
+                .into_iter()
+                .map(|t| (t.name.as_str(), lt.layer))
+        })
         .collect()
 }
 
@@ -209,7 +213,12 @@ pub(super) fn check_placement(
             path: bin.with_file_name(TRUNK_JSON),
             detail: format!(
                 "layers {} [{}, +{}) and {} [{}, +{}) overlap in trunk.bin",
-                w[0].lt.layer, w[0].file_off, w[0].nbytes, w[1].lt.layer, w[1].file_off, w[1].nbytes
+                w[0].lt.layer,
+                w[0].file_off,
+                w[0].nbytes,
+                w[1].lt.layer,
+                w[1].file_off,
+                w[1].nbytes
             ),
         }),
     }

@@ -295,7 +295,13 @@ fn pad_to(out: &mut File, path: &Path, pos: u64, align: u64) -> Result<u64, Pack
 }
 
 /// The `trunk.json` entry of one copied layer.
-pub(super) fn layer_doc(lt: &LayerTensors, run: TrunkRun, file_off: u64, hash: u64, shard: &Path) -> LayerDoc {
+pub(super) fn layer_doc(
+    lt: &LayerTensors,
+    run: TrunkRun,
+    file_off: u64,
+    hash: u64,
+    shard: &Path,
+) -> LayerDoc {
     let tensors: BTreeMap<String, TensorDoc> = lt
         .tensors()
         .into_iter()
