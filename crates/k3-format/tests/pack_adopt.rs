@@ -272,3 +272,15 @@ fn an_index_that_is_not_upstreams_is_refused_by_field() {
         "{err}"
     );
 }
+
+#[test]
+fn a_k3_pack_is_re_checked_and_keeps_no_upstream_copy() {
+    let out = tempfile::tempdir().unwrap();
+    let (cfg, ck, b) = load(&tiny());
+    let opts = k3_format::pack::PackOptions::default();
+    let written = k3_format::write_trunk_pack(&ck, &b, &cfg, out.path(), &opts, &mut |_, _| {});
+    let before = written.unwrap().layers().to_vec();
+    let adopted = adopt(out.path()).unwrap();
+    assert_eq!(adopted.layers(), &before[..]);
+    assert!(!out.path().join(UPSTREAM_JSON).exists());
+}

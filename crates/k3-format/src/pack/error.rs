@@ -103,7 +103,7 @@ pub enum PackError {
 
     /// A pack to adopt does not describe the checkpoint (a layer missing, a tensor at another
     /// offset, a run of another length, non-zero padding).
-    #[error("{path}: {detail}; nothing was adopted: the pack was made from another model or download, or is damaged: {REPACK}")]
+    #[error("{path}: {detail}; nothing was adopted: the pack was made from another model or download, or is damaged: pack this checkpoint's trunk with `k3 pack MODEL_DIR PACK_DIR` instead")]
     NotAdopted {
         /// The `trunk.json` (or `trunk.bin`) file.
         path: PathBuf,
