@@ -24,8 +24,9 @@ pub struct PackArgs {
     /// Output directory for trunk.bin + trunk.json.
     #[arg(required_unless_present = "adopt")]
     pub out_dir: Option<PathBuf>,
-    /// Adopt a trunk packed by upstream's packer in DIR (trunk.json without checksums): check
-    /// every layer against MODEL_DIR's shards, then write k3's trunk.json there (no data copied).
+    /// Adopt a trunk packed by upstream's packer in DIR (its trunk.json: align, and per layer
+    /// file_off, nbytes and tensors): match and compare every layer with MODEL_DIR's shards,
+    /// then write k3's trunk.json there (no data copied; a damaged layer is refused, exit 2).
     #[arg(long, value_name = "DIR", conflicts_with_all = ["out_dir", "overwrite", "verify"])]
     pub adopt: Option<PathBuf>,
     /// Replace an existing pack in OUT_DIR.

@@ -125,6 +125,27 @@ fn an_upstream_pack_is_adopted_and_streams_bit_identically() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A `trunk.bin` that ends at the last run's end (its padding cut off, `nbytes` still rounded
+/// up) is adopted, and the last layer streams from it like the rest.
+#[test]
+fn a_pack_without_tail_padding_is_adopted_and_streams_bit_identically() {
+    let dir = scratch_dir("adopt", "tail");
+    let pack = dir.join("upstream");
+    let style = Style {
+        no_tail_padding: true,
+        ..Style::default()
+    };
+    write_upstream_pack(Path::new(&tiny_arg()), &pack, style);
+    let p = pack.to_string_lossy().into_owned();
+    let out = k3(&["pack", &tiny_arg(), "--adopt", &p]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (ids, logits, _) = run(&dir, "resident", &[]);
+    let (ids_p, logits_p, _) = run(&dir, "pack", &["--mem-gb", "0.003", "--trunk", &p]);
+    assert_eq!(ids_p, ids);
+    assert!(logits_p == logits, "logits differ");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_damaged_layer_is_refused_by_number_and_nothing_is_adopted() {
     let dir = scratch_dir("adopt", "bad");

@@ -51,15 +51,21 @@ fn adopts(style: Style) {
     let mut last = (0, 0);
     let (cfg, ck, b) = load(&tiny());
     let pack = adopt_trunk_pack(&ck, &b, &cfg, out.path(), &mut |d, t| last = (d, t)).unwrap();
-    let padded: u64 = doc["layers"]
+    let bin_len = bin_before.len() as u64;
+    let compared: u64 = doc["layers"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|l| l["nbytes"].as_u64().unwrap())
+        .map(|l| {
+            l["nbytes"]
+                .as_u64()
+                .unwrap()
+                .min(bin_len - l["file_off"].as_u64().unwrap())
+        })
         .sum();
     assert_eq!(
         last,
-        (padded, padded),
+        (compared, compared),
         "progress counts every byte compared"
     );
 
@@ -115,6 +121,14 @@ fn upstreams_fields_only_are_adopted() {
 fn extra_fields_of_derived_packers_are_ignored() {
     adopts(Style {
         extra_fields: true,
+        ..Style::default()
+    });
+}
+
+#[test]
+fn padding_cut_off_by_the_end_of_the_file_is_accepted() {
+    adopts(Style {
+        no_tail_padding: true,
         ..Style::default()
     });
 }
@@ -283,4 +297,27 @@ fn a_k3_pack_is_re_checked_and_keeps_no_upstream_copy() {
     let adopted = adopt(out.path()).unwrap();
     assert_eq!(adopted.layers(), &before[..]);
     assert!(!out.path().join(UPSTREAM_JSON).exists());
+}
+
+#[test]
+fn a_run_cut_off_by_the_end_of_the_file_is_refused() {
+    let out = tempfile::tempdir().unwrap();
+    let style = Style {
+        no_tail_padding: true,
+        ..Style::default()
+    };
+    write_upstream_pack(&tiny(), out.path(), style);
+    let bin = out.path().join("trunk.bin");
+    let len = std::fs::metadata(&bin).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&bin)
+        .unwrap()
+        .set_len(len - 1)
+        .unwrap();
+    let msg = refused(out.path()).to_string();
+    assert!(
+        msg.contains("layer 12: its") && msg.contains("(1 bytes missing): truncated copy"),
+        "{msg}"
+    );
 }

@@ -43,8 +43,8 @@ pub fn adopt_trunk_pack(
         .map_err(PackError::io(&bin, "stat"))?
         .len();
     check_placement(&bin, bin_len, &matched)?;
-    let total = matched.iter().map(|m| m.nbytes).sum();
-    let mut cmp = Comparer::new(&bin, &matched)?;
+    let total = matched.iter().map(|m| m.in_file(bin_len)).sum();
+    let mut cmp = Comparer::new(&bin, bin_len, &matched)?;
     let mut done = 0u64;
     let mut layers: Vec<LayerDoc> = Vec::with_capacity(matched.len());
     for m in &matched {
@@ -76,12 +76,13 @@ fn is_k3_index(text: &str) -> bool {
 struct Comparer {
     bin_path: PathBuf,
     bin: File,
+    bin_len: u64,
     a: Vec<u8>,
     b: Vec<u8>,
 }
 
 impl Comparer {
-    fn new(bin_path: &Path, layers: &[Matched<'_>]) -> Result<Comparer, PackError> {
+    fn new(bin_path: &Path, bin_len: u64, layers: &[Matched<'_>]) -> Result<Comparer, PackError> {
         let bin = File::open(bin_path).map_err(PackError::io(bin_path, "open"))?;
         let longest = layers.iter().map(|m| m.nbytes).max().unwrap_or(0);
         let n = DEFAULT_CHUNK
@@ -90,13 +91,14 @@ impl Comparer {
         Ok(Comparer {
             bin_path: bin_path.into(),
             bin,
+            bin_len,
             a: vec![0; n],
             b: vec![0; n],
         })
     }
 
-    /// Compares layer `m`'s run with `shard` and its padding with zeros; returns the run's
-    /// XXH3-64 (of the run only: k3's index records the exact length).
+    /// Compares layer `m`'s run with `shard` and its padding (as far as the file goes) with
+    /// zeros; returns the run's XXH3-64 (of the run only: k3's index records the exact length).
     fn layer(
         &mut self,
         m: &Matched<'_>,
@@ -125,8 +127,9 @@ impl Comparer {
             pos += n as u64;
             step(n as u64);
         }
-        while pos < m.nbytes {
-            let n = self.chunk(m.nbytes - pos);
+        let padded_end = m.in_file(self.bin_len);
+        while pos < padded_end {
+            let n = self.chunk(padded_end - pos);
             let a = &mut self.a[..n];
             self.bin
                 .read_exact(a)

@@ -20,6 +20,14 @@ pub(super) struct Matched<'b> {
     pub nbytes: u64,
 }
 
+impl Matched<'_> {
+    /// Bytes of the entry (run and padding) inside a `bin_len`-byte `trunk.bin`, whose end may
+    /// cut the padding short (placement checked first: the run itself is inside).
+    pub fn in_file(&self, bin_len: u64) -> u64 {
+        self.nbytes.min(bin_len.saturating_sub(self.file_off))
+    }
+}
+
 /// Reads `dir/trunk.json` as upstream's index; returns it with its original text.
 pub(super) fn read_upstream(dir: &Path) -> Result<(UpstreamDoc, String), PackError> {
     let json = dir.join(TRUNK_JSON);
@@ -182,23 +190,25 @@ fn match_layer<'b>(
     })
 }
 
-/// Every run (with its padding) inside `trunk.bin` and no two overlapping.
+/// Every run inside `trunk.bin` (its padding may be cut off by the end of the file: a packer
+/// that pads before each run leaves none after the last) and no two entries overlapping.
 pub(super) fn check_placement(
     bin: &Path,
     bin_len: u64,
     layers: &[Matched<'_>],
 ) -> Result<(), PackError> {
     for m in layers {
-        let end = m.file_off.saturating_add(m.nbytes);
+        let end = m.file_off.saturating_add(m.run.len());
         if end > bin_len {
-            return Err(PackError::Truncated {
+            return Err(PackError::NotAdopted {
                 path: bin.into(),
-                layer: m.lt.layer,
-                file_off: m.file_off,
-                nbytes: m.nbytes,
-                end,
-                file_len: bin_len,
-                missing: end - bin_len,
+                detail: format!(
+                    "layer {}: its {}-byte run needs bytes [{}, {end}) but the file is {bin_len} bytes ({} bytes missing): truncated copy",
+                    m.lt.layer,
+                    m.run.len(),
+                    m.file_off,
+                    end - bin_len
+                ),
             });
         }
     }

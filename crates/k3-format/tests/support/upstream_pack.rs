@@ -38,6 +38,9 @@ pub struct Style {
     pub extra_fields: bool,
     /// Write each run's exact length as `nbytes` instead of rounding it up to 4096.
     pub exact_nbytes: bool,
+    /// End `trunk.bin` at the last run's end (no padding after it), as a packer that pads
+    /// before each run leaves it; `nbytes` is still rounded up.
+    pub no_tail_padding: bool,
 }
 
 /// Every tensor of a safetensors file: 8-byte little-endian header length, JSON header,
@@ -140,6 +143,11 @@ pub fn write_upstream_pack(model_dir: &Path, out: &Path, style: Style) -> (Vec<R
     let mut doc = json!({"align": 4096, "layers": layers});
     if style.extra_fields {
         doc["n_layers"] = json!(runs.len());
+    }
+    if style.no_tail_padding {
+        let last = runs.last().unwrap();
+        let at = layers.last().unwrap()["file_off"].as_u64().unwrap();
+        bin.truncate((at + last.end - last.start) as usize);
     }
     std::fs::write(out.join("trunk.bin"), &bin).unwrap();
     std::fs::write(out.join("trunk.json"), serde_json::to_string(&doc).unwrap()).unwrap();
