@@ -4,13 +4,17 @@ use crate::CliError;
 use clap::Args;
 use k3_engine::{Budget, Preset};
 
+/// The preset name that asks for the automatic budget (`crate::auto_budget`).
+pub const AUTO: &str = "auto";
+
 /// Bytes per GB as the presets count them (10^9).
 const GB: f64 = 1e9;
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct BudgetArgs {
     /// Named budget: laptop (3/1 GB trunk/cache), desktop (16/10), workstation (60/30),
-    /// server (110/13), max (110/109). See `k3 presets`.
+    /// server (110/13), max (110/109), or auto (the default for run/chat/serve: plan against
+    /// the memory this machine has). See `k3 presets`.
     #[arg(long, conflicts_with_all = ["trunk_gb", "cache_gb", "mem_gb"])]
     pub preset: Option<String>,
     /// Trunk budget in GB (pinned layers + streaming ring); needs --cache-gb.
@@ -36,7 +40,7 @@ fn gb(flag: &str, v: f64) -> Result<u64, CliError> {
 impl BudgetArgs {
     /// The budget the flags describe; `None` when no budget flag was given.
     pub fn budget(&self) -> Result<Option<Budget>, CliError> {
-        if let Some(name) = &self.preset {
+        if let Some(name) = self.preset.as_ref().filter(|p| p.as_str() != AUTO) {
             let p: Preset = name
                 .parse()
                 .map_err(|e: k3_plan::PlanError| CliError::usage(e.to_string()))?;
