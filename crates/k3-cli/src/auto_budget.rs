@@ -47,7 +47,8 @@ pub fn apply(
             eprintln!("k3: {line}");
         }
     };
-    if options.budget.is_some() {
+    // A missing model directory or config is the engine's to report, by name.
+    if options.budget.is_some() || !dir.join("config.json").is_file() {
         return Ok(());
     }
     if resident {

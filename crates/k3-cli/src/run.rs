@@ -54,6 +54,7 @@ pub struct RunArgs {
         short = 'n',
         long = "gen",
         visible_aliases = ["max-tokens", "n-predict"],
+        value_name = "GEN",
         allow_negative_numbers = true
     )]
     pub gen_flag: Option<usize>,

@@ -1,7 +1,8 @@
 //! Progress on long work (issue 30), through a real pseudo-terminal: `k3 chat` draws a status
 //! line on stderr while it prefills a turn, then shows the thinking dimmed by default before
 //! any response token (`--hide-thinking` hides it, and the status line counts the hidden
-//! thinking instead); `k3 run` draws the prefill status line too. Piped, none of it appears.
+//! thinking instead); `k3 run` draws the prefill status line too. Piped, none of it appears,
+//! and on a terminal a phase shorter than a second draws nothing.
 
 mod common;
 
@@ -17,7 +18,9 @@ fn pty(args: &[&str]) -> PtySession {
     cmd.args(args)
         .env_remove("K3_CONFIG")
         .env("XDG_CONFIG_HOME", "/nonexistent/k3-status-xdg")
-        .env("TERM", "xterm");
+        .env("TERM", "xterm")
+        // Draw at once: the tiny model's phases last milliseconds (the default waits 1 s).
+        .env("K3_STATUS_DELAY_MS", "0");
     spawn_command(cmd, Some(60_000)).expect("k3 starts in a pty")
 }
 
@@ -62,6 +65,12 @@ fn run_shows_a_prefill_status_line_on_a_terminal_only() {
     p.exp_string("prefill: ").unwrap();
     p.exp_string("stopped:").unwrap();
     exits_0(&mut p);
+    // Without the test's zero delay the millisecond prefill draws nothing.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_k3"));
+    cmd.args(["run", &t, "--ids", "637,229,263", "-n", "3", "-t", "2"]);
+    let mut p = spawn_command(cmd, Some(60_000)).expect("k3 starts in a pty");
+    let all = p.exp_eof().unwrap();
+    assert!(!all.contains("prefill: "), "{all:?}");
     let o = common::k3(&["run", &t, "--ids", "637,229,263", "-n", "3", "-t", "2"]);
     assert!(o.status.success());
     assert!(!common::stderr(&o).contains("prefill: "), "{}", common::stderr(&o));
