@@ -74,7 +74,16 @@ mod tests {
     fn rewrites_multi_letter_dashes_only() {
         assert_eq!(
             norm(&["k3", "serve", "M", "-np", "2", "-ub=64", "-n", "4"]),
-            ["k3", "serve", "M", "--parallel", "2", "--ubatch=64", "-n", "4"]
+            [
+                "k3",
+                "serve",
+                "M",
+                "--parallel",
+                "2",
+                "--ubatch=64",
+                "-n",
+                "4"
+            ]
         );
         assert_eq!(
             norm(&["k3", "chat", "M", "-sys", "Be brief."]),

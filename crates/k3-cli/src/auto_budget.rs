@@ -24,7 +24,9 @@ pub const ENV_AVAILABLE: &str = "K3_MEM_AVAILABLE_GB";
 fn available() -> Result<Option<(u64, String)>, CliError> {
     if let Ok(v) = std::env::var(ENV_AVAILABLE) {
         return match v.trim().parse::<f64>() {
-            Ok(gb) if gb.is_finite() && gb > 0.0 => Ok(Some(((gb * 1e9) as u64, ENV_AVAILABLE.into()))),
+            Ok(gb) if gb.is_finite() && gb > 0.0 => {
+                Ok(Some(((gb * 1e9) as u64, ENV_AVAILABLE.into())))
+            }
             _ => Err(CliError::usage(format!(
                 "${ENV_AVAILABLE} must be a positive number of GB, got {v:?}"
             ))),

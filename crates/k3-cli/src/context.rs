@@ -65,8 +65,8 @@ mod tests {
     #[test]
     fn refused_unless_asked_for() {
         let d = Path::new("/m");
-        let e = check_trained(d, Some(16), 20, None, "the prompt (4 tokens) and -n 16")
-            .unwrap_err();
+        let e =
+            check_trained(d, Some(16), 20, None, "the prompt (4 tokens) and -n 16").unwrap_err();
         assert_eq!(e.code, 2);
         assert!(
             e.message.contains("need 20 positions")

@@ -8,8 +8,8 @@ use crate::config_file::{self, FileConfig};
 use crate::engine_args::EngineArgs;
 use crate::run_input::{self, check_room, Prompt};
 use crate::run_output::{LiveLines, TextOut};
-use crate::status::Status;
 use crate::sampling_args::SamplingArgs;
+use crate::status::Status;
 use crate::CliError;
 use clap::Args;
 use k3_engine::{
@@ -318,7 +318,11 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     let (mut session, reused) = open_session(&args, &engine, ctx)?;
     let held = session.tokens().len();
     check_room(held, prompt.len(), args.gen, ctx)?;
-    let what = format!("the prompt ({} tokens) and -n {}", held + prompt.len(), args.gen);
+    let what = format!(
+        "the prompt ({} tokens) and -n {}",
+        held + prompt.len(),
+        args.gen
+    );
     let need = held + prompt.len() + args.gen;
     crate::context::check_trained(dir, trained, need, args.ctx, &what)?;
     let mode = match args.recompute {

@@ -114,7 +114,6 @@ impl Status {
             bar.finish_and_clear();
         }
     }
-
 }
 
 impl Drop for Status {

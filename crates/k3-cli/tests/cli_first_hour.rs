@@ -56,7 +56,10 @@ fn no_budget_flag_plans_against_the_machine_and_says_so() {
             && auto[0].contains("planning as --mem-gb 0.0045"),
         "{err}"
     );
-    assert!(err.contains("memory plan (--mem-gb 0.0045"), "the plan is printed: {err}");
+    assert!(
+        err.contains("memory plan (--mem-gb 0.0045"),
+        "the plan is printed: {err}"
+    );
     // The whole model is mapped where it fits, and the tokens are the same either way.
     let big = k3_env(&args, &[("K3_MEM_AVAILABLE_GB", "1")]);
     let err_big = stderr(&big);
@@ -71,15 +74,27 @@ fn no_budget_flag_plans_against_the_machine_and_says_so() {
     let resident = k3_env(&[&args[..], &["--resident"]].concat(), &[SMALL_MACHINE]);
     let err_res = stderr(&resident);
     assert!(
-        err_res.contains("--resident: the whole model is mapped resident") && !err_res.contains("memory plan ("),
+        err_res.contains("--resident: the whole model is mapped resident")
+            && !err_res.contains("memory plan ("),
         "{err_res}"
     );
     assert_eq!(ids_line(&resident), ids_line(&big));
-    let flagged = k3_env(&[&args[..], &["--mem-gb", "0.004"]].concat(), &[SMALL_MACHINE]);
-    assert!(!stderr(&flagged).contains("budget auto"), "{}", stderr(&flagged));
+    let flagged = k3_env(
+        &[&args[..], &["--mem-gb", "0.004"]].concat(),
+        &[SMALL_MACHINE],
+    );
+    assert!(
+        !stderr(&flagged).contains("budget auto"),
+        "{}",
+        stderr(&flagged)
+    );
     // -q keeps stderr to errors.
     let quiet = k3_env(&[&args[..6], &["-q"]].concat(), &[SMALL_MACHINE]);
-    assert!(quiet.status.success() && stderr(&quiet).is_empty(), "{}", stderr(&quiet));
+    assert!(
+        quiet.status.success() && stderr(&quiet).is_empty(),
+        "{}",
+        stderr(&quiet)
+    );
 }
 
 /// Stderr lines of `k3 serve ARGS` up to its `listening on` line (then it is killed).
@@ -117,7 +132,10 @@ fn serve_prints_its_plan_at_start() {
     let lines = serve_start_lines(&args, &[("K3_MEM_AVAILABLE_GB", "0.0035")]);
     let text = lines.join("\n");
     assert!(text.contains("listening on"), "{text}");
-    assert!(text.contains("budget auto") && text.contains("memory plan (--mem-gb"), "{text}");
+    assert!(
+        text.contains("budget auto") && text.contains("memory plan (--mem-gb"),
+        "{text}"
+    );
     let preset = serve_start_lines(&[&args[..], &["--preset", "laptop"]].concat(), &[]);
     let text = preset.join("\n");
     assert!(text.contains("memory plan (preset laptop"), "{text}");
@@ -145,26 +163,49 @@ fn past_the_trained_context_is_refused_unless_asked_for() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(stdout(&o).is_empty());
-    for needle in ["need 23 positions", "trained context of 16", "-c/--ctx 23", "max_position_embeddings"] {
+    for needle in [
+        "need 23 positions",
+        "trained context of 16",
+        "-c/--ctx 23",
+        "max_position_embeddings",
+    ] {
         assert!(err.contains(needle), "{needle:?} in {err}");
     }
     // Within the range it runs, silently.
     let o = k3_env(&["run", d, "--ids", "637,229,263", "-n", "13"], &[]);
-    assert!(o.status.success() && !stderr(&o).contains("trained"), "{}", stderr(&o));
+    assert!(
+        o.status.success() && !stderr(&o).contains("trained"),
+        "{}",
+        stderr(&o)
+    );
     // An explicit -c past it runs, with one warning.
-    let o = k3_env(&["run", d, "--ids", "637,229,263", "-n", "20", "-c", "32"], &[]);
+    let o = k3_env(
+        &["run", d, "--ids", "637,229,263", "-n", "20", "-c", "32"],
+        &[],
+    );
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
-    assert_eq!(err.matches("past the model's trained context").count(), 1, "{err}");
+    assert_eq!(
+        err.matches("past the model's trained context").count(),
+        1,
+        "{err}"
+    );
     // chat: the default context is capped at 16, so -n 64 is refused naming both numbers.
     let o = k3_env(&["chat", d, "--thinking", "off", "-n", "64"], &[]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("trained context of 16") && err.contains("-c/--ctx"), "{err}");
+    assert!(
+        err.contains("trained context of 16") && err.contains("-c/--ctx"),
+        "{err}"
+    );
     // serve: an explicit -c past it warns once and serves.
     let lines = serve_start_lines(&["serve", d, "--port", "0", "-c", "64"], &[]);
     let text = lines.join("\n");
-    assert_eq!(text.matches("past the model's trained context").count(), 1, "{text}");
+    assert_eq!(
+        text.matches("past the model's trained context").count(),
+        1,
+        "{text}"
+    );
     assert!(text.contains("listening on"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -173,7 +214,11 @@ fn past_the_trained_context_is_refused_unless_asked_for() {
 fn config_file_sets_ctx_n_and_port() {
     let dir = scratch_dir("first-hour", "config");
     let cfg = dir.join("config.toml");
-    std::fs::write(&cfg, format!("model = {:?}\nn = 5\nctx = 7\nport = 0\n", tiny())).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("model = {:?}\nn = 5\nctx = 7\nport = 0\n", tiny()),
+    )
+    .unwrap();
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_k3"))
             .args(args)
@@ -190,7 +235,10 @@ fn config_file_sets_ctx_n_and_port() {
     assert!(stderr(&o).contains("the context has 7"), "{}", stderr(&o));
     let o = run(&["config", "show"]);
     let shown = stdout(&o);
-    assert!(shown.contains("n = 5") && shown.contains("ctx = 7") && shown.contains("port = 0"), "{shown}");
+    assert!(
+        shown.contains("n = 5") && shown.contains("ctx = 7") && shown.contains("port = 0"),
+        "{shown}"
+    );
     // port = 0 binds a free port.
     let mut child = Command::new(env!("CARGO_BIN_EXE_k3"))
         .args(["serve", "-t", "2"])
@@ -205,14 +253,30 @@ fn config_file_sets_ctx_n_and_port() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(!listening.contains(":8080"), "{listening}");
-    assert!(listening.contains("listening on http://127.0.0.1:"), "{listening}");
+    assert!(
+        listening.contains("listening on http://127.0.0.1:"),
+        "{listening}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn json_dash_writes_the_report_to_stdout_and_seconds_per_token_is_the_decode_figure() {
     let t = tiny();
-    let o = k3_env(&["run", &t, "--ids", "637,229,263", "-n", "5", "--ignore-eos", "--json", "-"], &[]);
+    let o = k3_env(
+        &[
+            "run",
+            &t,
+            "--ids",
+            "637,229,263",
+            "-n",
+            "5",
+            "--ignore-eos",
+            "--json",
+            "-",
+        ],
+        &[],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!Path::new("-").exists(), "no file named -");
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is the report");
@@ -221,8 +285,14 @@ fn json_dash_writes_the_report_to_stdout_and_seconds_per_token_is_the_decode_fig
     let per = r["seconds_per_token"].as_f64().unwrap();
     let per_generated = r["seconds_per_generated_token"].as_f64().unwrap();
     // 5 tokens: the first comes from the prompt pass, 4 from decode passes.
-    assert!((per * 4.0 - decode).abs() <= 1e-9 * decode.max(1.0), "{per} {decode}");
-    assert!((per_generated * 5.0 - decode).abs() <= 1e-9 * decode.max(1.0), "{per_generated}");
+    assert!(
+        (per * 4.0 - decode).abs() <= 1e-9 * decode.max(1.0),
+        "{per} {decode}"
+    );
+    assert!(
+        (per_generated * 5.0 - decode).abs() <= 1e-9 * decode.max(1.0),
+        "{per_generated}"
+    );
 }
 
 #[test]
@@ -231,7 +301,21 @@ fn ctrl_c_during_run_still_writes_the_summary_and_the_report() {
     let json = dir.join("r.json");
     let j = json.to_str().unwrap();
     let t = tiny();
-    let args = ["run", &t, "--ids", "637", "-n", "200000", "-c", "200001", "--ignore-eos", "--draft", "off", "--json", j];
+    let args = [
+        "run",
+        &t,
+        "--ids",
+        "637",
+        "-n",
+        "200000",
+        "-c",
+        "200001",
+        "--ignore-eos",
+        "--draft",
+        "off",
+        "--json",
+        j,
+    ];
     let mut child = command(&args, &[])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -239,21 +323,31 @@ fn ctrl_c_during_run_still_writes_the_summary_and_the_report() {
         .unwrap();
     let mut out = child.stdout.take().unwrap();
     let mut first = [0u8; 16];
-    out.read_exact(&mut first).expect("tokens stream before the interrupt");
-    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    out.read_exact(&mut first)
+        .expect("tokens stream before the interrupt");
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(kill.success());
     let reader = std::thread::spawn(move || {
         let mut rest = Vec::new();
         let _ = out.read_to_end(&mut rest);
     });
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let status = child.wait().unwrap();
     reader.join().unwrap();
     assert_eq!(status.code(), Some(130), "{err}");
     assert!(err.contains("stopped: interrupted (Ctrl-C)"), "{err}");
     assert!(err.contains("s/token (decode)"), "the summary line: {err}");
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(r["interrupted"], true);
     let n = r["generated_ids"].as_array().unwrap().len();
     assert!(n > 0 && n < 200000, "{n}");
@@ -268,9 +362,16 @@ fn too_many_threads_warn_and_tokenize_reads_stdin() {
     let o = k3_env(&["run", &t, "--ids", "637", "-n", "2", "-t", &many], &[]);
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains(&format!("{many} threads on the {cpus} CPUs")), "{err}");
+    assert!(
+        err.contains(&format!("{many} threads on the {cpus} CPUs")),
+        "{err}"
+    );
     let fine = k3_env(&["run", &t, "--ids", "637", "-n", "2", "-t", "1"], &[]);
-    assert!(!stderr(&fine).contains("threads on the"), "{}", stderr(&fine));
+    assert!(
+        !stderr(&fine).contains("threads on the"),
+        "{}",
+        stderr(&fine)
+    );
 
     let mut child = command(&["tokenize", &t, "--file", "-"], &[])
         .stdin(Stdio::piped())

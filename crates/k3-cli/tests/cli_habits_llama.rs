@@ -33,24 +33,71 @@ fn ok(o: &Output, what: &str) -> String {
 fn run_takes_seed_reverse_prompt_escapes_and_n_predict() {
     let t = tiny();
     let sampled = |seed: &[&str]| {
-        let base = ["run", &t, "-p", "The train", "-n", "8", "--temp", "0.9", "--print-ids"];
+        let base = [
+            "run",
+            &t,
+            "-p",
+            "The train",
+            "-n",
+            "8",
+            "--temp",
+            "0.9",
+            "--print-ids",
+        ];
         let o = k3(&[&base[..], seed].concat());
         assert!(o.status.success(), "{}", stderr(&o));
-        stderr(&o).lines().find(|l| l.starts_with("generated ids")).unwrap().to_string()
+        stderr(&o)
+            .lines()
+            .find(|l| l.starts_with("generated ids"))
+            .unwrap()
+            .to_string()
     };
     assert_eq!(sampled(&["-s", "42"]), sampled(&["--seed", "42"]));
-    assert_ne!(sampled(&["-s", "42"]), sampled(&["-s", "43"]), "the seed is used");
+    assert_ne!(
+        sampled(&["-s", "42"]),
+        sampled(&["-s", "43"]),
+        "the seed is used"
+    );
 
     let greedy = ok(&k3(&["run", &t, "-p", "The train", "-n", "12"]), "greedy");
-    let cut = greedy.trim_end().chars().skip(3).take(2).collect::<String>();
-    let r = ok(&k3(&["run", &t, "-p", "The train", "-n", "12", "-r", &cut]), "-r");
-    let stop = ok(&k3(&["run", &t, "-p", "The train", "-n", "12", "--stop", &cut]), "--stop");
+    let cut = greedy
+        .trim_end()
+        .chars()
+        .skip(3)
+        .take(2)
+        .collect::<String>();
+    let r = ok(
+        &k3(&["run", &t, "-p", "The train", "-n", "12", "-r", &cut]),
+        "-r",
+    );
+    let stop = ok(
+        &k3(&["run", &t, "-p", "The train", "-n", "12", "--stop", &cut]),
+        "--stop",
+    );
     assert_eq!(r, stop);
-    assert!(r.len() < greedy.len(), "-r {cut:?} stops early: {r:?} vs {greedy:?}");
-    let long = ok(&k3(&["run", &t, "-p", "The train", "--reverse-prompt", &cut, "-n", "12"]), "long");
+    assert!(
+        r.len() < greedy.len(),
+        "-r {cut:?} stops early: {r:?} vs {greedy:?}"
+    );
+    let long = ok(
+        &k3(&[
+            "run",
+            &t,
+            "-p",
+            "The train",
+            "--reverse-prompt",
+            &cut,
+            "-n",
+            "12",
+        ]),
+        "long",
+    );
     assert_eq!(long, stop);
 
-    let escaped = ok(&k3(&["run", &t, "-e", "-p", "a\\nb\\t\\x41", "-n", "4"]), "-e");
+    let escaped = ok(
+        &k3(&["run", &t, "-e", "-p", "a\\nb\\t\\x41", "-n", "4"]),
+        "-e",
+    );
     let literal = ok(&k3(&["run", &t, "-p", "a\nb\tA", "-n", "4"]), "literal");
     assert_eq!(escaped, literal);
     // Without -e the backslashes are prompt text: a different prompt.
@@ -60,7 +107,10 @@ fn run_takes_seed_reverse_prompt_escapes_and_n_predict() {
     let w: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_ne!(v["prompt_ids"], w["prompt_ids"], "-e changes the prompt");
 
-    let n = ok(&k3(&["run", &t, "-p", "hi", "--n-predict", "3"]), "--n-predict");
+    let n = ok(
+        &k3(&["run", &t, "-p", "hi", "--n-predict", "3"]),
+        "--n-predict",
+    );
     assert_eq!(n, ok(&k3(&["run", &t, "-p", "hi", "-n", "3"]), "-n"));
 }
 
@@ -116,12 +166,28 @@ fn the_api_key_comes_from_the_environment_or_a_file() {
     check(&Server::start_env(&["-c", "64"], &[("K3_API_KEY", key)]));
     let file = std::env::temp_dir().join(format!("k3-api-key-{}", std::process::id()));
     std::fs::write(&file, format!("{key}\n")).unwrap();
-    check(&Server::start(&["-c", "64", "--api-key-file", file.to_str().unwrap()]));
+    check(&Server::start(&[
+        "-c",
+        "64",
+        "--api-key-file",
+        file.to_str().unwrap(),
+    ]));
     std::fs::write(&file, "\n").unwrap();
-    let o = k3(&["serve", &tiny(), "--port", "0", "--api-key-file", file.to_str().unwrap()]);
+    let o = k3(&[
+        "serve",
+        &tiny(),
+        "--port",
+        "0",
+        "--api-key-file",
+        file.to_str().unwrap(),
+    ]);
     let _ = std::fs::remove_file(&file);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("the API key file is empty"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the API key file is empty"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -130,7 +196,10 @@ fn run_without_a_prompt_on_a_terminal_opens_a_chat() {
     cmd.args(["run", &tiny(), "-n", "3", "-t", "2"])
         .env_remove("K3_CONFIG")
         .env("XDG_CONFIG_HOME", "/nonexistent/k3-habits-llama-xdg")
-        .env("XDG_STATE_HOME", std::env::temp_dir().join("k3-habits-llama-state"))
+        .env(
+            "XDG_STATE_HOME",
+            std::env::temp_dir().join("k3-habits-llama-state"),
+        )
         .env("TERM", "xterm");
     let mut p = spawn_command(cmd, Some(60_000)).expect("k3 run starts in a pty");
     p.exp_string("k3 chat:").unwrap();

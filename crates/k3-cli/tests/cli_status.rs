@@ -48,12 +48,27 @@ fn chat_shows_a_status_line_then_dimmed_thinking() {
     p.send_line("/exit").unwrap();
     exits_0(&mut p);
 
-    let mut p = pty(&["chat", &t, "-n", "6", "-t", "2", "--no-history", "--hide-thinking"]);
+    let mut p = pty(&[
+        "chat",
+        &t,
+        "-n",
+        "6",
+        "-t",
+        "2",
+        "--no-history",
+        "--hide-thinking",
+    ]);
     p.exp_string("> ").unwrap();
     p.send_line("Hello").unwrap();
     let shown = p.exp_string("[thinking only, hidden").unwrap();
-    assert!(!shown.contains(DIM), "hidden thinking is not printed: {shown:?}");
-    assert!(shown.contains("thinking (hidden): "), "the status line counts it: {shown:?}");
+    assert!(
+        !shown.contains(DIM),
+        "hidden thinking is not printed: {shown:?}"
+    );
+    assert!(
+        shown.contains("thinking (hidden): "),
+        "the status line counts it: {shown:?}"
+    );
     p.send_line("/exit").unwrap();
     exits_0(&mut p);
 }
@@ -73,5 +88,9 @@ fn run_shows_a_prefill_status_line_on_a_terminal_only() {
     assert!(!all.contains("prefill: "), "{all:?}");
     let o = common::k3(&["run", &t, "--ids", "637,229,263", "-n", "3", "-t", "2"]);
     assert!(o.status.success());
-    assert!(!common::stderr(&o).contains("prefill: "), "{}", common::stderr(&o));
+    assert!(
+        !common::stderr(&o).contains("prefill: "),
+        "{}",
+        common::stderr(&o)
+    );
 }

@@ -128,7 +128,10 @@ fn api_key(args: &ServeArgs) -> Result<Option<String>, CliError> {
     }
     if let Some(path) = &args.api_key_file {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            CliError::usage(format!("{}: cannot read the API key file: {e}", path.display()))
+            CliError::usage(format!(
+                "{}: cannot read the API key file: {e}",
+                path.display()
+            ))
         })?;
         let key = text.lines().next().unwrap_or("").trim().to_string();
         if key.is_empty() {
@@ -144,7 +147,11 @@ fn api_key(args: &ServeArgs) -> Result<Option<String>, CliError> {
 
 /// `-c` over the config file's `ctx` (explicit), else the default capped at the trained range,
 /// checked against the trained range (README "Context").
-fn serve_ctx(args: &ServeArgs, file: &crate::config_file::FileConfig, dir: &std::path::Path) -> Result<usize, CliError> {
+fn serve_ctx(
+    args: &ServeArgs,
+    file: &crate::config_file::FileConfig,
+    dir: &std::path::Path,
+) -> Result<usize, CliError> {
     let trained = crate::context::trained_context(dir);
     let explicit = args.ctx.or(file.ctx);
     let ctx = explicit.unwrap_or(crate::context::default_ctx(trained));
