@@ -38,9 +38,21 @@ fn gb(flag: &str, v: f64) -> Result<u64, CliError> {
 }
 
 impl BudgetArgs {
-    /// The budget the flags describe; `None` when no budget flag was given.
+    /// Whether `--preset auto` was given.
+    pub fn is_auto(&self) -> bool {
+        self.preset.as_deref() == Some(AUTO)
+    }
+
+    /// The budget the flags describe; `None` when no budget flag was given. `--preset auto`
+    /// needs the model and the machine, which only run, chat and serve resolve
+    /// ([`BudgetArgs::budget_or_file`] then `crate::auto_budget`): refused here.
     pub fn budget(&self) -> Result<Option<Budget>, CliError> {
-        if let Some(name) = self.preset.as_ref().filter(|p| p.as_str() != AUTO) {
+        if self.is_auto() {
+            return Err(CliError::usage(
+                "--preset auto is what run, chat and serve do without a budget flag; here give a named preset, --mem-gb or --trunk-gb/--cache-gb",
+            ));
+        }
+        if let Some(name) = &self.preset {
             let p: Preset = name
                 .parse()
                 .map_err(|e: k3_plan::PlanError| CliError::usage(e.to_string()))?;
@@ -65,6 +77,9 @@ impl BudgetArgs {
         &self,
         file: &crate::config_file::FileConfig,
     ) -> Result<Option<Budget>, CliError> {
+        if self.is_auto() {
+            return Ok(None);
+        }
         if let Some(b) = self.budget()? {
             return Ok(Some(b));
         }
@@ -74,6 +89,9 @@ impl BudgetArgs {
             cache_gb: file.cache_gb,
             mem_gb: file.mem_gb,
         };
+        if from_file.is_auto() {
+            return Ok(None);
+        }
         if from_file.trunk_gb.is_some() != from_file.cache_gb.is_some() {
             return Err(CliError::usage(
                 "config file: trunk_gb and cache_gb must be set together",

@@ -334,6 +334,14 @@ mod tests {
     }
 
     #[test]
+    fn preset_auto_is_a_budget_key_value() {
+        assert_eq!(
+            parse("preset = \"auto\"\n").unwrap().preset.as_deref(),
+            Some("auto")
+        );
+    }
+
+    #[test]
     fn rejects_bad_values_naming_the_key() {
         for (text, key) in [
             ("preset = \"huge\"", "preset"),

@@ -225,3 +225,46 @@ fn run_quickstart_command(line: &str, args: &[String]) {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Every `$ …` example in README.md runs as printed from the repository root (through `sh`,
+/// with the `k3` under test first on PATH): exit 0, or exit 2 with the printed error line
+/// where the example shows `k3: error: …`.
+#[test]
+fn readme_examples_run_as_printed() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_k3"))
+        .parent()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let lines: Vec<&str> = readme.lines().collect();
+    let mut ran = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let Some(cmd) = line.strip_prefix("$ ") else {
+            continue;
+        };
+        let o = Command::new("sh")
+            .args(["-c", cmd])
+            .current_dir(&root)
+            .env("PATH", &path)
+            .env_remove("K3_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/k3-readme-xdg")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        match lines.get(i + 1).filter(|l| l.starts_with("k3: error")) {
+            Some(shown) => {
+                assert_eq!(o.status.code(), Some(2), "`{cmd}`: {err}");
+                assert!(err.contains(shown), "`{cmd}` prints {shown:?}: {err}");
+            }
+            None => assert!(o.status.success(), "`{cmd}` failed: {err}"),
+        }
+        ran += 1;
+    }
+    assert!(ran >= 10, "only {ran} examples found");
+}
