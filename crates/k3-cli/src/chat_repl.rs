@@ -2,8 +2,10 @@
 //!
 //! Each turn feeds only the NEW tokens (the user message, the assistant generation prompt and
 //! whatever closed the previous reply) into one long-lived session: the history is never
-//! prefilled again. Replies stream as they decode; the `think` channel is hidden unless
-//! `--show-thinking` (dimmed on a terminal). Ctrl-C during a reply stops it at the next token
+//! prefilled again. Replies stream as they decode; on a terminal the `think` channel is shown
+//! dimmed unless `--hide-thinking` (piped, hidden unless `--show-thinking`), and a status line
+//! on stderr covers the prefill and hidden thinking ([`crate::status`]; defaults:
+//! [`crate::chat_args`]). Ctrl-C during a reply stops it at the next token
 //! boundary and keeps the partial reply; at the prompt, twice in a row quits. On a terminal
 //! input is line-edited with history and multi-line entries ([`crate::chat_input`]).
 //!
