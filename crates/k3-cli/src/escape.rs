@@ -63,8 +63,8 @@ fn push_char(out: &mut String, c: char, style: Style) {
 }
 
 /// The bytes of `text` with its backslash escapes processed (`k3 run -e`, llama.cpp's
-/// `--escape`): `\n \r \t \0 \\ \' \"`, and `\xNN` as one byte (two hex digits). Any
-/// other backslash is kept as written.
+/// `--escape`, whose set this is): `\n \r \t \\ \' \"`, and `\xNN` as one byte (two hex
+/// digits). Any other backslash is kept as written (`\0` too).
 pub fn unescape(text: &str) -> Vec<u8> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -75,7 +75,6 @@ pub fn unescape(text: &str) -> Vec<u8> {
             Some(b'n') => Some(b'\n'),
             Some(b'r') => Some(b'\r'),
             Some(b't') => Some(b'\t'),
-            Some(b'0') => Some(0),
             Some(c @ (b'\\' | b'\'' | b'"')) => Some(c),
             _ => None,
         };
@@ -105,6 +104,7 @@ mod tests {
             b"a\nb\t\"q\"\\ A\xff\\q\\".to_vec()
         );
         assert_eq!(unescape("é\\x4"), "é\\x4".as_bytes());
+        assert_eq!(unescape("\\0\\xg1"), b"\\0\\xg1".to_vec());
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub struct RunArgs {
     /// `-n` resolved over the config file.
     #[arg(skip)]
     pub gen: usize,
-    /// Process escapes in the prompt (-p or the positional PROMPT): \n \r \t \0 \\ \' \"
+    /// Process escapes in the prompt (-p or the positional PROMPT): \n \r \t \\ \' \"
     /// and \xNN (llama.cpp's -e).
     #[arg(short = 'e', long)]
     pub escape: bool,
