@@ -244,8 +244,17 @@ fn generate(
     mode: DecodeMode,
     sampler: &mut Sampler,
     stop: &StopConditions,
+    status: &mut Status,
 ) -> Result<Generation, k3_engine::EngineError> {
+    use std::io::IsTerminal;
     let mut out = TextOut::new(json_to_stdout(args));
+    // The text is not on the terminal (a file, a pipe, `--json -`): the status line can stay.
+    let decode_status =
+        !args.verbose && !(std::io::stdout().is_terminal() && !json_to_stdout(args));
+    if decode_status {
+        status.start("generating: first token");
+    }
+    let mut count = 0usize;
     let mut live = LiveLines::new(args.verbose, engine);
     let mut text = engine.tokenizer().map(|t| t.stream_decoder());
     // Holds back text that may be the start of a stop string, so none of it is printed.
@@ -263,8 +272,13 @@ fn generate(
             None => out.id(id),
         }
         live.token(id, engine);
+        count += 1;
+        if decode_status {
+            status.tokens("generating", count);
+        }
         !crate::interrupt::requested()
     });
+    status.clear();
     // The engine's text is what was printed plus whatever was still held back.
     if let Ok(g) = &generated {
         if let Some(rest) = g.text.as_deref().and_then(|t| t.get(printed..)) {
@@ -342,7 +356,15 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     }
     let mut sampler = Sampler::new(params.clone())?;
     let t1 = Instant::now();
-    let generated = generate(&args, &engine, &mut session, mode, &mut sampler, &stop);
+    let generated = generate(
+        &args,
+        &engine,
+        &mut session,
+        mode,
+        &mut sampler,
+        &stop,
+        &mut status,
+    );
     let generation = generated.inspect_err(|e| expert_failure_report(e, &engine, t0))?;
     let done = Done {
         dir,

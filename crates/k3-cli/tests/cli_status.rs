@@ -2,7 +2,8 @@
 //! line on stderr while it prefills a turn, then shows the thinking dimmed by default before
 //! any response token (`--hide-thinking` hides it, and the status line counts the hidden
 //! thinking instead); `k3 run` draws the prefill status line too. Piped, none of it appears,
-//! and on a terminal a phase shorter than a second draws nothing.
+//! and on a terminal a phase shorter than a second draws nothing; with its text redirected,
+//! `k3 run` keeps a `generating` line while it decodes.
 
 mod common;
 
@@ -93,4 +94,32 @@ fn run_shows_a_prefill_status_line_on_a_terminal_only() {
         "{}",
         common::stderr(&o)
     );
+}
+
+#[test]
+fn run_with_its_text_redirected_keeps_a_generating_line() {
+    let out = std::env::temp_dir().join(format!("k3-status-redirect-{}.txt", std::process::id()));
+    let line = format!(
+        "exec '{}' run '{}' --ids 637,229,263 -n 64 --ignore-eos -t 2 > '{}'",
+        env!("CARGO_BIN_EXE_k3"),
+        tiny(),
+        out.display()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &line])
+        .env_remove("K3_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/k3-status-xdg")
+        .env("TERM", "xterm")
+        .env("K3_STATUS_DELAY_MS", "0");
+    let mut p = spawn_command(cmd, Some(60_000)).expect("k3 starts in a pty");
+    p.exp_string("generating: ").unwrap();
+    p.exp_string("stopped: length limit").unwrap();
+    exits_0(&mut p);
+    let text = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    assert!(
+        !text.contains("generating"),
+        "the status line stays off stdout: {text:?}"
+    );
+    assert!(text.ends_with('\n') && text.len() > 1, "{text:?}");
 }
