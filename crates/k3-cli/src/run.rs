@@ -249,8 +249,8 @@ fn generate(
     use std::io::IsTerminal;
     let mut out = TextOut::new(json_to_stdout(args));
     // The text is not on the terminal (a file, a pipe, `--json -`): the status line can stay.
-    let decode_status =
-        !args.verbose && !(std::io::stdout().is_terminal() && !json_to_stdout(args));
+    let text_off_terminal = !std::io::stdout().is_terminal() || json_to_stdout(args);
+    let decode_status = !args.verbose && text_off_terminal;
     if decode_status {
         status.start("generating: first token");
     }
