@@ -4,13 +4,17 @@ use crate::CliError;
 use clap::Args;
 use k3_engine::{Budget, Preset};
 
+/// The preset name that asks for the automatic budget (`crate::auto_budget`).
+pub const AUTO: &str = "auto";
+
 /// Bytes per GB as the presets count them (10^9).
 const GB: f64 = 1e9;
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct BudgetArgs {
     /// Named budget: laptop (3/1 GB trunk/cache), desktop (16/10), workstation (60/30),
-    /// server (110/13), max (110/109). See `k3 presets`.
+    /// server (110/13), max (110/109), or auto (the default for run/chat/serve: plan against
+    /// the memory this machine has). See `k3 presets`.
     #[arg(long, conflicts_with_all = ["trunk_gb", "cache_gb", "mem_gb"])]
     pub preset: Option<String>,
     /// Trunk budget in GB (pinned layers + streaming ring); needs --cache-gb.
@@ -34,8 +38,20 @@ fn gb(flag: &str, v: f64) -> Result<u64, CliError> {
 }
 
 impl BudgetArgs {
-    /// The budget the flags describe; `None` when no budget flag was given.
+    /// Whether `--preset auto` was given.
+    pub fn is_auto(&self) -> bool {
+        self.preset.as_deref() == Some(AUTO)
+    }
+
+    /// The budget the flags describe; `None` when no budget flag was given. `--preset auto`
+    /// needs the model and the machine, which only run, chat and serve resolve
+    /// ([`BudgetArgs::budget_or_file`] then `crate::auto_budget`): refused here.
     pub fn budget(&self) -> Result<Option<Budget>, CliError> {
+        if self.is_auto() {
+            return Err(CliError::usage(
+                "--preset auto is what run, chat and serve do without a budget flag; here give a named preset, --mem-gb or --trunk-gb/--cache-gb",
+            ));
+        }
         if let Some(name) = &self.preset {
             let p: Preset = name
                 .parse()
@@ -61,6 +77,9 @@ impl BudgetArgs {
         &self,
         file: &crate::config_file::FileConfig,
     ) -> Result<Option<Budget>, CliError> {
+        if self.is_auto() {
+            return Ok(None);
+        }
         if let Some(b) = self.budget()? {
             return Ok(Some(b));
         }
@@ -70,6 +89,9 @@ impl BudgetArgs {
             cache_gb: file.cache_gb,
             mem_gb: file.mem_gb,
         };
+        if from_file.is_auto() {
+            return Ok(None);
+        }
         if from_file.trunk_gb.is_some() != from_file.cache_gb.is_some() {
             return Err(CliError::usage(
                 "config file: trunk_gb and cache_gb must be set together",

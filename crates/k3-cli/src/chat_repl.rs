@@ -2,8 +2,10 @@
 //!
 //! Each turn feeds only the NEW tokens (the user message, the assistant generation prompt and
 //! whatever closed the previous reply) into one long-lived session: the history is never
-//! prefilled again. Replies stream as they decode; the `think` channel is hidden unless
-//! `--show-thinking` (dimmed on a terminal). Ctrl-C during a reply stops it at the next token
+//! prefilled again. Replies stream as they decode; on a terminal the `think` channel is shown
+//! dimmed unless `--hide-thinking` (piped, hidden unless `--show-thinking`), and a status line
+//! on stderr covers the prefill and hidden thinking ([`crate::status`]; defaults:
+//! [`crate::chat_args`]). Ctrl-C during a reply stops it at the next token
 //! boundary and keeps the partial reply; at the prompt, twice in a row quits. On a terminal
 //! input is line-edited with history and multi-line entries ([`crate::chat_input`]).
 //!
@@ -12,11 +14,10 @@
 //! the session and re-feeding the conversation's own token prefix with the next message
 //! (bit-identical: prefill equals incremental decode).
 
+pub use crate::chat_args::ChatArgs;
 use crate::chat_input::{ChatInput, Input};
-use crate::engine_args::EngineArgs;
-use crate::sampling_args::SamplingArgs;
+use crate::status::Status;
 use crate::CliError;
-use clap::Args;
 use k3_engine::chat_template::{
     self as chat, Channel, ChatMessage, ReplyParser, Template, Thinking,
 };
@@ -25,41 +26,6 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
-
-#[derive(Args)]
-#[command(
-    after_help = "Examples:\n  k3 chat fixtures/tiny-k3 --thinking off -n 64\n  k3 chat -m /models/kimi-k3 --preset desktop --system 'Be brief.' --temp 0.7 -c 8192"
-)]
-pub struct ChatArgs {
-    #[command(flatten)]
-    pub engine: EngineArgs,
-    #[command(flatten)]
-    pub model: crate::engine_args::ModelArgs,
-    /// System message (kept by /reset).
-    #[arg(long)]
-    pub system: Option<String>,
-    /// Thinking effort: off, low, high or max.
-    #[arg(long, default_value = "max")]
-    pub thinking: String,
-    /// Print the think channel (dimmed on a terminal).
-    #[arg(long)]
-    pub show_thinking: bool,
-    /// Most tokens one reply may generate (it must fit in -c/--ctx).
-    #[arg(short = 'n', long, visible_alias = "max-tokens", default_value_t = 512)]
-    pub max_new: usize,
-    /// Context positions for the whole conversation.
-    #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
-    pub ctx: usize,
-    /// History file for line editing on a terminal (default
-    /// $XDG_STATE_HOME/k3/chat_history or ~/.local/state/k3/chat_history).
-    #[arg(long, value_name = "FILE", conflicts_with = "no_history")]
-    pub history: Option<std::path::PathBuf>,
-    /// Keep no history file (history still works within the chat).
-    #[arg(long)]
-    pub no_history: bool,
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
-}
 
 /// Set by Ctrl-C while a reply is generated; checked between tokens.
 static CANCEL: AtomicBool = AtomicBool::new(false);
@@ -141,12 +107,19 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         .thinking
         .parse()
         .map_err(|e: k3_engine::EngineError| CliError::usage(e.to_string()))?;
-    let mut options = args.engine.options(&file, args.ctx)?;
+    let trained = crate::context::trained_context(&model_dir);
+    let explicit_ctx = args.ctx.or(file.ctx);
+    let ctx = explicit_ctx.unwrap_or(crate::context::default_ctx(trained));
+    let max_new = args.max_new(&file);
+    let mut options = args.engine.options(&file, ctx)?;
     options.draft_policy = args.sampling.draft_policy(options.draft_trunk.as_deref())?;
-    let engine = crate::engine_args::open_engine(&model_dir, options, true)?;
+    let resident = args.engine.resident;
+    let engine = crate::engine_args::open_engine(&model_dir, options, resident, true)?;
+    crate::engine_args::print_plan(&engine);
     let tok = crate::engine_args::tokenizer_of(&engine, &model_dir)?;
     let tpl = Template::new(tok)?;
-    let session = engine.new_session(args.ctx)?;
+    let session = engine.new_session(ctx)?;
+    let tty = std::io::stdout().is_terminal();
     let messages: Vec<ChatMessage> = args
         .system
         .iter()
@@ -157,11 +130,11 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         tok,
         tpl,
         thinking,
-        show_thinking: args.show_thinking,
-        tty: std::io::stdout().is_terminal(),
+        show_thinking: args.shows_thinking(tty),
+        tty,
         session,
-        ctx: args.ctx,
-        max_new: args.max_new,
+        ctx,
+        max_new,
         carry: Vec::new(),
         messages,
         turns: Vec::new(),
@@ -170,7 +143,13 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         stats: Stats::default(),
     };
     c.carry = c.header()?;
-    check_reply_room(c.carry.len(), args.max_new, args.ctx)?;
+    let what = format!(
+        "the conversation header ({} tokens), -n {max_new} and {TAIL_RESERVE} positions for closing a reply",
+        c.carry.len()
+    );
+    let need = c.carry.len() + max_new + TAIL_RESERVE;
+    crate::context::check_trained(&model_dir, trained, need, explicit_ctx, &what)?;
+    check_reply_room(c.carry.len(), max_new, ctx)?;
     ctrlc::set_handler(|| {
         if GENERATING.load(Ordering::SeqCst) {
             CANCEL.store(true, Ordering::SeqCst);
@@ -466,7 +445,11 @@ impl<'e> Chat<'e> {
         n: usize,
     ) -> Result<(String, String, Vec<u32>), k3_engine::EngineError> {
         let t0 = Instant::now();
-        self.session.feed(new)?;
+        let mut status = Status::new(true);
+        status.start(&format!("prefill: {} new tokens", new.len()));
+        let st = &status;
+        self.session
+            .feed_with_progress(new, &mut |p: k3_engine::FeedProgress| st.prefill(&p))?;
         (self.stats.fed_new, self.stats.prefill_s) = (new.len(), t0.elapsed().as_secs_f64());
         let start = if self.thinking == Thinking::Off {
             Channel::Response
@@ -480,6 +463,13 @@ impl<'e> Chat<'e> {
         let (show, tty) = (self.show_thinking, self.tty);
         let mut shown_thinking = false;
         let mut out = std::io::stdout();
+        let phase = match (start, show) {
+            (Channel::Think, false) => "thinking (hidden)",
+            (Channel::Think, true) => "thinking",
+            _ => "generating",
+        };
+        status.start(&format!("{phase}: first token"));
+        let mut tokens = 0usize;
         let stop = StopConditions {
             end_ids: end_ids.clone(),
             ..StopConditions::none()
@@ -488,11 +478,20 @@ impl<'e> Chat<'e> {
         let generation =
             self.session
                 .generate_with(n, self.mode, &mut self.sampler, &stop, |id| {
+                    tokens += 1;
                     if end_ids.contains(&id) {
                         parser.push(id);
                         return true;
                     }
-                    for (ch, pid) in parser.push(id) {
+                    let pieces = parser.push(id);
+                    // The line gives way to the first visible text: from then on the text is
+                    // the progress.
+                    let visible = pieces.iter().any(|(ch, _)| show || *ch != Channel::Think);
+                    match visible {
+                        true => status.clear(),
+                        false => status.tokens(phase, tokens),
+                    }
+                    for (ch, pid) in pieces {
                         if ch == Channel::Think {
                             let piece = think_dec.push(pid).unwrap_or_default();
                             reasoning.push_str(&piece);
@@ -518,6 +517,7 @@ impl<'e> Chat<'e> {
                     let _ = out.flush();
                     !CANCEL.load(Ordering::SeqCst)
                 })?;
+        status.clear();
         self.stats.decode_s = t1.elapsed().as_secs_f64();
         self.stats.generated = generation.ids.len();
         // A reply that ended at an end id is closed as the model closed it; otherwise the ids

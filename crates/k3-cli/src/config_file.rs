@@ -17,6 +17,9 @@
 //! repeat_penalty = 1.1
 //! presence_penalty = 0.5
 //! frequency_penalty = 0.2
+//! ctx = 8192               # -c/--ctx of run, chat and serve
+//! n = 256                  # -n of run and chat
+//! port = 8080              # --port of serve
 //! ```
 //!
 //! Precedence (for `k3 run` and friends when they merge this in): a command-line flag always
@@ -81,6 +84,15 @@ pub struct FileConfig {
     /// Frequency penalty (0 = off), in [-2, 2].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frequency_penalty: Option<f64>,
+    /// Context positions (`-c/--ctx`) for run, chat and serve.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ctx: Option<usize>,
+    /// Tokens to generate (`-n`) for run and chat.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n: Option<usize>,
+    /// Port of `k3 serve` (`--port`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
 }
 
 impl FileConfig {
@@ -93,10 +105,12 @@ impl FileConfig {
             )))
         };
         if let Some(p) = &self.preset {
-            if p.parse::<k3_engine::Preset>().is_err() {
+            if p != crate::budget::AUTO && p.parse::<k3_engine::Preset>().is_err() {
                 return bad(
                     "preset",
-                    format!("unknown preset {p:?} (laptop, desktop, workstation, server, max)"),
+                    format!(
+                        "unknown preset {p:?} (auto, laptop, desktop, workstation, server, max)"
+                    ),
                 );
             }
         }
@@ -132,6 +146,9 @@ impl FileConfig {
         }
         if self.threads == Some(0) {
             return bad("threads", "must be at least 1".into());
+        }
+        if self.ctx == Some(0) {
+            return bad("ctx", "must be at least 1".into());
         }
         if let Some(t) = self.temp.filter(|t| !(t.is_finite() && *t >= 0.0)) {
             return bad("temp", format!("must be >= 0, got {t}"));
@@ -278,6 +295,9 @@ fn unset_keys(c: &FileConfig) -> Vec<&'static str> {
         ("repeat_penalty", c.repeat_penalty.is_some()),
         ("presence_penalty", c.presence_penalty.is_some()),
         ("frequency_penalty", c.frequency_penalty.is_some()),
+        ("ctx", c.ctx.is_some()),
+        ("n", c.n.is_some()),
+        ("port", c.port.is_some()),
     ];
     set.iter().filter(|(_, s)| !s).map(|(k, _)| *k).collect()
 }
@@ -302,7 +322,8 @@ mod tests {
 
     #[test]
     fn parses_every_key() {
-        let c = parse("model = \"/m\"\nmem_gb = 48\nthreads = 8\ntemp = 0.7\ntop_k = 40\ntop_p = 0.9\nmin_p = 0.05\nseed = 1\nrepeat_penalty = 1.1\npresence_penalty = 0.5\nfrequency_penalty = -0.25\n").unwrap();
+        let c = parse("model = \"/m\"\nmem_gb = 48\nthreads = 8\ntemp = 0.7\ntop_k = 40\ntop_p = 0.9\nmin_p = 0.05\nseed = 1\nrepeat_penalty = 1.1\npresence_penalty = 0.5\nfrequency_penalty = -0.25\nctx = 8192\nn = 64\nport = 9000\n").unwrap();
+        assert_eq!((c.ctx, c.n, c.port), (Some(8192), Some(64), Some(9000)));
         assert_eq!(
             (c.presence_penalty, c.frequency_penalty),
             (Some(0.5), Some(-0.25))
@@ -313,6 +334,14 @@ mod tests {
     }
 
     #[test]
+    fn preset_auto_is_a_budget_key_value() {
+        assert_eq!(
+            parse("preset = \"auto\"\n").unwrap().preset.as_deref(),
+            Some("auto")
+        );
+    }
+
+    #[test]
     fn rejects_bad_values_naming_the_key() {
         for (text, key) in [
             ("preset = \"huge\"", "preset"),
@@ -320,6 +349,8 @@ mod tests {
             ("trunk_gb = 3", "trunk_gb"),
             ("preset = \"laptop\"\nmem_gb = 4", "preset"),
             ("threads = 0", "threads"),
+            ("ctx = 0", "ctx"),
+            ("port = 70000", "port"),
             ("temp = -1", "temp"),
             ("presence_penalty = 2.5", "presence_penalty"),
             ("frequency_penalty = -3", "frequency_penalty"),

@@ -26,6 +26,11 @@ pub struct EngineArgs {
     /// (`--draft auto`) or always (`--draft hybrid`); the tokens are the same either way.
     #[arg(long, value_name = "DIR")]
     pub draft_trunk: Option<PathBuf>,
+    /// Map the whole model with no memory plan even when it is larger than the memory this
+    /// machine has (without a budget flag, a model that does not fit is planned as
+    /// `--preset auto`; README "Memory budgets").
+    #[arg(long, conflicts_with_all = ["preset", "mem_gb", "trunk_gb", "cache_gb"])]
+    pub resident: bool,
     /// Read with the page cache instead of O_DIRECT (streaming only).
     #[arg(long)]
     pub no_direct_io: bool,
@@ -110,14 +115,18 @@ pub fn no_model() -> CliError {
     )
 }
 
-/// Opens the engine; with `progress` and stderr on a terminal, a progress bar follows the
-/// pinned trunk layers being read (minutes at real scale).
+/// Opens the engine; without a budget, plans one as `--preset auto` unless `resident`
+/// (`crate::auto_budget`). With `progress` (not `-q`): the choice and any thread warning on
+/// stderr, and on a terminal a progress bar follows the pinned trunk layers being read
+/// (minutes at real scale).
 pub fn open_engine(
     dir: &std::path::Path,
     mut options: EngineOptions,
+    resident: bool,
     progress: bool,
 ) -> Result<Engine, CliError> {
     use std::io::IsTerminal;
+    crate::auto_budget::apply(dir, &mut options, resident, !progress)?;
     let bar =
         (progress && options.budget.is_some() && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::new(0);
@@ -142,6 +151,9 @@ pub fn open_engine(
         b.finish_and_clear();
     }
     let engine = engine?;
+    if progress {
+        warn_oversubscribed(engine.threads());
+    }
     if let (true, Some(choice)) = (progress, engine.draft_choice()) {
         match engine.draft_info() {
             Some((d, quant, bytes)) => eprintln!(
@@ -154,4 +166,25 @@ pub fn open_engine(
         }
     }
     Ok(engine)
+}
+
+/// Warns when `-t` asks for more threads than the CPUs this process may use: they take turns
+/// on the cores and every step waits for the slowest (measured 10× slower at `-t 64` on 2).
+fn warn_oversubscribed(threads: usize) {
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+    if cpus > 0 && threads > cpus {
+        eprintln!(
+            "k3: warning: {threads} threads on the {cpus} CPUs this process may use: expect it to be several times slower; leave out -t/--threads for the default (the physical cores)"
+        );
+    }
+}
+
+/// Prints the memory plan on stderr (`run`, `chat` and `serve` at start), when there is one.
+pub fn print_plan(engine: &Engine) {
+    if let Some(plan) = engine.plan() {
+        eprintln!(
+            "{}",
+            plan.table(Some(&k3_store::available_memory())).trim_end()
+        );
+    }
 }

@@ -62,9 +62,50 @@ fn push_char(out: &mut String, c: char, style: Style) {
     }
 }
 
+/// The bytes of `text` with its backslash escapes processed (`k3 run -e`, llama.cpp's
+/// `--escape`, whose set this is): `\n \r \t \\ \' \"`, and `\xNN` as one byte (two hex
+/// digits). Any other backslash is kept as written (`\0` too).
+pub fn unescape(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let (b, next) = (bytes[i], bytes.get(i + 1).copied());
+        let simple = match next {
+            Some(b'n') => Some(b'\n'),
+            Some(b'r') => Some(b'\r'),
+            Some(b't') => Some(b'\t'),
+            Some(c @ (b'\\' | b'\'' | b'"')) => Some(c),
+            _ => None,
+        };
+        let hex = bytes
+            .get(i + 2..i + 4)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        let (byte, width) = match (b, simple, next, hex) {
+            (b'\\', Some(c), _, _) => (c, 2),
+            (b'\\', None, Some(b'x'), Some(h)) => (h, 4),
+            _ => (b, 1),
+        };
+        out.push(byte);
+        i += width;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unescape_processes_llama_cpp_escapes() {
+        assert_eq!(
+            unescape(r#"a\nb\t\"q\"\\ \x41\xff\q\"#),
+            b"a\nb\t\"q\"\\ A\xff\\q\\".to_vec()
+        );
+        assert_eq!(unescape("é\\x4"), "é\\x4".as_bytes());
+        assert_eq!(unescape("\\0\\xg1"), b"\\0\\xg1".to_vec());
+    }
 
     #[test]
     fn text_keeps_layout_and_escapes_the_rest() {

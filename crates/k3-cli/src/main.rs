@@ -5,15 +5,20 @@
 // Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod argv;
+mod auto_budget;
 mod budget;
+mod chat_args;
 mod chat_input;
 mod chat_repl;
 mod config_file;
+mod context;
 mod doctor;
 mod download;
 mod engine_args;
 mod escape;
 mod ids;
+mod interrupt;
 mod pack;
 mod plan_cmd;
 mod run;
@@ -22,6 +27,7 @@ mod run_output;
 mod run_report;
 mod sampling_args;
 mod serve;
+mod status;
 mod tokenize;
 mod verify_cmd;
 
@@ -101,7 +107,7 @@ impl From<k3_engine::EngineError> for CliError {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(argv::normalise(std::env::args_os()));
     let result = match cli.cmd {
         Command::Run(args) => run::run(args),
         Command::Chat(args) => chat_repl::chat(args),

@@ -9,6 +9,7 @@ use crate::engine_args::EngineArgs;
 use crate::run_input::{self, check_room, Prompt};
 use crate::run_output::{LiveLines, TextOut};
 use crate::sampling_args::SamplingArgs;
+use crate::status::Status;
 use crate::CliError;
 use clap::Args;
 use k3_engine::{
@@ -47,19 +48,33 @@ pub struct RunArgs {
     /// Let control-token text in the prompt (e.g. `<|im_end|>`) become control tokens.
     #[arg(long)]
     pub allow_special: bool,
-    /// Tokens to generate at most (prompt + N must fit in -c/--ctx).
+    /// Tokens to generate at most (default 16, or `n` from the config file; prompt + N must
+    /// fit in -c/--ctx and the model's trained context).
     #[arg(
         short = 'n',
         long = "gen",
-        visible_alias = "max-tokens",
-        default_value_t = 16,
+        visible_aliases = ["max-tokens", "n-predict"],
+        value_name = "GEN",
         allow_negative_numbers = true
     )]
+    pub gen_flag: Option<usize>,
+    /// `-n` resolved over the config file.
+    #[arg(skip)]
     pub gen: usize,
+    /// Process escapes in the prompt (-p or the positional PROMPT): \n \r \t \\ \' \"
+    /// and \xNN (llama.cpp's -e).
+    #[arg(short = 'e', long)]
+    pub escape: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Stop when the generated text contains TEXT (repeatable; not printed). Needs a tokenizer.
-    #[arg(long = "stop", value_name = "TEXT", allow_hyphen_values = true)]
+    #[arg(
+        short = 'r',
+        long = "stop",
+        visible_alias = "reverse-prompt",
+        value_name = "TEXT",
+        allow_hyphen_values = true
+    )]
     pub stop: Vec<String>,
     /// Keep generating past the model's end ids (EOS, <|end_of_msg|>).
     #[arg(long)]
@@ -67,11 +82,13 @@ pub struct RunArgs {
     /// Re-run the whole sequence every step instead of carrying state (for testing).
     #[arg(long)]
     pub recompute: bool,
-    /// Context positions to allocate (default: prompt + -n; 4096 with --load-session).
+    /// Context positions to allocate (default: prompt + -n; 4096 with --load-session; `ctx`
+    /// from the config file). Past the model's trained context only when given explicitly.
     #[arg(short = 'c', long, visible_alias = "ctx-size")]
     pub ctx: Option<usize>,
-    /// Write a JSON report (prompt_ids, generated_ids, seconds_per_token, peak_rss_bytes…).
-    #[arg(long)]
+    /// Write a JSON report (prompt_ids, generated_ids, seconds_per_token, peak_rss_bytes…);
+    /// `-` writes it to stdout instead of the streamed text (the text is in the report).
+    #[arg(long, allow_hyphen_values = true)]
     pub json: Option<PathBuf>,
     /// Also print `generated ids: 1,2,3` on stderr after the text (even with -q).
     #[arg(long)]
@@ -100,41 +117,22 @@ pub struct RunArgs {
     pub dump_cache_trace: Option<PathBuf>,
 }
 
-/// Prompts longer than this get a prefill progress bar (on a terminal, unless --quiet).
-const PROGRESS_PREFILL_TOKENS: usize = 256;
-
-/// Feeds the prompt: one pass per planner chunk (`k3 plan` shows it) whether or not a bar
-/// is shown; on a terminal, a long prompt gets a bar that the engine moves after every
-/// decoder layer of every chunk.
+/// Feeds the prompt: one pass per planner chunk (`k3 plan` shows it) whether or not a status
+/// line is shown; on a terminal (unless -q) the status line follows the engine after every
+/// decoder layer of every chunk, with an ETA (README "Progress").
 fn prefill(
     session: &mut k3_engine::Session<'_>,
     prompt: &[u32],
-    quiet: bool,
+    status: &mut Status,
 ) -> Result<(), CliError> {
-    use std::io::IsTerminal;
-    if quiet || prompt.len() <= PROGRESS_PREFILL_TOKENS || !std::io::stderr().is_terminal() {
+    if !status.shown() {
         return session.feed(prompt).map_err(CliError::from);
     }
-    const STEPS: u64 = 1000;
-    let bar = indicatif::ProgressBar::new(STEPS);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("prefill [{bar:40}] {msg}, eta {eta}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    let fed = session.feed_with_progress(prompt, &mut |p: k3_engine::FeedProgress| {
-        bar.set_position((p.fraction() * STEPS as f64) as u64);
-        bar.set_message(format!(
-            "tokens {}..{} of {}, layer {}/{}",
-            p.tokens_done,
-            p.tokens_done + p.chunk,
-            p.tokens,
-            p.layers_done,
-            p.layers
-        ));
-    });
-    bar.finish_and_clear();
-    fed.map_err(CliError::from)
+    status.start(&format!("prefill: {} tokens", prompt.len()));
+    let st = &*status;
+    session
+        .feed_with_progress(prompt, &mut |p: k3_engine::FeedProgress| st.prefill(&p))
+        .map_err(CliError::from)
 }
 
 /// Peak resident set size of this process in bytes (Linux `VmHWM`), 0 where unknown.
@@ -160,10 +158,10 @@ fn sampling_params(args: &RunArgs, file: &FileConfig) -> Result<SamplingParams, 
 
 /// The context to allocate: `-c`, else room for prompt and `-n` (4096 with a loaded session,
 /// whose length is not known before it is read).
-fn session_ctx(args: &RunArgs, prompt: usize) -> usize {
+fn session_ctx(args: &RunArgs, prompt: usize, trained: Option<usize>) -> usize {
     match (args.ctx, &args.load_session) {
         (Some(c), _) => c,
-        (None, Some(_)) => 4096,
+        (None, Some(_)) => crate::context::default_ctx(trained),
         (None, None) => prompt + args.gen.max(1),
     }
 }
@@ -246,8 +244,17 @@ fn generate(
     mode: DecodeMode,
     sampler: &mut Sampler,
     stop: &StopConditions,
+    status: &mut Status,
 ) -> Result<Generation, k3_engine::EngineError> {
-    let mut out = TextOut::new();
+    use std::io::IsTerminal;
+    let mut out = TextOut::new(json_to_stdout(args));
+    // The text is not on the terminal (a file, a pipe, `--json -`): the status line can stay.
+    let text_off_terminal = !std::io::stdout().is_terminal() || json_to_stdout(args);
+    let decode_status = !args.verbose && text_off_terminal;
+    if decode_status {
+        status.start("generating: first token");
+    }
+    let mut count = 0usize;
     let mut live = LiveLines::new(args.verbose, engine);
     let mut text = engine.tokenizer().map(|t| t.stream_decoder());
     // Holds back text that may be the start of a stop string, so none of it is printed.
@@ -265,8 +272,13 @@ fn generate(
             None => out.id(id),
         }
         live.token(id, engine);
-        true
+        count += 1;
+        if decode_status {
+            status.tokens("generating", count);
+        }
+        !crate::interrupt::requested()
     });
+    status.clear();
     // The engine's text is what was printed plus whatever was still held back.
     if let Ok(g) = &generated {
         if let Some(rest) = g.text.as_deref().and_then(|t| t.get(printed..)) {
@@ -278,39 +290,65 @@ fn generate(
     generated
 }
 
-pub fn run(args: RunArgs) -> Result<(), CliError> {
+/// `--json -`: the report goes to stdout in place of the streamed text.
+pub fn json_to_stdout(args: &RunArgs) -> bool {
+    args.json.as_deref() == Some(Path::new("-"))
+}
+
+/// `-n` and `-c` over the config file's `n` and `ctx`.
+fn resolve_lengths(args: &mut RunArgs, file: &FileConfig) {
+    args.gen = args.gen_flag.or(file.n).unwrap_or(16);
+    args.ctx = args.ctx.or(file.ctx);
+}
+
+pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     let file = config_file::load()?;
+    resolve_lengths(&mut args, &file);
+    if run_input::wants_chat(&args) {
+        return crate::chat_repl::chat(crate::chat_repl::ChatArgs::from_run(args));
+    }
     let inputs = run_input::resolve(&args, &file)?;
     let params = sampling_params(&args, &file)?;
-    let mut options = args.engine.options(&file, args.ctx.unwrap_or(4096))?;
+    let dir = inputs.model_dir.as_path();
+    let trained = crate::context::trained_context(dir);
+    let plan_ctx = args.ctx.unwrap_or(crate::context::default_ctx(trained));
+    let mut options = args.engine.options(&file, plan_ctx)?;
     options.draft_policy = args.sampling.draft_policy(options.draft_trunk.as_deref())?;
     early_checks(&args, &inputs.prompt, options.budget.is_some())?;
-    let dir = inputs.model_dir.as_path();
-    let engine = crate::engine_args::open_engine(dir, options, !args.quiet)?;
+    let resident = args.engine.resident;
+    let engine = crate::engine_args::open_engine(dir, options, resident, !args.quiet)?;
     let prompt = inputs.prompt.ids(&engine, dir, args.allow_special)?;
     if prompt.is_empty() {
         return Err(CliError::usage(
             "the prompt is empty: give at least one token",
         ));
     }
-    let ctx = session_ctx(&args, prompt.len());
-    if let (Some(plan), false) = (engine.plan(), args.quiet) {
-        eprintln!(
-            "{}",
-            plan.table(Some(&k3_store::available_memory())).trim_end()
-        );
+    let ctx = session_ctx(&args, prompt.len(), trained);
+    if !args.quiet {
+        crate::engine_args::print_plan(&engine);
     }
     let stop = stop_conditions(&args, &engine, dir)?;
     engine.record_expert_trace(args.dump_cache_trace.is_some());
     let (mut session, reused) = open_session(&args, &engine, ctx)?;
-    check_room(session.tokens().len(), prompt.len(), args.gen, ctx)?;
+    let held = session.tokens().len();
+    check_room(held, prompt.len(), args.gen, ctx)?;
+    let what = format!(
+        "the prompt ({} tokens) and -n {}",
+        held + prompt.len(),
+        args.gen
+    );
+    let need = held + prompt.len() + args.gen;
+    crate::context::check_trained(dir, trained, need, args.ctx, &what)?;
     let mode = match args.recompute {
         true => DecodeMode::Recompute,
         false => args.sampling.decode_mode(&engine),
     };
+    crate::interrupt::install()?;
+    let mut status = Status::new(!args.quiet);
     let stats_open = engine.stats();
     let t0 = Instant::now();
-    prefill(&mut session, &prompt, args.quiet)?;
+    prefill(&mut session, &prompt, &mut status)?;
+    status.clear();
     let prefill_s = t0.elapsed().as_secs_f64();
     let stats_prefill = engine.stats();
     if let Some(path) = &args.dump_logits {
@@ -318,7 +356,15 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     }
     let mut sampler = Sampler::new(params.clone())?;
     let t1 = Instant::now();
-    let generated = generate(&args, &engine, &mut session, mode, &mut sampler, &stop);
+    let generated = generate(
+        &args,
+        &engine,
+        &mut session,
+        mode,
+        &mut sampler,
+        &stop,
+        &mut status,
+    );
     let generation = generated.inspect_err(|e| expert_failure_report(e, &engine, t0))?;
     let done = Done {
         dir,
@@ -334,7 +380,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         decode_s: t1.elapsed().as_secs_f64(),
         wall: t0.elapsed().as_secs_f64(),
     };
-    finish(&args, &engine, &session, &done)
+    finish(&args, &engine, &session, &done)?;
+    crate::interrupt::result(generation.ids.len())
 }
 
 /// After a routed expert failed to load (exit 4), the I/O report shows what was read.
@@ -363,8 +410,19 @@ pub struct Done<'a> {
 }
 
 impl Done<'_> {
-    /// Seconds per generated token (0 when none was).
+    /// Decode seconds per token: the decode time over the tokens the decode passes made. The
+    /// first generated token comes from the prompt pass (its logits), so it is not counted
+    /// (0 when at most one token was generated).
     pub fn per_token(&self) -> f64 {
+        match self.generation.ids.len() {
+            0 | 1 => 0.0,
+            n => self.decode_s / (n - 1) as f64,
+        }
+    }
+
+    /// The figure `seconds_per_token` held before: decode time over every generated token,
+    /// the first one (made by the prompt pass) included.
+    pub fn per_generated_token(&self) -> f64 {
         match self.generation.ids.len() {
             0 => 0.0,
             n => self.decode_s / n as f64,
@@ -410,9 +468,12 @@ fn finish(
 /// The end-of-run lines on stderr: why it stopped, speeds, drafts, the I/O report.
 fn summary(engine: &Engine, session: &Session<'_>, done: &Done<'_>) {
     let n = done.generation.ids.len();
-    eprintln!("stopped: {}", done.generation.stop_reason);
+    match crate::interrupt::requested() {
+        true => eprintln!("stopped: interrupted (Ctrl-C)"),
+        false => eprintln!("stopped: {}", done.generation.stop_reason),
+    }
     eprintln!(
-        "prefill {} tokens in {:.3} s; {} tokens at {:.4} s/token; peak RSS {:.1} MB",
+        "prefill {} tokens in {:.3} s; {} tokens at {:.4} s/token (decode); peak RSS {:.1} MB",
         done.prompt.len(),
         done.prefill_s,
         n,

@@ -50,6 +50,22 @@ pub fn resolve(args: &RunArgs, file: &FileConfig) -> Result<Inputs, CliError> {
     Ok(Inputs { model_dir, prompt })
 }
 
+/// `k3 run MODEL` with no prompt anywhere, on a terminal (stdin and stdout): opens a chat
+/// instead of refusing (ollama's habit).
+pub fn wants_chat(args: &RunArgs) -> bool {
+    use std::io::IsTerminal;
+    let positional_prompt = match &args.model {
+        Some(_) => args.model_dir.is_some(),
+        None => args.prompt_pos.is_some(),
+    };
+    let any_prompt = positional_prompt
+        || args.ids.is_some()
+        || args.prompt.is_some()
+        || args.prompt_file.is_some()
+        || args.load_session.is_some();
+    !any_prompt && std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+}
+
 /// A positional argument taken as prompt text (after `-m DIR`).
 fn path_as_prompt(p: &Path) -> Result<String, CliError> {
     p.to_str().map(str::to_owned).ok_or_else(|| {
@@ -76,7 +92,10 @@ fn read_prompt(args: &RunArgs, positional: Option<String>) -> Result<Prompt, Cli
         return parse_ids(text).map(Prompt::Ids).map_err(CliError::usage);
     }
     if let Some(text) = args.prompt.clone().or(positional) {
-        return Ok(Prompt::Text(text));
+        return Ok(match args.escape {
+            true => Prompt::Bytes(crate::escape::unescape(&text)),
+            false => Prompt::Text(text),
+        });
     }
     match &args.prompt_file {
         Some(path) => read_prompt_file(path).map(Prompt::Bytes),

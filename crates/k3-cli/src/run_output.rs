@@ -16,18 +16,25 @@ pub struct TextOut {
     tty: bool,
     /// Ids written so far (ids-only output puts commas between them).
     ids: usize,
+    /// Write nothing (`--json -` puts the report on stdout instead).
+    silent: bool,
 }
 
 impl TextOut {
-    pub fn new() -> TextOut {
+    pub fn new(silent: bool) -> TextOut {
         let out = std::io::stdout();
         let tty = out.is_terminal();
-        TextOut { out, tty, ids: 0 }
+        TextOut {
+            out,
+            tty,
+            ids: 0,
+            silent,
+        }
     }
 
     /// Writes a piece of decoded text.
     pub fn text(&mut self, piece: &str) {
-        if piece.is_empty() {
+        if piece.is_empty() || self.silent {
             return;
         }
         let shown = if self.tty {
@@ -41,6 +48,9 @@ impl TextOut {
 
     /// Writes one id of an ids-only generation.
     pub fn id(&mut self, id: u32) {
+        if self.silent {
+            return;
+        }
         let sep = if self.ids == 0 { "" } else { "," };
         let _ = write!(self.out, "{sep}{id}");
         let _ = self.out.flush();
@@ -49,6 +59,9 @@ impl TextOut {
 
     /// Ends the output with one newline.
     pub fn finish(&mut self) {
+        if self.silent {
+            return;
+        }
         let _ = writeln!(self.out);
         let _ = self.out.flush();
     }

@@ -25,6 +25,8 @@ pub fn write_json(
         "prefill_seconds": done.prefill_s,
         "prompt_tokens_reused": done.reused,
         "seconds_per_token": done.per_token(),
+        "seconds_per_generated_token": done.per_generated_token(),
+        "interrupted": crate::interrupt::requested(),
         "wall_seconds": done.wall,
         "threads": engine.threads(),
         "mode": match done.mode {
@@ -68,6 +70,10 @@ pub fn write_json(
         "decode": phase_json(&done.stats_prefill, &stats, done.decode_s, engine),
     });
     let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+    if crate::run::json_to_stdout(args) {
+        println!("{text}");
+        return Ok(());
+    }
     std::fs::write(path, text + "\n").map_err(|e| {
         CliError::runtime(format!("{}: cannot write JSON report: {e}", path.display()))
     })

@@ -38,7 +38,7 @@ pub struct SamplingArgs {
     pub frequency_penalty: Option<f32>,
     /// Seed of the sampler's random stream (splitmix64; default 0); the same seed gives the
     /// same tokens at every budget and thread count. Unused when --temp is 0.
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(short = 's', long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// Speculative decoding: `auto` (the default: with --draft-trunk, hybrid drafting where
     /// the plan predicts a gain; otherwise prompt-lookup drafts when the trunk streams from

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["text", "file", "decode", "export"])))]
 #[command(
-    after_help = "Examples:\n  k3 tokenize fixtures/tiny-k3 --text 'Hello, world'\n  k3 tokenize fixtures/tiny-k3 --decode 341,464\n  k3 tokenize fixtures/tiny-k3 --decode 341,464 --show-tokens\n  k3 tokenize fixtures/tiny-k3 --export tokenizer.json"
+    after_help = "Examples:\n  k3 tokenize fixtures/tiny-k3 --text 'Hello, world'\n  echo 'Hello' | k3 tokenize fixtures/tiny-k3 --file -\n  k3 tokenize fixtures/tiny-k3 --decode 341,464\n  k3 tokenize fixtures/tiny-k3 --decode 341,464 --show-tokens\n  k3 tokenize fixtures/tiny-k3 --export tokenizer.json"
 )]
 pub struct TokenizeArgs {
     /// Tokenizer directory (tiktoken.model + tokenizer_config.json, or tokenizer.json); a
@@ -21,7 +21,7 @@ pub struct TokenizeArgs {
     /// Text to encode.
     #[arg(long)]
     pub text: Option<String>,
-    /// File to encode, bytes read verbatim.
+    /// File to encode, bytes read verbatim; `-` reads stdin.
     #[arg(long)]
     pub file: Option<PathBuf>,
     /// Comma-separated ids to decode.
@@ -65,6 +65,17 @@ fn show_tokens(tok: &Tokenizer, ids: &[u32], json: bool) -> Result<(), CliError>
     Ok(())
 }
 
+/// The bytes of `path`, or of stdin for `-`.
+fn read_file(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
+    if path == std::path::Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+            .map_err(|e| CliError::usage(format!("cannot read stdin: {e}")))?;
+        return Ok(bytes);
+    }
+    std::fs::read(path).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))
+}
+
 pub fn tokenize(args: TokenizeArgs) -> Result<(), CliError> {
     let tok = Tokenizer::from_dir(&args.tok_dir).map_err(|e| CliError::usage(e.to_string()))?;
     if let Some(path) = &args.export {
@@ -104,11 +115,7 @@ pub fn tokenize(args: TokenizeArgs) -> Result<(), CliError> {
     }
     let ids = match (&args.text, &args.file) {
         (Some(t), _) => tok.encode(t, args.allow_special),
-        (None, Some(p)) => {
-            let bytes =
-                std::fs::read(p).map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?;
-            tok.encode_bytes(&bytes, args.allow_special)
-        }
+        (None, Some(p)) => tok.encode_bytes(&read_file(p)?, args.allow_special),
         (None, None) => return Err(CliError::usage("give --text, --file, --decode or --export")),
     };
     if args.show_tokens {

@@ -167,6 +167,9 @@ fn a_terminal_gets_escaped_text_then_the_token_lines() {
         .map(|c| c as u32 as u8)
         .collect();
     let shown = String::from_utf8_lossy(&raw).replace("\r\n", "\n");
+    // Without a budget flag, one line first says what was chosen (README "Memory budgets").
+    let (auto, shown) = shown.split_once('\n').unwrap();
+    assert!(auto.starts_with("k3: budget auto"), "{auto:?}");
     assert!(
         !shown.contains('\x04') && !shown.contains('\x1b'),
         "{shown:?}"

@@ -40,7 +40,7 @@ fn keep_alive_interval() -> std::time::Duration {
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  k3 serve fixtures/tiny-k3 --port 8080\n  k3 serve /models/kimi-k3 --preset server --api-key $KEY\n  curl -s localhost:8080/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}'"
+    after_help = "Examples:\n  k3 serve fixtures/tiny-k3 --port 8080\n  K3_API_KEY=$KEY k3 serve /models/kimi-k3 --preset server\n  curl -s localhost:8080/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}'"
 )]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -50,12 +50,17 @@ pub struct ServeArgs {
     /// Address to bind (loopback by default; anything else exposes the model to the network).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
-    /// Port to bind (0 = any free port; the bound address is printed on stderr).
-    #[arg(long, default_value_t = 8080)]
-    pub port: u16,
-    /// Require `Authorization: Bearer KEY` on /v1/* and /metrics.
+    /// Port to bind (default 8080, or `port` from the config file; 0 = any free port; the
+    /// bound address is printed on stderr).
     #[arg(long)]
+    pub port: Option<u16>,
+    /// Require `Authorization: Bearer KEY` on /v1/* and /metrics. On a shared machine prefer
+    /// $K3_API_KEY or --api-key-file: a key on the command line is visible in `ps`.
+    #[arg(long, conflicts_with = "api_key_file")]
     pub api_key: Option<String>,
+    /// Read the API key from the first line of FILE (instead of --api-key or $K3_API_KEY).
+    #[arg(long, value_name = "FILE")]
+    pub api_key_file: Option<std::path::PathBuf>,
     /// Requests that may wait while `--parallel` others generate; more ⇒ 429.
     #[arg(long, default_value_t = 8)]
     pub queue: usize,
@@ -68,9 +73,10 @@ pub struct ServeArgs {
     /// chunks).
     #[arg(long, visible_alias = "ubatch-size", default_value_t = 64)]
     pub ubatch: usize,
-    /// Context positions per request (prompt + reply).
-    #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
-    pub ctx: usize,
+    /// Context positions per request (prompt + reply; default 4096, or `ctx` from the config
+    /// file, or the model's trained context when smaller; past it only when given).
+    #[arg(short = 'c', long, visible_alias = "ctx-size")]
+    pub ctx: Option<usize>,
     /// Do not keep saved sessions for conversation state reuse (every prompt is fed whole).
     #[arg(long)]
     pub no_reuse: bool,
@@ -112,21 +118,65 @@ const _: () = {
     send_sync::<Engine>();
 };
 
+/// Environment variable holding the API key (kept out of `ps`).
+pub const ENV_API_KEY: &str = "K3_API_KEY";
+
+/// The API key: `--api-key`, else `--api-key-file`'s first line, else `$K3_API_KEY`.
+fn api_key(args: &ServeArgs) -> Result<Option<String>, CliError> {
+    if let Some(k) = &args.api_key {
+        return Ok(Some(k.clone()));
+    }
+    if let Some(path) = &args.api_key_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            CliError::usage(format!(
+                "{}: cannot read the API key file: {e}",
+                path.display()
+            ))
+        })?;
+        let key = text.lines().next().unwrap_or("").trim().to_string();
+        if key.is_empty() {
+            return Err(CliError::usage(format!(
+                "{}: the API key file is empty: put the key on its first line",
+                path.display()
+            )));
+        }
+        return Ok(Some(key));
+    }
+    Ok(std::env::var(ENV_API_KEY).ok().filter(|k| !k.is_empty()))
+}
+
+/// `-c` over the config file's `ctx` (explicit), else the default capped at the trained range,
+/// checked against the trained range (README "Context").
+fn serve_ctx(
+    args: &ServeArgs,
+    file: &crate::config_file::FileConfig,
+    dir: &std::path::Path,
+) -> Result<usize, CliError> {
+    let trained = crate::context::trained_context(dir);
+    let explicit = args.ctx.or(file.ctx);
+    let ctx = explicit.unwrap_or(crate::context::default_ctx(trained));
+    if ctx < 2 {
+        return Err(CliError::usage("-c/--ctx must be at least 2"));
+    }
+    crate::context::check_trained(dir, trained, ctx, explicit, "requests")?;
+    Ok(ctx)
+}
+
 pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     if args.queue == 0 {
         return Err(CliError::usage("--queue must be at least 1"));
     }
-    if args.ctx < 2 {
-        return Err(CliError::usage("-c/--ctx must be at least 2"));
-    }
     let file = crate::config_file::load()?;
     let model_dir = args.model.resolve(&file)?;
+    let ctx = serve_ctx(&args, &file, &model_dir)?;
+    let port = args.port.or(file.port).unwrap_or(8080);
+    let key = api_key(&args)?;
     if args.parallel == 0 || args.ubatch == 0 {
         return Err(CliError::usage(
             "--parallel and --ubatch must be at least 1",
         ));
     }
-    let mut options = args.engine.options(&file, args.ctx)?;
+    let mut options = args.engine.options(&file, ctx)?;
     // every batched session's state, and every saved one, inside the budget
     let saved = if args.no_reuse {
         0
@@ -134,7 +184,11 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         worker::LRU_CAPACITY
     };
     options.sessions = args.parallel + saved;
-    let engine = Arc::new(crate::engine_args::open_engine(&model_dir, options, true)?);
+    let resident = args.engine.resident;
+    let engine = Arc::new(crate::engine_args::open_engine(
+        &model_dir, options, resident, true,
+    )?);
+    crate::engine_args::print_plan(&engine);
     crate::engine_args::tokenizer_of(&engine, &model_dir)?;
     let model_id = std::fs::canonicalize(&model_dir)
         .unwrap_or_else(|_| model_dir.clone())
@@ -143,7 +197,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     let metrics = Arc::new(worker::Metrics::default());
     let (tx, rx) = mpsc::channel(args.queue);
     let limits = scheduler::Limits {
-        ctx: args.ctx,
+        ctx,
         parallel: args.parallel,
         ubatch: args.ubatch,
         reuse: !args.no_reuse,
@@ -156,11 +210,11 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     let shared = Arc::new(Shared {
         engine,
         model_id,
-        ctx: args.ctx,
+        ctx,
         started: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
-        api_key_digest: args.api_key.as_deref().map(key_digest),
+        api_key_digest: key.as_deref().map(key_digest),
         jobs: tx,
         metrics,
         keep_alive: keep_alive_interval(),
@@ -183,7 +237,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         .build()
         .map_err(|e| CliError::runtime(format!("cannot start the HTTP runtime: {e}")))?;
     runtime.block_on(async move {
-        let addr = format!("{}:{}", args.host, args.port);
+        let addr = format!("{}:{port}", args.host);
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| CliError::usage(format!("cannot listen on {addr}: {e}")))?;
