@@ -303,7 +303,10 @@ impl<'t> ReplyStream<'t> {
                 self.end_arg(out);
                 State::Call
             }
-            (State::AfterTools, false, "message") => State::AwaitEnd,
+            (State::AfterTools, false, "message") => {
+                self.uncommitted.clear();
+                State::AwaitEnd
+            }
             _ => return self.literal(&marker, out),
         };
         self.state = next;
@@ -459,7 +462,7 @@ impl<'t> ReplyStream<'t> {
         if self.call.is_some() {
             self.fault(&[], out);
         }
-        if !self.uncommitted.is_empty() && self.state != State::AfterTools {
+        if self.state == State::Tools && !self.uncommitted.is_empty() {
             self.fault(&[], out);
         }
         self.flush_text(out);
