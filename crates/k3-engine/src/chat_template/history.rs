@@ -10,10 +10,12 @@ use std::path::Path;
 /// by more tool results, an assistant or a user message. Reasoning and calls only on
 /// assistant messages, a call id only on tool results.
 pub fn validate_history(messages: &[ChatMessage]) -> Result<(), EngineError> {
+    for (i, m) in messages.iter().enumerate() {
+        check_fields(m).map_err(|e| EngineError::Invalid(format!("message {}: {e}", i + 1)))?;
+    }
     let start = usize::from(messages.first().is_some_and(|m| m.role == "system"));
     let mut prev: Option<&ChatMessage> = None;
     for (i, m) in messages.iter().enumerate().skip(start) {
-        check_fields(m).map_err(|e| EngineError::Invalid(format!("message {}: {e}", i + 1)))?;
         let allowed: &[&str] = match prev {
             None => &["user"],
             Some(p) if p.role == "user" => &["assistant"],
