@@ -452,3 +452,34 @@ fn golden_6_attribute_escaping() {
     let s = open_msg(s, "assistant").o().t("think").s();
     check(&messages, &[odd], Thinking::Max, s);
 }
+
+/// Segment boundaries matter: an attribute value starting with punctuation encodes to other
+/// ids when written as one flat string (as dynamo's and llama.cpp's renderers do) than as
+/// the encoder's four segments; k3 matches the encoder.
+#[test]
+fn golden_7_attribute_segments_not_a_flat_string() {
+    let messages = [
+        ChatMessage::new("user", "Look it up."),
+        assistant(
+            None,
+            "",
+            vec![call(Some("q"), "lookup", json!({".hidden": "yes"}))],
+        ),
+        tool(Some("q"), None, "found"),
+    ];
+    let s = close_msg(open_msg(Segs::default(), "user").t("Look it up."));
+    let s = chan(open_msg(s, "assistant"), "response", "");
+    let s = call_open(s.o().t("tools").s(), "lookup", "1");
+    let s = argument(s, ".hidden", "string", "yes");
+    let s = close_msg(s.c().t("call").s().c().t("tools").s());
+    let s = tool_msg(s, "lookup", "1", "found");
+    let s = open_msg(s, "assistant").o().t("response").s();
+    check(&messages, &[], Thinking::Off, s);
+    let t = tok();
+    let tpl = chat::Template::new(&t).unwrap();
+    assert_ne!(
+        tpl.open_tag("argument key=\".hidden\" type=\"string\""),
+        tpl.argument_open(".hidden", "string"),
+        "on this tokenizer the flat string and the segments differ, so the golden above tells them apart"
+    );
+}
