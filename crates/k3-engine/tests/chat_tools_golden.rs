@@ -1,4 +1,4 @@
-//! Golden renders of conversations with tools, checked id for id against an independent
+//! Golden renders of seven conversations with tools, checked id for id against an independent
 //! transcription of the release's encoder.
 //!
 //! Source transcribed: `encoding_k3.py` as vendored by vLLM — repository vllm-project/vllm,
