@@ -395,3 +395,50 @@ proptest! {
         prop_assert_eq!(t.message(&back, effort).unwrap(), ids);
     }
 }
+
+#[test]
+fn tolerated_shapes_parse_but_are_not_complete() {
+    let k = tok();
+    let t = Template::new(&k).unwrap();
+    // open(response) without close(think); newlines between calls; no close(response).
+    let mut ids = t.text("hmm");
+    ids.extend(t.open_with("response", &[]));
+    ids.extend(t.text("ok"));
+    ids.extend(t.tools_open());
+    ids.extend(t.text("\n"));
+    ids.extend(t.call_open("f", 1));
+    ids.extend(t.argument("x", &json!(true)));
+    ids.extend(t.call_close());
+    ids.extend(t.text("\n"));
+    ids.extend(t.tools_close());
+    ids.extend(t.message_close());
+    ids.push(t.end_of_msg());
+    let mut s = ReplyStream::new(&t, Channel::Think);
+    let seen = collect(&s.push_all(&ids));
+    assert_eq!(
+        (seen.reasoning.as_str(), seen.content.as_str()),
+        ("hmm", "ok")
+    );
+    assert_eq!(
+        seen.calls,
+        vec![("f".to_string(), r#"{"x": true}"#.to_string(), true)]
+    );
+    let p = s.finish();
+    assert!(!p.complete);
+    assert_eq!(p.tool_calls.len(), 1);
+
+    // Bad tool input is a clear error, not a panic.
+    let nameless = ChatMessage {
+        tool_calls: vec![ToolCall::default()],
+        ..ChatMessage::new("assistant", "")
+    };
+    let e = chat::render(&k, &[nameless], Thinking::Off, false).unwrap_err();
+    assert!(e.to_string().contains("tool call 1: empty name"), "{e}");
+    let tool = chat::ToolSpec {
+        name: String::new(),
+        description: None,
+        parameters: Value::Null,
+    };
+    let e = chat::render_with_tools(&k, &[], &[tool], Thinking::Off, false).unwrap_err();
+    assert!(e.to_string().contains("tool 1: empty name"), "{e}");
+}
