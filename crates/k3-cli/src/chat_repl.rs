@@ -416,9 +416,8 @@ impl<'e> Chat<'e> {
         let reasoning_content = (self.thinking != Thinking::Off).then_some(reasoning);
         self.messages.push(user);
         self.messages.push(ChatMessage {
-            role: "assistant".into(),
-            content,
             reasoning_content,
+            ..ChatMessage::new("assistant", content)
         });
         self.stats.turns += 1;
         self.stats.reused += before;

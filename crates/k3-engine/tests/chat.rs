@@ -31,9 +31,8 @@ fn two_turns() -> Vec<ChatMessage> {
         ChatMessage::new("system", "Be brief."),
         ChatMessage::new("user", "Hi!"),
         ChatMessage {
-            role: "assistant".into(),
-            content: "Hello.".into(),
             reasoning_content: Some("Greet back.".into()),
+            ..ChatMessage::new("assistant", "Hello.")
         },
         ChatMessage::new("user", "Bye"),
     ]
@@ -245,9 +244,8 @@ fn bad_roles_are_refused() {
     let t = tok();
     assert!(chat::render(&t, &[ChatMessage::new("tool", "x")], Thinking::Off, false).is_err());
     let m = ChatMessage {
-        role: "user".into(),
-        content: "x".into(),
         reasoning_content: Some("y".into()),
+        ..ChatMessage::new("user", "x")
     };
     assert!(chat::render(&t, &[m], Thinking::Off, false).is_err());
 }
@@ -257,9 +255,8 @@ fn parses_a_rendered_reply_back() {
     let t = tok();
     let tpl = Template::new(&t).unwrap();
     let reply = ChatMessage {
-        role: "assistant".into(),
-        content: "Hello there.".into(),
         reasoning_content: Some("Think <|open|> hard.".into()),
+        ..ChatMessage::new("assistant", "Hello there.")
     };
     let ids = tpl.message(&reply, Thinking::High).unwrap();
     let p = chat::parse_assistant(&t, &ids).unwrap();
