@@ -36,7 +36,13 @@ fn scratch(name: &str) -> PathBuf {
 fn doctor_without_a_model_prints_machine_facts() {
     let disk = scratch("facts");
     let o = k3_env(
-        &["doctor", "--io-seconds", "0.05", "--disk", disk.to_str().unwrap()],
+        &[
+            "doctor",
+            "--io-seconds",
+            "0.05",
+            "--disk",
+            disk.to_str().unwrap(),
+        ],
         &[],
     );
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
@@ -154,7 +160,13 @@ fn config_falls_back_to_xdg_and_reports_no_file() {
 fn doctor_without_a_model_sizes_the_release_against_the_disk() {
     let dir = scratch("release");
     let o = k3_env(
-        &["doctor", "--io-seconds", "0.05", "--disk", dir.to_str().unwrap()],
+        &[
+            "doctor",
+            "--io-seconds",
+            "0.05",
+            "--disk",
+            dir.to_str().unwrap(),
+        ],
         &[],
     );
     let text = out(&o);
@@ -218,7 +230,11 @@ fn plan_and_presets_without_a_model_use_the_release_and_sessions() {
     };
     // The RAM column is the plan's TOTAL.
     let total8 = plan_total(&out(&eight));
-    let ram8 = total8.split_whitespace().skip(1).collect::<Vec<_>>().join(" ");
+    let ram8 = total8
+        .split_whitespace()
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(laptop(&p8).contains(&ram8), "{} vs {total8}", laptop(&p8));
     assert_ne!(laptop(&p1), laptop(&p8));
     assert!(out(&p8).contains("8 sessions"), "{}", out(&p8));
