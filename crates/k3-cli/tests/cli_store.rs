@@ -204,24 +204,35 @@ fn pull_refuses_a_name_taken_by_another_repository() {
     assert!(!env.root.join("escape").exists());
 }
 
-/// Starts `k3 serve NAME --port 0`; returns the child and its port.
-fn serve(env: &Env, name: &str) -> (std::process::Child, u16) {
-    let mut child = env
+/// A running `k3 serve`, killed when dropped (also when an assertion fails).
+struct Served(std::process::Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `k3 serve NAME --port 0`; returns the server and its port.
+fn serve(env: &Env, name: &str) -> (Served, u16) {
+    let child = env
         .command(&["serve", name, "--port", "0", "--threads", "1"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    for line in lines {
-        let line = line.unwrap();
+    let mut child = Served(child);
+    let mut lines = BufReader::new(child.0.stderr.take().unwrap()).lines();
+    while let Some(Ok(line)) = lines.next() {
         if let Some(addr) = line.split("listening on http://").nth(1) {
             let port = addr.trim().rsplit(':').next().unwrap().parse().unwrap();
+            // Keep reading its stderr, so that a later line never meets a closed pipe.
+            std::thread::spawn(move || lines.for_each(drop));
             return (child, port);
         }
     }
-    let _ = child.kill();
     panic!("k3 serve exited without listening");
 }
 
@@ -240,7 +251,7 @@ fn ps_lists_a_running_server_by_name_until_it_is_gone() {
     ok(&o);
     let line = stdout(&o)
         .lines()
-        .find(|l| l.starts_with(&child.id().to_string()))
+        .find(|l| l.starts_with(&child.0.id().to_string()))
         .map(str::to_owned)
         .unwrap_or_else(|| panic!("{}", stdout(&o)));
     let cols: Vec<&str> = line.split_whitespace().collect();
@@ -253,14 +264,14 @@ fn ps_lists_a_running_server_by_name_until_it_is_gone() {
     let o = env.k3(&["rm", "tiny"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains(&format!("pid {}", child.id())),
+        stderr(&o).contains(&format!("pid {}", child.0.id())),
         "{}",
         stderr(&o)
     );
     assert!(dir.is_dir());
     // Killed (no chance to clean up): the next `k3 ps` prunes the stale record.
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
     assert_eq!(record_files(&env.root.join("run")), 1);
     let o = env.k3(&["ps"]);
     ok(&o);
