@@ -69,19 +69,19 @@ pub fn name_from_repo(repo: &str) -> Result<String, CliError> {
     }
 }
 
-/// The directory a model argument means. An existing directory path wins; otherwise a
-/// stored NAME (`k3 list`); otherwise a refusal (exit 2) naming the argument, the stored
-/// names and `k3 pull`.
+/// The directory a model argument means. An existing path wins; otherwise a stored NAME
+/// (`k3 list`); otherwise, for a plain name, a refusal (exit 2) naming it, the stored names
+/// and `k3 pull`. A missing path with a `/` is no name: it is returned as it is, for the
+/// command's own refusal naming the file it lacks (docs/MODELS.md#names-stand-for-directories).
 pub fn resolve_model(arg: &Path) -> Result<PathBuf, CliError> {
-    if arg.exists() {
+    let name = arg.to_str().filter(|n| is_store_name(n));
+    let Some(name) = name.filter(|_| !arg.exists()) else {
         return Ok(arg.to_path_buf());
-    }
+    };
     let root = models_root()?;
-    if let Some(name) = arg.to_str().filter(|n| is_store_name(n)) {
-        let dir = root.join(name);
-        if dir.is_dir() {
-            return Ok(dir);
-        }
+    let dir = root.join(name);
+    if dir.is_dir() {
+        return Ok(dir);
     }
     let names = stored_names(&root);
     let stored = if names.is_empty() {
