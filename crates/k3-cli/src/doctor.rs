@@ -28,10 +28,17 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(Args)]
-#[command(after_help = "Examples:\n  k3 doctor\n  k3 doctor /models/kimi-k3")]
+#[command(
+    after_help = "Examples:\n  k3 doctor\n  k3 doctor --disk /nvme/models\n  k3 doctor /models/kimi-k3\n  k3 doctor Kimi-K3"
+)]
 pub struct DoctorArgs {
-    /// Model directory (optional: without it only machine facts are printed).
+    /// Model directory or stored NAME (optional: without it, machine facts and the released
+    /// model's disk needs and presets on this disk, before downloading it).
     pub model_dir: Option<PathBuf>,
+    /// Without a model: the directory the release would go to (default: the model store,
+    /// `k3 pull`'s target), whose free space and read rate are checked.
+    #[arg(long, value_name = "DIR", conflicts_with = "model_dir")]
+    pub disk: Option<PathBuf>,
     /// Context positions to plan latent KV for.
     #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
     pub ctx: usize,
@@ -66,17 +73,23 @@ const LEVEL_BYTES: u64 = 192 << 20;
 
 /// Prints the report; `Err` (exit 2) when the model cannot run on this machine at all.
 pub fn doctor(args: DoctorArgs) -> Result<(), CliError> {
-    machine_facts(args.model_dir.as_deref());
-    let Some(dir) = args.model_dir else {
-        println!("\n(pass a model directory to measure its disk and get a recommended budget)");
-        return Ok(());
-    };
     if !(args.io_seconds.is_finite() && args.io_seconds > 0.0) {
         return Err(CliError::usage(format!(
             "--io-seconds must be positive, got {}",
             args.io_seconds
         )));
     }
+    let dir = args
+        .model_dir
+        .as_deref()
+        .map(crate::store::resolve_model)
+        .transpose()?;
+    machine_facts(dir.as_deref());
+    let Some(dir) = dir else {
+        crate::release::doctor_release(args.disk.as_deref(), args.ctx, args.io_seconds)?;
+        println!("\n(pass a model directory or stored NAME to measure its files and get a recommended budget)");
+        return Ok(());
+    };
     let cfg = k3_format::K3Config::load(dir.join("config.json"))
         .map_err(|e| CliError::usage(format!("{e}")))?;
     let ck = k3_format::Checkpoint::open(&dir).map_err(|e| CliError::usage(e.to_string()))?;
@@ -99,8 +112,8 @@ pub fn doctor(args: DoctorArgs) -> Result<(), CliError> {
 }
 
 /// `(outstanding reads, bytes per second)` of the read test.
-struct Bandwidth {
-    levels: Vec<(usize, f64)>,
+pub(crate) struct Bandwidth {
+    pub(crate) levels: Vec<(usize, f64)>,
 }
 
 impl Bandwidth {
@@ -517,9 +530,13 @@ fn gb_up(bytes: u64) -> f64 {
 fn floor(c: &Candidate, sizes: &ModelSizes, moe_layers: f64, bw: &Bandwidth) -> (f64, Option<f64>) {
     let trunk = c.plan.trunk.streamed_per_token as f64;
     let experts = moe_layers * f64::from(sizes.top_k) * (1.0 - c.hit) * sizes.expert_bytes as f64;
-    let secs = match (bw.at(1), bw.at(16).or(bw.at(4)).or(bw.at(1))) {
+    (trunk + experts, floor_secs(trunk, experts, bw))
+}
+
+/// The I/O-floor seconds of a token: trunk bytes at 1 outstanding read, expert bytes at 16.
+pub(crate) fn floor_secs(trunk: f64, experts: f64, bw: &Bandwidth) -> Option<f64> {
+    match (bw.at(1), bw.at(16).or(bw.at(4)).or(bw.at(1))) {
         (Some(b1), Some(b16)) => Some(trunk / b1 + experts / b16),
         _ => None,
-    };
-    (trunk + experts, secs)
+    }
 }

@@ -59,7 +59,7 @@ impl EngineArgs {
 }
 
 /// The model directory of `chat` and `serve`: `-m/--model` or the positional MODEL_DIR (not
-/// both), else the config file's `model`.
+/// both), else the config file's `model`; each may be a stored NAME (`crate::store`).
 pub fn model_dir(
     flag: Option<&Path>,
     positional: Option<&Path>,
@@ -71,8 +71,8 @@ pub fn model_dir(
             f.display(),
             p.display()
         ))),
-        (Some(d), None) | (None, Some(d)) => Ok(d.to_path_buf()),
-        (None, None) => file.model.clone().ok_or_else(no_model),
+        (Some(d), None) | (None, Some(d)) => crate::store::resolve_model(d),
+        (None, None) => crate::store::resolve_model(&file.model.clone().ok_or_else(no_model)?),
     }
 }
 

@@ -21,6 +21,8 @@ mod ids;
 mod interrupt;
 mod pack;
 mod plan_cmd;
+mod ps;
+mod release;
 mod run;
 mod run_input;
 mod run_output;
@@ -28,6 +30,8 @@ mod run_report;
 mod sampling_args;
 mod serve;
 mod status;
+mod store;
+mod store_cmd;
 mod tokenize;
 mod verify_cmd;
 
@@ -70,6 +74,17 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Download a model from the Hugging Face hub (resumable, hash-checked), then verify it.
     Download(download::DownloadArgs),
+    // The model store (docs/MODELS.md): every MODEL_DIR above also takes a stored NAME.
+    /// Download, verify and pack a hub model into the local store, as NAME.
+    Pull(store_cmd::PullArgs),
+    /// List the models in the local store.
+    List(store_cmd::ListArgs),
+    /// Show a stored model: where it is, where it came from, its config, how to run it.
+    Show(store_cmd::ShowArgs),
+    /// Remove a model from the local store.
+    Rm(store_cmd::RmArgs),
+    /// List the running `k3 serve` processes: pid, port, model, memory, plan.
+    Ps(ps::PsArgs),
 }
 
 /// An error already formatted for the user, with its exit code.
@@ -120,6 +135,11 @@ fn main() -> ExitCode {
         Command::Config(args) => config_file::config(args),
         Command::Serve(args) => serve::serve(args),
         Command::Download(args) => download::download(args),
+        Command::Pull(args) => store_cmd::pull(args),
+        Command::List(args) => store_cmd::list(args),
+        Command::Show(args) => store_cmd::show(args),
+        Command::Rm(args) => store_cmd::rm(args),
+        Command::Ps(args) => ps::ps(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,16 +7,17 @@ use clap::Args;
 use k3_engine::planning::{choose_draft, forecast, model_sizes};
 use k3_engine::{Budget, Preset};
 use k3_plan::plan::{fmt_bytes, plan as make_plan};
-use k3_plan::{ModelSizes, PlanRequest};
+use k3_plan::PlanRequest;
 use std::path::PathBuf;
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  k3 plan fixtures/tiny-k3 --mem-gb 0.005\n  k3 plan /models/kimi-k3 --preset desktop --ctx 8192\n  k3 plan /models/kimi-k3 --mem-gb 32 --sessions 8   # k3 serve --parallel 4"
+    after_help = "Examples:\n  k3 plan --preset desktop --sessions 8   # Kimi K3 as released, before downloading\n  k3 plan fixtures/tiny-k3 --mem-gb 0.005\n  k3 plan /models/kimi-k3 --preset desktop --ctx 8192\n  k3 plan /models/kimi-k3 --mem-gb 32 --sessions 8   # k3 serve --parallel 4"
 )]
 pub struct PlanArgs {
-    /// Model directory.
-    pub model_dir: PathBuf,
+    /// Model directory or stored NAME (default: Kimi K3 as released, from its tensor shapes:
+    /// a plan before downloading it).
+    pub model_dir: Option<PathBuf>,
     #[command(flatten)]
     pub budget: BudgetArgs,
     /// Context positions to reserve latent KV for.
@@ -41,9 +42,17 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
     if args.sessions == 0 {
         return Err(CliError::usage("--sessions must be at least 1"));
     }
+    let Some(model_dir) = args.model_dir.as_deref() else {
+        if args.draft_trunk.is_some() {
+            return Err(CliError::usage(
+                "--draft-trunk needs the model directory it was packed from: k3 plan MODEL --draft-trunk DIR",
+            ));
+        }
+        return plan_released(budget, args.ctx, args.sessions);
+    };
+    let model_dir = crate::store::resolve_model(model_dir)?;
     let Some(draft) = &args.draft_trunk else {
-        let (plan, available, fits) =
-            forecast(&args.model_dir, budget, args.ctx, args.sessions, 0)?;
+        let (plan, available, fits) = forecast(&model_dir, budget, args.ctx, args.sessions, 0)?;
         println!("{}", plan.table(Some(&available)).trim_end());
         return fits.map_err(CliError::from);
     };
@@ -51,9 +60,8 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::usage(e.to_string()))?
         .total_bytes();
     // The plain plan's streaming decides, whether or not it fits this machine itself.
-    let (plain, _, _) = forecast(&args.model_dir, budget, args.ctx, args.sessions, 0)?;
-    let (hybrid, available, fits) =
-        forecast(&args.model_dir, budget, args.ctx, args.sessions, bytes)?;
+    let (plain, _, _) = forecast(&model_dir, budget, args.ctx, args.sessions, 0)?;
+    let (hybrid, available, fits) = forecast(&model_dir, budget, args.ctx, args.sessions, bytes)?;
     println!("{}", hybrid.table(Some(&available)).trim_end());
     let (s0, s1) = (
         plain.trunk.streamed_per_token,
@@ -80,12 +88,26 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
     fits.map_err(CliError::from)
 }
 
+/// `k3 plan` without a model: the release's shapes (docs/MODELS.md#sizing-the-release), the
+/// same planner and the same fit check against this machine as with a directory.
+fn plan_released(budget: Budget, ctx: usize, sessions: usize) -> Result<(), CliError> {
+    let (sizes, _) = crate::release::released_sizes();
+    let req = PlanRequest::new(budget, ctx as u64).with_sessions(sessions as u64);
+    let plan = make_plan(&sizes, &req).map_err(|e| CliError::usage(e.to_string()))?;
+    let available = k3_store::available_memory();
+    println!("Kimi K3 as released (from its tensor shapes; no model directory given)");
+    println!("{}", plan.table(Some(&available)).trim_end());
+    plan.check(&sizes, &available)
+        .map_err(|e| CliError::usage(e.to_string()))
+}
+
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  k3 presets\n  k3 presets /models/kimi-k3 --read-gbps 6 -c 8192"
+    after_help = "Examples:\n  k3 presets\n  k3 presets --sessions 8\n  k3 presets /models/kimi-k3 --read-gbps 6 -c 8192"
 )]
 pub struct PresetsArgs {
-    /// Model directory to plan (default: Kimi K3 as released, from its tensor shapes).
+    /// Model directory or stored NAME to plan (default: Kimi K3 as released, from its
+    /// tensor shapes).
     pub model_dir: Option<PathBuf>,
     /// Disk read rate the s/token floor assumes, GB/s (`k3 doctor MODEL` measures yours).
     #[arg(long, default_value_t = 3.0)]
@@ -93,6 +115,10 @@ pub struct PresetsArgs {
     /// Context positions to reserve latent KV for.
     #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
     pub ctx: usize,
+    /// Sessions whose state to reserve (as `k3 plan --sessions`; `k3 serve --parallel N`
+    /// reserves N + 4).
+    #[arg(long, default_value_t = 1)]
+    pub sessions: usize,
 }
 
 /// Lists the presets with what each needs in RAM and the I/O floor of a decoded token
@@ -104,13 +130,16 @@ pub fn presets(args: PresetsArgs) -> Result<(), CliError> {
             args.read_gbps
         )));
     }
+    if args.sessions == 0 {
+        return Err(CliError::usage("--sessions must be at least 1"));
+    }
     let (sizes, what, moe_layers) = match &args.model_dir {
-        None => (
-            ModelSizes::k3_estimate(),
-            "Kimi K3 as released".to_string(),
-            92.0,
-        ),
+        None => {
+            let (sizes, moe) = crate::release::released_sizes();
+            (sizes, "Kimi K3 as released".to_string(), moe)
+        }
         Some(dir) => {
+            let dir = &crate::store::resolve_model(dir)?;
             let cfg = k3_format::K3Config::load(dir.join("config.json"))
                 .map_err(|e| CliError::usage(e.to_string()))?;
             let ck =
@@ -129,11 +158,9 @@ pub fn presets(args: PresetsArgs) -> Result<(), CliError> {
     );
     for p in Preset::ALL {
         let (t, c) = p.gb();
-        let plan = make_plan(
-            &sizes,
-            &PlanRequest::new(Budget::Preset(p), args.ctx as u64),
-        )
-        .map_err(|e| CliError::usage(e.to_string()))?;
+        let req = PlanRequest::new(Budget::Preset(p), args.ctx as u64)
+            .with_sessions(args.sessions as u64);
+        let plan = make_plan(&sizes, &req).map_err(|e| CliError::usage(e.to_string()))?;
         let hit = crate::doctor::hit_rate(p, &plan, &sizes);
         let trunk = plan.trunk.streamed_per_token as f64;
         let experts = moe_layers * f64::from(sizes.top_k) * (1.0 - hit) * sizes.expert_bytes as f64;
@@ -149,8 +176,12 @@ pub fn presets(args: PresetsArgs) -> Result<(), CliError> {
             format!("≥ {secs:.2}")
         );
     }
+    let sessions = match args.sessions {
+        1 => String::new(),
+        n => format!(", {n} sessions"),
+    };
     println!(
-        "\n{what}, ctx {}: RAM is the plan's total; s/token is the I/O floor at {} GB/s (compute not included; hit rates: docs/PERFORMANCE.md decode view).",
+        "\n{what}, ctx {}{sessions}: RAM is the plan's total; s/token is the I/O floor at {} GB/s (compute not included; hit rates: docs/PERFORMANCE.md decode view).",
         args.ctx, args.read_gbps
     );
     println!("--mem-gb TOTAL splits a total trunk-first; --trunk-gb X --cache-gb Y sets both.");

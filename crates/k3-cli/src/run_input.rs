@@ -47,6 +47,8 @@ pub fn resolve(args: &RunArgs, file: &FileConfig) -> Result<Inputs, CliError> {
     let model_dir = model
         .or_else(|| file.model.clone())
         .ok_or_else(crate::engine_args::no_model)?;
+    // A stored NAME (`k3 pull`) stands for its directory (docs/MODELS.md).
+    let model_dir = crate::store::resolve_model(&model_dir)?;
     Ok(Inputs { model_dir, prompt })
 }
 

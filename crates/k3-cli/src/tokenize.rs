@@ -76,7 +76,9 @@ fn read_file(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
     std::fs::read(path).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))
 }
 
-pub fn tokenize(args: TokenizeArgs) -> Result<(), CliError> {
+pub fn tokenize(mut args: TokenizeArgs) -> Result<(), CliError> {
+    // A stored NAME (`k3 pull`) stands for its directory (docs/MODELS.md).
+    args.tok_dir = crate::store::resolve_model(&args.tok_dir)?;
     let tok = Tokenizer::from_dir(&args.tok_dir).map_err(|e| CliError::usage(e.to_string()))?;
     if let Some(path) = &args.export {
         let json = tok

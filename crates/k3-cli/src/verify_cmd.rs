@@ -51,7 +51,9 @@ pub struct VerifyArgs {
 }
 
 /// Runs the checks and prints the report; `Err` with exit code 1 when a check failed.
-pub fn verify(args: VerifyArgs) -> Result<(), CliError> {
+pub fn verify(mut args: VerifyArgs) -> Result<(), CliError> {
+    // A stored NAME (`k3 pull`) stands for its directory (docs/MODELS.md).
+    args.model_dir = crate::store::resolve_model(&args.model_dir)?;
     let dir = &args.model_dir;
     if !dir.is_dir() {
         return Err(CliError::usage(format!(

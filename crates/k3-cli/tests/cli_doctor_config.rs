@@ -34,7 +34,17 @@ fn scratch(name: &str) -> PathBuf {
 
 #[test]
 fn doctor_without_a_model_prints_machine_facts() {
-    let o = k3_env(&["doctor"], &[]);
+    let disk = scratch("facts");
+    let o = k3_env(
+        &[
+            "doctor",
+            "--io-seconds",
+            "0.05",
+            "--disk",
+            disk.to_str().unwrap(),
+        ],
+        &[],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     let text = out(&o);
     for key in [
@@ -144,4 +154,92 @@ fn config_falls_back_to_xdg_and_reports_no_file() {
     );
     assert_eq!(o.status.code(), Some(2), "{}", out(&o));
     assert!(out(&o).contains("nope.toml"), "{}", out(&o));
+}
+
+#[test]
+fn doctor_without_a_model_sizes_the_release_against_the_disk() {
+    let dir = scratch("release");
+    let o = k3_env(
+        &[
+            "doctor",
+            "--io-seconds",
+            "0.05",
+            "--disk",
+            dir.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    // The three disk needs with the running total and a verdict against the free space.
+    for (what, size) in [
+        ("checkpoint", "1560.49 GB"),
+        ("packed trunk", "108.81 GB"),
+        ("q8 draft trunk", "55.06 GB"),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(what))
+            .unwrap_or_else(|| panic!("{what} missing: {text}"));
+        assert!(line.contains(size), "{line}");
+        assert!(line.contains("fits") || line.contains("short by"), "{line}");
+    }
+    assert!(text.contains(&format!("at {}", dir.display())), "{text}");
+    // Each preset's s/token over the read test on that disk.
+    assert!(text.contains("16 outstanding"), "{text}");
+    for p in ["laptop", "desktop", "workstation", "server", "max"] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(p) && l.contains("≥"))
+            .unwrap_or_else(|| panic!("{p} missing: {text}"));
+        assert!(line.contains("GB"), "{line}");
+    }
+    // The scratch file is gone.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}
+
+/// The `TOTAL` line of a `k3 plan` table, in bytes' display form.
+fn plan_total(text: &str) -> String {
+    text.lines()
+        .find(|l| l.trim_start().starts_with("TOTAL"))
+        .unwrap_or_else(|| panic!("no TOTAL: {text}"))
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn plan_and_presets_without_a_model_use_the_release_and_sessions() {
+    let one = k3_env(&["plan", "--preset", "laptop"], &[]);
+    let eight = k3_env(&["plan", "--preset", "laptop", "--sessions", "8"], &[]);
+    for o in [&one, &eight] {
+        assert!(out(o).contains("Kimi K3 as released"), "{}", out(o));
+        assert!(out(o).contains("0/93 layers"), "{}", out(o));
+    }
+    // 8 sessions reserve 8 × (KDA state + latent KV): the released 69 KDA layers' state.
+    assert!(out(&eight).contains("8 sessions"), "{}", out(&eight));
+    assert_ne!(plan_total(&out(&one)), plan_total(&out(&eight)));
+    let p1 = k3_env(&["presets"], &[]);
+    let p8 = k3_env(&["presets", "--sessions", "8"], &[]);
+    assert_eq!(p8.status.code(), Some(0), "{}", out(&p8));
+    let laptop = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find(|l| l.starts_with("laptop"))
+            .map(str::to_owned)
+            .unwrap()
+    };
+    // The RAM column is the plan's TOTAL.
+    let total8 = plan_total(&out(&eight));
+    let ram8 = total8
+        .split_whitespace()
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(laptop(&p8).contains(&ram8), "{} vs {total8}", laptop(&p8));
+    assert_ne!(laptop(&p1), laptop(&p8));
+    assert!(out(&p8).contains("8 sessions"), "{}", out(&p8));
+    // A draft trunk needs the model it was packed from.
+    let o = k3_env(&["plan", "--draft-trunk", "/tmp/x"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+    assert!(out(&o).contains("needs the model directory"), "{}", out(&o));
 }

@@ -3,159 +3,15 @@
 //! URLs with Range support. No network: an interrupted transfer is resumed with a Range request,
 //! a file corrupted in transfer or on disk is detected and fetched again, a `.part` file left by
 //! an earlier run is resumed, the token is sent, and a repository too big for the disk is
-//! refused (exit 2) before anything is fetched.
+//! refused (exit 2) before anything is fetched. Also issue 30's smaller items: the usage line,
+//! a refused connection naming its URL once, a stalled hub given up after `K3_HUB_TIMEOUT`.
 
-use sha1::Sha1;
-use sha2::{Digest, Sha256};
-use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+mod fake_hub;
+
+use fake_hub::{start, tiny, Hub, REPO, SHARD1, SHARD2, TOKEN};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex};
-
-const REPO: &str = "test-org/tiny-k3";
-const TOKEN: &str = "hf_test_token";
-const SHARD1: &str = "model-00001-of-00002.safetensors";
-const SHARD2: &str = "model-00002-of-00002.safetensors";
-
-fn tiny() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3")
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// How the fake hub misbehaves; every request is logged as (path, Range header).
-#[derive(Default)]
-struct Hub {
-    /// Files whose first transfer stops halfway (the connection is closed).
-    cut_once: Mutex<HashSet<String>>,
-    /// Files whose first transfer has one byte flipped.
-    corrupt_once: Mutex<HashSet<String>>,
-    /// A size to list instead of the real one, for every file.
-    fake_size: Option<u64>,
-    log: Mutex<Vec<(String, Option<String>)>>,
-}
-
-impl Hub {
-    fn tree(&self) -> String {
-        let mut entries = Vec::new();
-        let mut names: Vec<String> = std::fs::read_dir(tiny())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        for name in names {
-            let bytes = std::fs::read(tiny().join(&name)).unwrap();
-            let size = self.fake_size.unwrap_or(bytes.len() as u64);
-            let mut git = Sha1::new();
-            git.update(format!("blob {}\0", bytes.len()).as_bytes());
-            git.update(&bytes);
-            let mut e = serde_json::json!({
-                "type": "file", "path": name, "size": size, "oid": hex(&git.finalize()),
-            });
-            if name.ends_with(".safetensors") || name == "tiktoken.model" {
-                let sha = hex(&Sha256::digest(&bytes));
-                e["lfs"] = serde_json::json!({"oid": sha, "size": size, "pointerSize": 134});
-            }
-            entries.push(e);
-        }
-        entries.push(serde_json::json!({"type": "directory", "path": "extras", "oid": "0"}));
-        serde_json::to_string(&entries).unwrap()
-    }
-
-    fn serve(&self, mut s: TcpStream) {
-        let mut r = BufReader::new(s.try_clone().unwrap());
-        let mut line = String::new();
-        r.read_line(&mut line).unwrap();
-        let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-        let (mut range, mut auth) = (None, None);
-        loop {
-            let mut h = String::new();
-            if r.read_line(&mut h).unwrap() == 0 || h.trim().is_empty() {
-                break;
-            }
-            let (k, v) = h.split_once(':').unwrap();
-            match k.to_ascii_lowercase().as_str() {
-                "range" => range = Some(v.trim().to_string()),
-                "authorization" => auth = Some(v.trim().to_string()),
-                _ => {}
-            }
-        }
-        self.log.lock().unwrap().push((path.clone(), range.clone()));
-        if auth.as_deref() != Some(&format!("Bearer {TOKEN}")) {
-            return reply(&mut s, "401 Unauthorized", &[], b"no token");
-        }
-        if path == format!("/api/models/{REPO}/tree/main?recursive=true") {
-            return reply(&mut s, "200 OK", &[], self.tree().as_bytes());
-        }
-        let Some(name) = path.strip_prefix(&format!("/{REPO}/resolve/main/")) else {
-            return reply(&mut s, "404 Not Found", &[], b"");
-        };
-        let Ok(mut bytes) = std::fs::read(tiny().join(name)) else {
-            return reply(&mut s, "404 Not Found", &[], b"");
-        };
-        if self.corrupt_once.lock().unwrap().remove(name) {
-            let at = bytes.len() / 3;
-            bytes[at] ^= 1;
-        }
-        let from: usize = range
-            .as_deref()
-            .and_then(|r| r.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok())
-            .unwrap_or(0);
-        let body = &bytes[from..];
-        let cr = format!(
-            "Content-Range: bytes {from}-{}/{}",
-            bytes.len() - 1,
-            bytes.len()
-        );
-        let (status, extra) = match from {
-            0 => ("200 OK", vec![]),
-            _ => ("206 Partial Content", vec![cr]),
-        };
-        if self.cut_once.lock().unwrap().remove(name) {
-            // Promise the whole body, send half of it, hang up.
-            let head = format!(
-                "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n",
-                body.len()
-            );
-            let _ = s.write_all(head.as_bytes());
-            let _ = s.write_all(&body[..body.len() / 2]);
-            let _ = s.flush();
-            return;
-        }
-        reply(&mut s, status, &extra, body);
-    }
-}
-
-fn reply(s: &mut TcpStream, status: &str, headers: &[String], body: &[u8]) {
-    let mut head = format!(
-        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    for h in headers {
-        head.push_str(h);
-        head.push_str("\r\n");
-    }
-    head.push_str("\r\n");
-    let _ = s.write_all(head.as_bytes());
-    let _ = s.write_all(body);
-}
-
-/// Starts the hub on a free port; returns its endpoint.
-fn start(hub: Arc<Hub>) -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            let hub = hub.clone();
-            std::thread::spawn(move || hub.serve(s));
-        }
-    });
-    format!("http://{addr}")
-}
+use std::sync::Arc;
 
 fn scratch(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("k3-download-{tag}-{}", std::process::id()));
@@ -300,4 +156,68 @@ fn a_missing_token_is_a_refusal_naming_hf_token() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("HF_TOKEN"));
+}
+
+#[test]
+fn the_usage_line_reads_repo_then_dir() {
+    let out = Command::new(env!("CARGO_BIN_EXE_k3"))
+        .args(["download", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    assert!(
+        help.contains("Usage: k3 download [OPTIONS] [REPO] <DIR>"),
+        "{help}"
+    );
+    assert!(!help.contains("REPO] [DIR>"), "{help}");
+}
+
+#[test]
+fn a_refused_connection_names_the_url_once() {
+    // A port that was just free: nothing listens there any more.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let dir = scratch("refused");
+    let out = download(&endpoint, &dir);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().find(|l| l.starts_with("k3: error:")).unwrap();
+    let url = format!("{endpoint}/api/models/{REPO}/tree/main?recursive=true");
+    assert_eq!(line.matches(&url).count(), 1, "{line}");
+    assert!(line.to_lowercase().contains("refused"), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stalled_hub_is_given_up_after_k3_hub_timeout_naming_it() {
+    let hub = Arc::new(Hub {
+        stall: true,
+        ..Hub::default()
+    });
+    let endpoint = start(hub);
+    let dir = scratch("stall");
+    let t0 = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_k3"))
+        .args(["download", REPO])
+        .arg(&dir)
+        .env("HF_ENDPOINT", &endpoint)
+        .env("HF_TOKEN", TOKEN)
+        .env("K3_HUB_TIMEOUT", "1")
+        .output()
+        .unwrap();
+    let secs = t0.elapsed().as_secs_f64();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no answer for 1 s") && err.contains("K3_HUB_TIMEOUT"),
+        "{err}"
+    );
+    // Given up after the 1 s limit, not the old 120 s (generous bound for a busy machine).
+    assert!(secs < 30.0, "{secs} s");
+    let _ = std::fs::remove_dir_all(&dir);
 }

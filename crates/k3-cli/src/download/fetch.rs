@@ -235,7 +235,13 @@ fn stream(
         Err(ureq::Error::Status(code, _)) => {
             return Err(Fatal(format!("{}: the hub answered HTTP {code}", f.path)))
         }
-        Err(e) => return Err(Retry(format!("{}: {e}", f.path))),
+        Err(ureq::Error::Transport(t)) => {
+            return Err(Retry(format!(
+                "{}: {}",
+                f.path,
+                super::hub::transport_text(&t)
+            )))
+        }
     };
     let mut file = OpenOptions::new().create(true).append(true).open(part);
     if have > 0 && resp.status() == 200 {

@@ -62,18 +62,15 @@ pub struct Hub {
 impl Hub {
     /// The hub from the environment (`HF_ENDPOINT`, `HF_TOKEN`, `HF_HOME`).
     pub fn from_env(repo: &str, revision: &str) -> Hub {
-        let endpoint = std::env::var("HF_ENDPOINT")
-            .ok()
-            .filter(|e| !e.is_empty())
-            .unwrap_or_else(|| DEFAULT_ENDPOINT.into());
+        let stall = stall_timeout();
         let agent = ureq::AgentBuilder::new()
-            .timeout_connect(Duration::from_secs(30))
-            .timeout_read(Duration::from_secs(120))
+            .timeout_connect(stall)
+            .timeout_read(stall)
             .user_agent(concat!("k3/", env!("CARGO_PKG_VERSION")))
             .build();
         Hub {
             agent,
-            endpoint: endpoint.trim_end_matches('/').to_string(),
+            endpoint: endpoint_from_env(),
             repo: repo.to_string(),
             revision: revision.to_string(),
             token: token_from_env(),
@@ -144,9 +141,64 @@ impl Hub {
                 "{url}: HTTP 404: no repository {} with revision {} on {}: check the name (default moonshotai/Kimi-K3) and HF_ENDPOINT",
                 self.repo, self.revision, self.endpoint
             )),
-            e => CliError::runtime(format!("{url}: {e}")),
+            ureq::Error::Status(code, _) => {
+                CliError::runtime(format!("{url}: the hub answered HTTP {code}"))
+            }
+            ureq::Error::Transport(t) => CliError::runtime(format!("{url}: {}", transport_text(&t))),
         }
     }
+}
+
+/// `HF_ENDPOINT` without a trailing `/`, else [`DEFAULT_ENDPOINT`].
+pub fn endpoint_from_env() -> String {
+    std::env::var("HF_ENDPOINT")
+        .ok()
+        .filter(|e| !e.is_empty())
+        .unwrap_or_else(|| DEFAULT_ENDPOINT.into())
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// Seconds without a byte from the hub before a connection, listing or transfer is given up
+/// (a transfer is then resumed): `K3_HUB_TIMEOUT`, default [`DEFAULT_STALL_SECS`]
+/// (docs/QUICKSTART.md#download).
+pub fn stall_timeout() -> Duration {
+    let secs = std::env::var("K3_HUB_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(DEFAULT_STALL_SECS);
+    Duration::from_secs_f64(secs)
+}
+
+/// The stall limit when `K3_HUB_TIMEOUT` is unset (was a silent 120 s read timeout).
+pub const DEFAULT_STALL_SECS: f64 = 30.0;
+
+/// A transport error without the URL ureq puts in front (the caller names the URL once);
+/// a stall says how long k3 waited and how to wait longer.
+pub fn transport_text(t: &ureq::Transport) -> String {
+    let stalled = std::error::Error::source(t)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+            )
+        });
+    if stalled {
+        return format!(
+            "no answer for {:.0} s: the hub (or a proxy) stalled; try again, or wait longer with K3_HUB_TIMEOUT=SECONDS",
+            stall_timeout().as_secs_f64()
+        );
+    }
+    let mut text = t.kind().to_string();
+    if let Some(m) = t.message() {
+        text.push_str(&format!(": {m}"));
+    }
+    if let Some(s) = std::error::Error::source(t) {
+        text.push_str(&format!(": {s}"));
+    }
+    text
 }
 
 /// `HF_TOKEN`, else the token file `huggingface-cli login` writes (`$HF_HOME/token`, default

@@ -20,11 +20,12 @@ pub const DEFAULT_REPO: &str = "moonshotai/Kimi-K3";
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  k3 download /models/kimi-k3\n  k3 download moonshotai/Kimi-K3 /models/kimi-k3 -j 8\n  HF_ENDPOINT=https://hub.example HF_TOKEN=hf_… k3 download org/model /models/m\n\nEnvironment: HF_ENDPOINT (default https://huggingface.co), HF_TOKEN (else $HF_HOME/token)."
+    override_usage = "k3 download [OPTIONS] [REPO] <DIR>",
+    after_help = "Examples:\n  k3 download /models/kimi-k3\n  k3 download moonshotai/Kimi-K3 /models/kimi-k3 -j 8\n  HF_ENDPOINT=https://hub.example HF_TOKEN=hf_… k3 download org/model /models/m\n\nEnvironment: HF_ENDPOINT (default https://huggingface.co), HF_TOKEN (else $HF_HOME/token), K3_HUB_TIMEOUT (seconds without a byte before a stalled hub is given up, default 30)."
 )]
 pub struct DownloadArgs {
     /// [REPO] DIR: the hub repository (default moonshotai/Kimi-K3) and the directory to fill.
-    #[arg(value_name = "REPO] [DIR", num_args = 1..=2, required = true)]
+    #[arg(value_name = "TARGET", num_args = 1..=2, required = true)]
     pub targets: Vec<String>,
     /// Branch, tag or commit to fetch.
     #[arg(long, default_value = "main")]
@@ -35,6 +36,11 @@ pub struct DownloadArgs {
     /// Skip the closing `k3 verify DIR`.
     #[arg(long)]
     pub no_verify: bool,
+}
+
+/// The hub endpoint in use (`HF_ENDPOINT`, else huggingface.co), for the pull record.
+pub fn endpoint() -> String {
+    hub::endpoint_from_env()
 }
 
 pub fn download(args: DownloadArgs) -> Result<(), CliError> {

@@ -194,6 +194,8 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         .unwrap_or_else(|_| model_dir.clone())
         .file_name()
         .map_or_else(|| "k3".to_string(), |n| n.to_string_lossy().into_owned());
+    // `k3 ps` record, published once listening (docs/MODELS.md#k3-ps; crate::ps).
+    let ps_record = crate::ps::Announcement::new(&model_dir, &engine);
     let metrics = Arc::new(worker::Metrics::default());
     let (tx, rx) = mpsc::channel(args.queue);
     let limits = scheduler::Limits {
@@ -245,6 +247,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
             .local_addr()
             .map_err(|e| CliError::runtime(format!("cannot read the bound address: {e}")))?;
         eprintln!("k3: listening on http://{local}");
+        let _ps_record = ps_record.publish(local.port()); // removed when serve returns
         axum::serve(listener, app)
             .await
             .map_err(|e| CliError::runtime(format!("server error: {e}")))

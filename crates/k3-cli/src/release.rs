@@ -1,0 +1,274 @@
+//! Kimi K3 as released, sized before it is downloaded (docs/MODELS.md#sizing-the-release):
+//! the disk the checkpoint, the packed trunk and a q8 draft trunk take, computed from the
+//! released tensor shapes (`k3_format::released::layout`, the same layout the released-
+//! geometry tests plan), and `k3 doctor`'s section comparing them with the free disk and
+//! predicting each preset's s/token from a read test on that disk.
+
+use crate::doctor::{free_disk, Bandwidth};
+use crate::CliError;
+use k3_engine::{Budget, Preset};
+use k3_format::{Dtype, K3Config, TensorSpec};
+use k3_plan::plan::{fmt_bytes, plan as make_plan};
+use k3_plan::{ModelSizes, PlanRequest};
+use k3_store::io::{align_up, ReadAt};
+use k3_store::{AlignedBuf, ShardFile};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Disk the release takes, bytes.
+pub struct ReleaseDisk {
+    /// The 96 safetensors shards (headers included).
+    pub checkpoint: u64,
+    /// `k3 pack`'s trunk.bin: every layer's trunk run, each 4096-aligned.
+    pub packed_trunk: u64,
+    /// `k3 pack --draft-quant q8`: every trunk matrix but the router gate as per-row int8
+    /// with an f32 scale, the rest verbatim (docs/FORMATS.md#draft-trunk).
+    pub draft_q8: u64,
+}
+
+/// Is `t` a routed expert's tensor (MXFP4 bytes, never in a trunk pack)?
+fn is_expert(t: &TensorSpec) -> bool {
+    t.dtype == Dtype::U8
+}
+
+/// The release's disk needs, from its tensor shapes.
+pub fn release_disk() -> Result<ReleaseDisk, CliError> {
+    let cfg = K3Config::released();
+    let bad = |e: k3_format::FormatError| CliError::runtime(format!("released layout: {e}"));
+    let mut checkpoint = 0;
+    for (_, specs) in k3_format::released::layout(&cfg) {
+        let (header, data) = k3_format::writer::encode_header(&specs).map_err(bad)?;
+        checkpoint += header.len() as u64 + data;
+    }
+    let packed_trunk = ModelSizes::k3_estimate()
+        .layer_run_bytes
+        .iter()
+        .map(|&b| align_up(b))
+        .sum();
+    // Groups: [globals, layer 0, layer 1, …]; only the layers' trunk tensors are drafted.
+    let draft_q8 = k3_format::bind::model_tensors(&cfg)
+        .iter()
+        .skip(1)
+        .map(|layer| {
+            let run: u64 = layer
+                .iter()
+                .filter(|t| !is_expert(t))
+                .map(|t| draft_tensor_bytes(t).next_multiple_of(64))
+                .sum();
+            align_up(run)
+        })
+        .sum();
+    Ok(ReleaseDisk {
+        checkpoint,
+        packed_trunk,
+        draft_q8,
+    })
+}
+
+/// A trunk tensor's bytes in a q8 draft pack.
+fn draft_tensor_bytes(t: &TensorSpec) -> u64 {
+    let router = t.name.ends_with("block_sparse_moe.gate.weight");
+    let matrix = t.dtype == Dtype::BF16 && t.shape.len() == 2 && t.shape.iter().all(|&d| d > 1);
+    let q8 = k3_format::pack::quantized_bytes(k3_format::pack::PackDtype::I8R, &t.shape);
+    match (matrix && !router, q8) {
+        (true, Some(b)) => b,
+        _ => t.nbytes().unwrap_or(0),
+    }
+}
+
+/// The release's planner sizes and its MoE layer count (92: every layer but the dense first).
+pub fn released_sizes() -> (ModelSizes, f64) {
+    let cfg = K3Config::released();
+    let moe = cfg
+        .num_hidden_layers
+        .saturating_sub(cfg.first_k_dense_replace) as f64;
+    (ModelSizes::k3_estimate(), moe)
+}
+
+/// The directory `k3 pull` would fill, or its nearest existing ancestor (for statvfs).
+fn existing_ancestor(dir: &Path) -> PathBuf {
+    dir.ancestors()
+        .find(|a| a.is_dir())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// `k3 doctor`'s section without a model: the release's disk needs against the free space
+/// where `k3 pull` puts it (or `disk`), and each preset's I/O floor over a read test there.
+pub fn doctor_release(disk: Option<&Path>, ctx: usize, io_secs: f64) -> Result<(), CliError> {
+    let target = match disk {
+        Some(d) => d.to_path_buf(),
+        None => crate::store::models_root()?,
+    };
+    let at = existing_ancestor(&target);
+    let need = release_disk()?;
+    let free = free_disk(&at);
+    println!(
+        "\nKimi K3 as released, before downloading (sizes from its tensor shapes; disk: {})",
+        target.display()
+    );
+    let mut running = 0;
+    for (what, bytes) in [
+        ("checkpoint", need.checkpoint),
+        ("packed trunk", need.packed_trunk),
+        ("q8 draft trunk", need.draft_q8),
+    ] {
+        running += bytes;
+        let verdict = match free {
+            Some(f) if running <= f => "fits".to_string(),
+            Some(f) => format!("short by {}", fmt_bytes(running - f)),
+            None => "free space unknown".into(),
+        };
+        println!(
+            "  {what:<16} {:>10}   with the above {:>10}: {verdict}",
+            fmt_bytes(bytes),
+            fmt_bytes(running)
+        );
+    }
+    if let Some(f) = free {
+        println!(
+            "  free disk        {:>10} at {}",
+            fmt_bytes(f),
+            at.display()
+        );
+    }
+    let bw = scratch_bandwidth(&at, io_secs);
+    presets_on_disk(ctx, &bw)
+}
+
+/// Every preset's RAM and I/O floor for the release over the measured bandwidth.
+fn presets_on_disk(ctx: usize, bw: &Bandwidth) -> Result<(), CliError> {
+    let (sizes, moe_layers) = released_sizes();
+    println!(
+        "  {:<12} {:>10} {:>7} {:>11} {:>10}",
+        "preset", "RAM", "hit", "read/token", "s/token"
+    );
+    for p in Preset::ALL {
+        let plan = make_plan(&sizes, &PlanRequest::new(Budget::Preset(p), ctx as u64))
+            .map_err(|e| CliError::usage(e.to_string()))?;
+        let hit = crate::doctor::hit_rate(p, &plan, &sizes);
+        let trunk = plan.trunk.streamed_per_token as f64;
+        let experts = moe_layers * f64::from(sizes.top_k) * (1.0 - hit) * sizes.expert_bytes as f64;
+        let secs = crate::doctor::floor_secs(trunk, experts, bw);
+        println!(
+            "  {:<12} {:>10} {:>6.1}% {:>11} {:>10}",
+            p.name(),
+            fmt_bytes(plan.total_bytes()),
+            hit * 100.0,
+            fmt_bytes((trunk + experts) as u64),
+            secs.map_or("?".to_string(), |s| format!("≥ {s:.2}"))
+        );
+    }
+    println!("  s/token: the I/O floor on this disk (compute not included; hit rates: docs/PERFORMANCE.md decode view)");
+    Ok(())
+}
+
+/// Bytes of the scratch file the read test reads (a fraction of a real shard: the figures
+/// lean on the drive's cache and are optimistic, as the report says).
+const SCRATCH_BYTES: u64 = 128 << 20;
+/// Bytes per read: one released expert (17,547,264 B) rounded up to 4096.
+const READ_BYTES: usize = 17_551_360;
+
+/// Measures reads of one expert's size at 1 and 16 outstanding reads over a scratch file in
+/// `dir` (O_DIRECT where the filesystem allows), then deletes it.
+fn scratch_bandwidth(dir: &Path, secs: f64) -> Bandwidth {
+    let path = dir.join(format!(".k3-doctor-{}.tmp", std::process::id()));
+    let result = write_scratch(&path).and_then(|()| read_levels(&path, secs));
+    let _ = std::fs::remove_file(&path);
+    match result {
+        Ok((levels, direct)) => {
+            println!(
+                "  read test        {} reads of 17.55 MB over a {} scratch file in {} (optimistic: a small file sits in the drive's cache; `k3 doctor MODEL` measures the real files)",
+                if direct { "O_DIRECT" } else { "buffered" },
+                fmt_bytes(SCRATCH_BYTES),
+                dir.display()
+            );
+            for (qd, bps) in &levels {
+                println!("  {qd:>2} outstanding   {}/s", fmt_bytes(*bps as u64));
+            }
+            Bandwidth { levels }
+        }
+        Err(e) => {
+            println!("  read test        skipped: {e}");
+            Bandwidth { levels: Vec::new() }
+        }
+    }
+}
+
+fn write_scratch(path: &Path) -> Result<(), String> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // Not zeros, so no layer below may store the file sparse or compressed.
+    let chunk: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    for _ in 0..SCRATCH_BYTES >> 20 {
+        f.write_all(&chunk)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    f.sync_all().map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `((outstanding reads, bytes/s) at 1 and 16, O_DIRECT?)`.
+fn read_levels(path: &Path, secs: f64) -> Result<(Vec<(usize, f64)>, bool), String> {
+    let file = ShardFile::open(path, true).map_err(|e| e.to_string())?;
+    let slots = (SCRATCH_BYTES as usize / READ_BYTES) as u64;
+    let mut levels = Vec::new();
+    for qd in [1usize, 16] {
+        let next = std::sync::atomic::AtomicU64::new(0);
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let start = Instant::now();
+        let limit = Duration::from_secs_f64(secs);
+        let failed = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..qd)
+                .map(|_| {
+                    s.spawn(|| -> Result<(), String> {
+                        let mut buf = AlignedBuf::new(READ_BYTES);
+                        while start.elapsed() < limit {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let off = (i % slots) * READ_BYTES as u64;
+                            file.read_into_aligned(&mut buf[..], off, READ_BYTES)
+                                .map_err(|e| e.to_string())?;
+                            done.fetch_add(READ_BYTES as u64, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .filter_map(|w| {
+                    w.join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                        .err()
+                })
+                .next()
+        });
+        if let Some(e) = failed {
+            return Err(format!("failed at {qd} outstanding: {e}"));
+        }
+        let bps = done.into_inner() as f64 / start.elapsed().as_secs_f64().max(1e-9);
+        levels.push((qd, bps));
+    }
+    Ok((levels, file.is_direct()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The documented figures: a 1.56 TB checkpoint (docs/MODEL.md#real-model-sizing) and a
+    /// 108.81 GB packed trunk (docs/QUICKSTART.md). A q8 draft is half the bf16 matrices plus a
+    /// 4-byte scale per row, with the verbatim router gates, vectors and f32 tensors: just over
+    /// half the trunk (docs/PERFORMANCE.md#hybrid-drafting measured 0.50× on the bench model).
+    #[test]
+    fn release_disk_matches_the_documented_sizes() {
+        let Ok(d) = release_disk() else {
+            panic!("the released layout does not encode")
+        };
+        let tb = d.checkpoint as f64 / 1e12;
+        assert!((1.55..1.57).contains(&tb), "checkpoint {tb} TB");
+        assert_eq!((d.packed_trunk as f64 / 1e7).round() / 100.0, 108.81);
+        let ratio = d.draft_q8 as f64 / d.packed_trunk as f64;
+        assert!((0.50..0.52).contains(&ratio), "q8 draft / trunk = {ratio}");
+    }
+}
