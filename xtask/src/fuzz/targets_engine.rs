@@ -164,9 +164,13 @@ impl Target for Serve {
     }
     fn run(&self, input: &[u8]) -> Result<(), String> {
         let mut refusals = Vec::new();
-        match parse_body::<ChatRequest>(input).and_then(|r| validate_chat(&r)) {
-            Ok((settings, thinking, messages)) => {
-                check_settings(&settings);
+        let chat = parse_body::<ChatRequest>(input)
+            .and_then(|r| validate_chat(&r))
+            .and_then(|r| Ok((r.to_template()?, r)));
+        match chat {
+            Ok((messages, request)) => {
+                check_settings(&request.settings);
+                let thinking = request.thinking;
                 let ids = k3_engine::chat_template::render(&self.tok, &messages, thinking, true)
                     .map_err(|e| format!("render: {e}"))?;
                 assert!(ids.iter().all(|&id| (id as usize) < self.tok.vocab_size()));
