@@ -42,6 +42,8 @@ pub struct InThinking {
     #[serde(rename = "type")]
     pub kind: String,
     pub budget_tokens: Option<i64>,
+    /// `summarized` (k3 returns the thinking whole) or absent; `omitted` is refused.
+    pub display: Option<String>,
 }
 
 /// The fields of a Messages body (any other field is refused by name).
@@ -94,8 +96,16 @@ fn thinking_of(
     let Some(t) = t else {
         return Ok((Thinking::Off, None));
     };
+    if let Some(d) = t.display.as_deref().filter(|&d| d != "summarized") {
+        return Err(ApiError::invalid(
+            "thinking.display",
+            format!("thinking.display `{d}`: only summarized is supported"),
+        ));
+    }
     match t.kind.as_str() {
         "disabled" => Ok((Thinking::Off, None)),
+        // The model decides how long to think: effort high, no budget.
+        "adaptive" => Ok((Thinking::High, None)),
         "enabled" => {
             let budget = t.budget_tokens.ok_or_else(|| {
                 ApiError::invalid(
@@ -118,7 +128,7 @@ fn thinking_of(
         }
         other => Err(ApiError::invalid(
             "thinking.type",
-            format!("thinking.type `{other}`: use enabled or disabled"),
+            format!("thinking.type `{other}`: use enabled, adaptive or disabled"),
         )),
     }
 }

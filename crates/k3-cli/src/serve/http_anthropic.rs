@@ -46,7 +46,7 @@ impl IntoResponse for AnthropicError {
     fn into_response(self) -> Response {
         let e = self.0;
         let message = match &e.param {
-            Some(p) if !e.message.starts_with(p.as_str()) => format!("{p}: {}", e.message),
+            Some(p) if !e.message.starts_with(&format!("{p}:")) => format!("{p}: {}", e.message),
             _ => e.message,
         };
         let body =
@@ -177,14 +177,16 @@ fn sse_event(v: &Value) -> String {
     format!("event: {name}\ndata: {v}\n\n")
 }
 
-/// The non-streaming Message object: thinking, text and tool_use blocks in that order.
+/// The non-streaming Message object: thinking, text and tool_use blocks in that order, the
+/// blocks the stream of the same reply opens.
 fn message_object(id: &str, model: &str, c: &Choice) -> Value {
     let r = &c.reply;
     let mut content = Vec::new();
     if !r.reasoning.is_empty() {
         content.push(json!({"type": "thinking", "thinking": r.reasoning, "signature": signature_of(&r.reasoning)}));
     }
-    if !r.content.is_empty() || r.tool_calls.is_empty() {
+    // As streamed: a text block when there is text.
+    if !r.content.is_empty() {
         content.push(json!({"type": "text", "text": r.content}));
     }
     for t in &r.tool_calls {

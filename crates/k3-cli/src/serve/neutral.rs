@@ -101,8 +101,11 @@ impl Message {
 pub struct Request {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolDef>,
+    /// Read once tool calling is wired in (until then tools are refused).
+    #[allow(dead_code)]
     pub tool_choice: ToolChoice,
-    /// Several tool calls in one reply allowed.
+    /// Several tool calls in one reply allowed (read once tool calling is wired in).
+    #[allow(dead_code)]
     pub parallel_tool_calls: bool,
     pub response_format: ResponseFormat,
     pub thinking: Thinking,
@@ -204,7 +207,7 @@ pub fn check_history(messages: &[Message]) -> Result<(), ApiError> {
 fn not_wired(param: &str, what: &str) -> ApiError {
     ApiError::invalid(
         param,
-        format!("{what} not yet supported: k3 parses and validates them, but generation does not use them yet (docs/SERVER.md \"Tools\")"),
+        format!("{param}: {what} not yet supported: k3 parses and validates them, but generation does not use them yet (docs/SERVER.md \"Tools\")"),
     )
     .with_code("not_yet_supported")
 }

@@ -130,7 +130,7 @@ fn content_of(content: Option<&Value>, param: &str) -> Result<String, ApiError> 
                     None => {
                         return Err(ApiError::invalid(
                             &format!("{param}[{j}]"),
-                            "only text content parts are supported",
+                            format!("{param}[{j}]: only text content parts are supported"),
                         ))
                     }
                 }
@@ -139,7 +139,7 @@ fn content_of(content: Option<&Value>, param: &str) -> Result<String, ApiError> 
         }
         Some(_) => Err(ApiError::invalid(
             param,
-            "content must be a string or an array of text parts",
+            format!("{param}: must be a string or an array of text parts"),
         )),
     }
 }
@@ -154,7 +154,7 @@ fn message_of(m: &InMessage, at: String) -> Result<Message, ApiError> {
         r => {
             return Err(ApiError::invalid(
                 &format!("{at}.role"),
-                format!("unsupported role `{r}`: use system, user, assistant or tool"),
+                format!("{at}.role: unsupported role `{r}`: use system, user, assistant or tool"),
             ))
         }
     };

@@ -70,9 +70,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // Every refusal's message names its field, too.
+        let message = match &self.param {
+            Some(p) if !self.message.contains(p.as_str()) => format!("{p}: {}", self.message),
+            _ => self.message,
+        };
         let body = json!({
             "error": {
-                "message": self.message,
+                "message": message,
                 "type": self.kind,
                 "param": self.param,
                 "code": self.code,
