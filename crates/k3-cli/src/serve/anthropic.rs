@@ -119,12 +119,8 @@ fn thinking_of(
                     "thinking.budget_tokens must be at least 1 and less than max_tokens",
                 ));
             }
-            let effort = match budget {
-                ..=4095 => Thinking::Low,
-                4096..=16383 => Thinking::High,
-                _ => Thinking::Max,
-            };
-            Ok((effort, Some(budget as usize)))
+            let budget = budget as usize;
+            Ok((neutral::effort_for_budget(budget), Some(budget)))
         }
         other => Err(ApiError::invalid(
             "thinking.type",

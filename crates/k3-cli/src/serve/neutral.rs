@@ -116,6 +116,16 @@ pub struct Request {
     pub ignore_eos: bool,
 }
 
+/// The thinking effort a reasoning budget announces: < 4096 low, < 16384 high, else max
+/// (docs/SERVER.md "Anthropic Messages API"); the scheduler enforces the budget itself.
+pub fn effort_for_budget(budget: usize) -> Thinking {
+    match budget {
+        ..=4095 => Thinking::Low,
+        4096..=16383 => Thinking::High,
+        _ => Thinking::Max,
+    }
+}
+
 /// Tool names: 1–64 of `a-z A-Z 0-9 _ -` (OpenAI's and Anthropic's rule).
 pub fn check_tool_name(name: &str, param: &str) -> Result<(), ApiError> {
     let ok = (1..=64).contains(&name.len())

@@ -81,8 +81,31 @@ impl Body for ChatRequest {
 }
 
 /// The thinking effort from `reasoning_effort` or `thinking` (a string, a bool, or
-/// `{"type": "enabled"|"disabled"}`); off when neither is given.
-pub fn thinking_of(req: &ChatFields) -> Result<Thinking, ApiError> {
+/// `{"type": "enabled"|"disabled", "budget_tokens": N}`; off when neither is given) and the
+/// reasoning budget, enforced by the scheduler (docs/SERVER.md "Request fields").
+fn thinking_and_budget(req: &ChatFields) -> Result<(Thinking, Option<usize>), ApiError> {
+    if let Some(Value::Object(o)) = &req.thinking {
+        if let Some(b) = o.get("budget_tokens").filter(|b| !b.is_null()) {
+            let budget = b.as_u64().filter(|&b| b >= 1).ok_or_else(|| {
+                ApiError::invalid(
+                    "thinking.budget_tokens",
+                    "thinking.budget_tokens must be an integer >= 1",
+                )
+            })? as usize;
+            return match o.get("type").and_then(Value::as_str) {
+                Some("enabled") => Ok((neutral::effort_for_budget(budget), Some(budget))),
+                _ => Err(ApiError::invalid(
+                    "thinking.type",
+                    "thinking.budget_tokens needs thinking.type enabled",
+                )),
+            };
+        }
+    }
+    Ok((thinking_effort(req)?, None))
+}
+
+/// The effort alone (no budget given).
+fn thinking_effort(req: &ChatFields) -> Result<Thinking, ApiError> {
     let parse = |param: &str, s: &str| -> Result<Thinking, ApiError> {
         match s {
             "none" | "off" => Ok(Thinking::Off),
@@ -308,7 +331,7 @@ fn response_format_of(v: Option<&Value>) -> Result<ResponseFormat, ApiError> {
 /// thinking, tools and messages, in that order (fuzzed by `cargo xtask fuzz serve`).
 pub fn validate_chat(req: &ChatRequest) -> Result<Request, ApiError> {
     let settings = validate_sampling(&req.common)?;
-    let thinking = thinking_of(&req.chat)?;
+    let (thinking, thinking_budget) = thinking_and_budget(&req.chat)?;
     let tools = tools_of(req.chat.tools.as_ref())?;
     let tool_choice = tool_choice_of(req.chat.tool_choice.as_ref())?;
     neutral::check_tools(
@@ -338,7 +361,7 @@ pub fn validate_chat(req: &ChatRequest) -> Result<Request, ApiError> {
         parallel_tool_calls: req.chat.parallel_tool_calls.unwrap_or(true),
         response_format,
         thinking,
-        thinking_budget: None,
+        thinking_budget,
         ignore_eos: req.common.ignore_eos,
         settings,
     })
@@ -383,6 +406,21 @@ mod tests {
         assert_eq!(r.messages[1].tool_calls[0].name, "get_weather");
         assert_eq!(r.messages[2].role, Role::Tool);
         assert_eq!(r.to_template().unwrap_err().param.as_deref(), Some("tools"));
+    }
+
+    #[test]
+    fn a_thinking_budget_sets_effort_and_budget() {
+        let body = json!({"messages": [{"role": "user", "content": "hi"}],
+                          "thinking": {"type": "enabled", "budget_tokens": 5000}});
+        let r = validate_chat(&parse_body::<ChatRequest>(body.to_string().as_bytes()).unwrap())
+            .unwrap();
+        assert_eq!(
+            (r.thinking, r.thinking_budget),
+            (Thinking::High, Some(5000))
+        );
+        let bad = json!({"messages": [{"role": "user", "content": "hi"}],
+                         "thinking": {"type": "enabled", "budget_tokens": 0}});
+        assert_eq!(refusal(bad).as_deref(), Some("thinking.budget_tokens"));
     }
 
     #[test]
