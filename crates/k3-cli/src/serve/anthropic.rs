@@ -268,6 +268,7 @@ fn message_of(m: &InMessage, i: usize, out: &mut Vec<Message>) -> Result<(), Api
                 };
                 let mut result = Message::new(Role::Tool, content, at.clone());
                 result.tool_call_id = Some(t.tool_use_id);
+                result.id_field = "tool_use_id";
                 result.is_error = t.is_error.unwrap_or(false);
                 out.push(result);
             }
@@ -525,7 +526,7 @@ mod tests {
             ),
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "z"}]}], "max_tokens": 5}),
-                "messages[0].content[0].tool_call_id",
+                "messages[0].content[0].tool_use_id",
             ),
             (
                 json!({"messages": user, "max_tokens": 5, "stream_options": {}}),

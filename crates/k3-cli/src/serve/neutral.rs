@@ -80,6 +80,9 @@ pub struct Message {
     pub is_error: bool,
     /// Where it is in the body (`messages[2]`), for error messages.
     pub at: String,
+    /// The name of the body field holding `tool_call_id` (`tool_call_id`, Anthropic's
+    /// `tool_use_id`), for error messages.
+    pub id_field: &'static str,
 }
 
 impl Message {
@@ -92,6 +95,7 @@ impl Message {
             tool_call_id: None,
             is_error: false,
             at,
+            id_field: "tool_call_id",
         }
     }
 }
@@ -204,7 +208,7 @@ pub fn check_history(messages: &[Message]) -> Result<(), ApiError> {
             let id = m.tool_call_id.as_deref().unwrap_or("");
             if !calls.contains(&id) {
                 return Err(ApiError::invalid(
-                    &format!("{}.tool_call_id", m.at),
+                    &format!("{}.{}", m.at, m.id_field),
                     format!("tool result for `{id}`, which no earlier assistant tool call has"),
                 ));
             }
