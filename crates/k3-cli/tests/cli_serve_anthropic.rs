@@ -252,6 +252,16 @@ fn errors_take_anthropics_shape_and_name_the_field() {
             "{path}: {message}"
         );
     }
+    let r = key(
+        s.client.post(format!("{}/v1/messages/nothing", s.base)),
+        "sesame",
+    )
+    .body("{}")
+    .send()
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let v: Value = serde_json::from_str(&r.text().unwrap()).unwrap();
+    assert_eq!(shape(&v).0, "not_found_error");
     let (st, v) = post(
         &json!({"model": "x", "max_tokens": 2, "messages": user(&"word ".repeat(5000))}),
         "sesame",

@@ -545,11 +545,17 @@ pub async fn metrics(
         .into_response())
 }
 
-pub async fn not_found() -> ApiError {
-    ApiError::new(
+/// 404 for an unknown path; in Anthropic's shape under `/v1/messages`.
+pub async fn not_found(uri: axum::http::Uri) -> Response {
+    let e = ApiError::new(
         StatusCode::NOT_FOUND,
         "invalid_request_error",
         Some("not_found"),
         "no such endpoint: see /v1/chat/completions, /v1/completions, /v1/messages, /v1/messages/count_tokens, /v1/models, /v1/models/{id}, /health, /metrics",
-    )
+    );
+    if uri.path().starts_with("/v1/messages") {
+        super::http_anthropic::AnthropicError(e).into_response()
+    } else {
+        e.into_response()
+    }
 }
