@@ -168,6 +168,15 @@ fn bad_requests_are_openai_errors() {
         "/v1/chat/completions",
         &chat_body(json!([{"role": "tool", "content": "x"}]), json!({})),
     );
+    assert_eq!(
+        (st, error_of(&v).1),
+        (400, Some("messages[0].tool_call_id")),
+        "{v}"
+    );
+    let (st, v) = s.post_json(
+        "/v1/chat/completions",
+        &chat_body(json!([{"role": "robot", "content": "x"}]), json!({})),
+    );
     assert_eq!((st, error_of(&v).1), (400, Some("messages[0].role")), "{v}");
     let big = json!({"prompt": "x".repeat(2 << 20)});
     let (st, v) = s.post_json("/v1/completions", &big);

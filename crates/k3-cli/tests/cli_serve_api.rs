@@ -132,7 +132,7 @@ fn unsupported_fields_are_refused_by_name_and_informational_ones_accepted() {
             "tools",
             json!([{"type": "function", "function": {"name": "f"}}]),
         ),
-        ("tool_choice", json!("auto")),
+        ("tool_choice", json!("required")),
         ("functions", json!([{"name": "f"}])),
         ("function_call", json!("auto")),
         ("response_format", json!({"type": "json_object"})),
@@ -141,7 +141,7 @@ fn unsupported_fields_are_refused_by_name_and_informational_ones_accepted() {
         ("n", json!(17)),
         ("logprobs", json!("yes")),
         ("top_logprobs", json!(21)),
-        ("parallel_tool_calls", json!(true)),
+        ("parallel_tool_calls", json!("yes")),
         ("frobnicate", json!(1)),
     ] {
         let (st, v) = s.post_json(
@@ -165,7 +165,8 @@ fn unsupported_fields_are_refused_by_name_and_informational_ones_accepted() {
     let (st, v) = completion(&s, 2, json!({"top_logprobs": 2}));
     assert_eq!((st, error_of(&v).1), (400, Some("top_logprobs")), "{v}");
     let accepted = json!({"user": "u1", "metadata": {"k": "v"}, "store": false, "service_tier": "auto",
-        "response_format": {"type": "text"}, "logit_bias": {}, "n": 1, "logprobs": false, "top_logprobs": 0});
+        "response_format": {"type": "text"}, "logit_bias": {}, "n": 1, "logprobs": false, "top_logprobs": 0,
+        "tool_choice": "auto", "parallel_tool_calls": true, "tools": []});
     let (st, v) = s.post_json(
         "/v1/chat/completions",
         &chat_body(

@@ -2,6 +2,7 @@
 //! decoding of `k3 serve` (JSON body → request struct → validation → prompt tokens).
 
 use super::mutate::{self, Rng};
+use super::serve_types::anthropic::{validate_messages, MessagesRequest};
 use super::serve_types::{
     parse_body, validate_chat, validate_completion, ApiError, ChatRequest, CompletionRequest,
 };
@@ -123,6 +124,9 @@ impl Target for Serve {
             r#"{"prompt":"The train left at","max_tokens":4,"ignore_eos":true,"temperature":0}"#,
             r#"{"prompt":["one"],"stream":false,"seed":7,"top_k":0}"#,
             r#"{"prompt":"x","stream":true,"stream_options":{"include_usage":false},"presence_penalty":0.5,"frequency_penalty":-1,"user":"u","n":1,"response_format":{"type":"text"}}"#,
+            r#"{"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"auto","response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{}}}}"#,
+            r#"{"model":"m","max_tokens":9,"system":[{"type":"text","text":"s"}],"thinking":{"type":"enabled","budget_tokens":4},"stop_sequences":["x"],"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"text","text":"a"}]},{"role":"user","content":[{"type":"text","text":"b"}]}]}"#,
+            r#"{"max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"tool","name":"f"},"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"r"}]}]}"#,
         ]
         .iter()
         .map(|s| s.as_bytes().to_vec())
@@ -155,6 +159,17 @@ impl Target for Serve {
             b"response_format",
             b"tools",
             b"logit_bias",
+            b"tool_choice",
+            b"tool_calls",
+            b"tool_call_id",
+            b"system",
+            b"stop_sequences",
+            b"budget_tokens",
+            b"tool_use",
+            b"tool_result",
+            b"tool_use_id",
+            b"input_schema",
+            b"json_schema",
             b"type",
             b"text",
             b"enabled",
@@ -164,9 +179,13 @@ impl Target for Serve {
     }
     fn run(&self, input: &[u8]) -> Result<(), String> {
         let mut refusals = Vec::new();
-        match parse_body::<ChatRequest>(input).and_then(|r| validate_chat(&r)) {
-            Ok((settings, thinking, messages)) => {
-                check_settings(&settings);
+        let chat = parse_body::<ChatRequest>(input)
+            .and_then(|r| validate_chat(&r))
+            .and_then(|r| Ok((r.to_template()?, r)));
+        match chat {
+            Ok((messages, request)) => {
+                check_settings(&request.settings);
+                let thinking = request.thinking;
                 let ids = k3_engine::chat_template::render(&self.tok, &messages, thinking, true)
                     .map_err(|e| format!("render: {e}"))?;
                 assert!(ids.iter().all(|&id| (id as usize) < self.tok.vocab_size()));
@@ -185,7 +204,21 @@ impl Target for Serve {
             }
             Err(e) => refusals.push(api(e)),
         }
-        if refusals.len() == 2 {
+        // The Anthropic Messages body goes through the same neutral request.
+        let messages = parse_body::<MessagesRequest>(input)
+            .and_then(|r| validate_messages(&r, false))
+            .and_then(|r| Ok((r.to_template()?, r)));
+        match messages {
+            Ok((messages, request)) => {
+                check_settings(&request.settings);
+                let ids =
+                    k3_engine::chat_template::render(&self.tok, &messages, request.thinking, true)
+                        .map_err(|e| format!("render: {e}"))?;
+                assert!(ids.iter().all(|&id| (id as usize) < self.tok.vocab_size()));
+            }
+            Err(e) => refusals.push(api(e)),
+        }
+        if refusals.len() == 3 {
             return Err(refusals.join(" | "));
         }
         Ok(())

@@ -1,4 +1,5 @@
-//! OpenAI request fields that k3 does not implement: one table says, for each, whether it is
+//! OpenAI request fields that k3 does not implement (tools, `tool_choice`,
+//! `parallel_tool_calls` and `response_format` are parsed by `openai.rs`): one table says, for each, whether it is
 //! accepted (informational, unused) or refused with a 400 naming it. Any other field not
 //! parsed by the request types is refused as unknown, so nothing is silently ignored.
 
@@ -15,34 +16,14 @@ const FIELDS: &[(&str, Accepts, &str)] = &[
     ("store", any, ""),
     ("service_tier", any, ""),
     (
-        "tools",
-        null,
-        "tools are not supported (no function calling yet)",
-    ),
-    (
-        "tool_choice",
-        null,
-        "tool_choice is not supported (no function calling yet)",
-    ),
-    (
         "functions",
         null,
-        "functions are not supported (no function calling yet)",
+        "functions is the deprecated form of tools: send tools",
     ),
     (
         "function_call",
         null,
-        "function_call is not supported (no function calling yet)",
-    ),
-    (
-        "parallel_tool_calls",
-        null,
-        "parallel_tool_calls is not supported (no function calling yet)",
-    ),
-    (
-        "response_format",
-        text_format,
-        "response_format: only {\"type\": \"text\"} is supported (no JSON mode or schemas yet)",
+        "function_call is the deprecated form of tool_choice: send tool_choice",
     ),
     (
         "logit_bias",
@@ -57,11 +38,6 @@ fn any(_: &Value) -> bool {
 
 fn null(v: &Value) -> bool {
     v.is_null()
-}
-
-fn text_format(v: &Value) -> bool {
-    v.is_null()
-        || (v.get("type") == Some(&Value::from("text")) && v.as_object().map(Map::len) == Some(1))
 }
 
 fn empty_object(v: &Value) -> bool {
@@ -145,17 +121,10 @@ mod tests {
             ),
             Ok(())
         );
-        assert_eq!(
-            check(json!({"response_format": {"type": "text"}, "logit_bias": {}, "tools": null})),
-            Ok(())
-        );
+        assert_eq!(check(json!({"logit_bias": {}, "functions": null})), Ok(()));
         for (field, value) in [
-            ("tools", json!([])),
-            ("tool_choice", json!("auto")),
             ("functions", json!([])),
             ("function_call", json!("none")),
-            ("parallel_tool_calls", json!(false)),
-            ("response_format", json!({"type": "json_object"})),
             ("logit_bias", json!({"5": 10})),
             ("best_of", json!(2)),
         ] {

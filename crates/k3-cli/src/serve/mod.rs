@@ -1,11 +1,15 @@
-//! `k3 serve`: an OpenAI-compatible HTTP server with the model resident in-process.
+//! `k3 serve`: an OpenAI- and Anthropic-compatible HTTP server with the model resident
+//! in-process: one core (`routes.rs`, the scheduler) behind thin protocol adapters
+//! (`http_openai.rs`, `http_anthropic.rs`).
 //!
 //! The engine runs on ONE dedicated OS thread (the scheduler, [`scheduler::run`]); handlers
 //! on a small tokio runtime parse and validate requests, render the prompt with the shared
-//! engine's tokenizer, and queue jobs on a bounded channel (`--queue`; full ⇒ 429). Up to
+//! engine's tokenizer, and queue jobs (at most `--parallel` + `--queue` at once; more ⇒ 429). Up to
 //! `--parallel` generations run together, batched into one forward pass per step
 //! (continuous batching). See docs/SERVER.md.
 
+mod http_anthropic;
+mod http_openai;
 mod routes;
 mod scheduler;
 mod types;
@@ -92,6 +96,8 @@ pub struct Shared {
     /// SHA-256 of the API key, when one is required.
     pub api_key_digest: Option<[u8; 32]>,
     pub jobs: mpsc::Sender<worker::Job>,
+    /// `--parallel` + `--queue` permits: one per job generating or waiting.
+    pub admission: Arc<tokio::sync::Semaphore>,
     pub metrics: Arc<worker::Metrics>,
     /// SSE keep-alive interval.
     pub keep_alive: std::time::Duration,
@@ -197,7 +203,9 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     // `k3 ps` record, published once listening (docs/MODELS.md#k3-ps; crate::ps).
     let ps_record = crate::ps::Announcement::new(&model_dir, &engine);
     let metrics = Arc::new(worker::Metrics::default());
-    let (tx, rx) = mpsc::channel(args.queue);
+    // Admission is counted by `Shared::admission`; the channel holds every admitted job.
+    let admitted = args.parallel + args.queue;
+    let (tx, rx) = mpsc::channel(admitted);
     let limits = scheduler::Limits {
         ctx,
         parallel: args.parallel,
@@ -218,12 +226,18 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
             .map_or(0, |d| d.as_secs()),
         api_key_digest: key.as_deref().map(key_digest),
         jobs: tx,
+        admission: Arc::new(tokio::sync::Semaphore::new(admitted)),
         metrics,
         keep_alive: keep_alive_interval(),
     });
     let app = Router::new()
-        .route("/v1/chat/completions", post(routes::chat_completions))
-        .route("/v1/completions", post(routes::completions))
+        .route("/v1/chat/completions", post(http_openai::chat_completions))
+        .route("/v1/completions", post(http_openai::completions))
+        .route("/v1/messages", post(http_anthropic::messages))
+        .route(
+            "/v1/messages/count_tokens",
+            post(http_anthropic::count_tokens),
+        )
         .route("/v1/models", get(routes::models))
         .route("/v1/models/{id}", get(routes::model))
         .route("/health", get(routes::health))
@@ -246,7 +260,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         let local = listener
             .local_addr()
             .map_err(|e| CliError::runtime(format!("cannot read the bound address: {e}")))?;
-        eprintln!("k3: listening on http://{local}");
+        worker::log(format_args!("k3: listening on http://{local}"));
         let _ps_record = ps_record.publish(local.port()); // removed when serve returns
         axum::serve(listener, app)
             .await

@@ -1,18 +1,18 @@
-//! HTTP handlers: parse and validate, render the prompt, queue a job for the worker, and turn
-//! its events into a JSON body or an SSE stream.
+//! The server core's HTTP side, shared by the protocol adapters (`http_openai.rs`,
+//! `http_anthropic.rs`): authorization, admission and queueing of jobs, collecting or
+//! streaming their neutral events, and the protocol-free endpoints (models, health,
+//! metrics).
 
-use super::types::{
-    parse_body, validate_chat, validate_completion, ApiError, ChatRequest, CompletionRequest,
-    GenSettings, Prompt,
-};
-use super::worker::{Event, Job, JobKind, Metrics, Summary};
+use super::types::neutral::Request;
+use super::types::{ApiError, GenSettings};
+use super::worker::{ChatJob, Event, Job, JobKind, Metrics, Summary};
 use super::Shared;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use k3_engine::{TokenLogprob, Tokenizer};
+use k3_engine::TokenLogprob;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,35 +25,47 @@ const DEFAULT_MAX_TOKENS: usize = 512;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-fn now() -> u64 {
+/// A fresh response id: `prefix` and a number unique in this process.
+pub fn next_id(prefix: &str) -> String {
+    format!("{prefix}{}", NEXT_ID.fetch_add(1, Ordering::Relaxed))
+}
+
+pub fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-/// Constant-time check of the `Authorization: Bearer KEY` header (when a key is set).
+/// Constant-time check of the API key (when one is set), given as `Authorization: Bearer
+/// KEY` (OpenAI) or `x-api-key: KEY` (Anthropic); either header may carry it.
 pub fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = &shared.api_key_digest else {
         return Ok(());
     };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
+    let header_value = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &header::HeaderValue| v.to_str().ok())
+    };
+    let bearer = header_value(header::AUTHORIZATION.as_str())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if super::digest_eq(&super::key_digest(given), expected) {
+    let x_api_key = header_value("x-api-key").unwrap_or("");
+    let bearer_ok = super::digest_eq(&super::key_digest(bearer), expected);
+    let x_api_key_ok = super::digest_eq(&super::key_digest(x_api_key), expected);
+    if bearer_ok | x_api_key_ok {
         Ok(())
     } else {
         Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_request_error",
             Some("invalid_api_key"),
-            "invalid or missing API key (Authorization: Bearer KEY)",
+            "invalid or missing API key (Authorization: Bearer KEY or x-api-key: KEY)",
         ))
     }
 }
 
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|e| {
         let status = e.status();
         let err = ApiError::new(status, "invalid_request_error", None, e.body_text());
@@ -65,12 +77,46 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     })
 }
 
+/// Renders a neutral chat request's prompt (refusing what is not wired yet, see
+/// `neutral.rs`) and describes its job.
+pub fn render_chat(
+    shared: &Shared,
+    request: &Request,
+    endpoint: &'static str,
+) -> Result<(Vec<u32>, JobKind), ApiError> {
+    let messages = request.to_template()?;
+    let tok = shared
+        .engine
+        .tokenizer()
+        .ok_or_else(|| worker_failed("the model has no tokenizer".into()))?;
+    let prompt = k3_engine::chat_template::render(tok, &messages, request.thinking, true)
+        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    let job = ChatJob {
+        thinking: request.thinking,
+        ignore_eos: request.ignore_eos,
+        think_budget: request.thinking_budget,
+        endpoint,
+    };
+    Ok((prompt, JobKind::Chat(job)))
+}
+
+/// The 429 of a full queue.
+fn queue_full() -> ApiError {
+    ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limit_error",
+        Some("queue_full"),
+        "the generation queue is full: retry later",
+    )
+}
+
 /// Checks the prompt against the context and queues the job; returns its event receiver.
 /// Queues one job per choice (`settings.n`; choice i > 0 samples from seed + i) and returns
-/// their events merged on one channel, tagged with the choice index. All or nothing: when
-/// the queue cannot take every choice, none runs (the queued ones are cancelled) and the
-/// request gets 429.
-fn submit(
+/// their events merged on one channel, tagged with the choice index. Admission: at most
+/// `--parallel` + `--queue` jobs are generating or waiting at once (one permit each, held
+/// until the job is dropped); all or nothing: when not every choice gets a permit, none is
+/// queued and the request gets 429.
+pub fn submit(
     shared: &Shared,
     id: &str,
     kind: JobKind,
@@ -97,9 +143,19 @@ fn submit(
     }
     let room = ctx - prompt.len();
     let max_new = settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).min(room);
+    let mut permits = Vec::with_capacity(settings.n);
+    for _ in 0..settings.n {
+        permits.push(
+            shared
+                .admission
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| queue_full())?,
+        );
+    }
     shared.metrics.requests.fetch_add(1, Ordering::Relaxed);
     let mut receivers = Vec::with_capacity(settings.n);
-    for index in 0..settings.n {
+    for (index, permit) in permits.into_iter().enumerate() {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut settings = settings.clone();
         settings.params.seed = settings.params.seed.wrapping_add(index as u64);
@@ -112,17 +168,14 @@ fn submit(
             max_new,
             index,
             events: tx,
+            _admission: permit,
         };
         shared.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
         if let Err(e) = shared.jobs.try_send(job) {
             shared.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
             return Err(match e {
-                mpsc::error::TrySendError::Full(_) => ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "rate_limit_error",
-                    Some("queue_full"),
-                    "the generation queue is full: retry later",
-                ),
+                // The channel holds every permit's job; kept as a backstop.
+                mpsc::error::TrySendError::Full(_) => queue_full(),
                 mpsc::error::TrySendError::Closed(_) => ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "server_error",
@@ -164,7 +217,7 @@ fn merge(
     merged
 }
 
-fn usage(s: &Summary) -> Value {
+pub fn usage(s: &Summary) -> Value {
     json!({
         "prompt_tokens": s.prompt_tokens,
         "completion_tokens": s.completion_tokens,
@@ -174,7 +227,7 @@ fn usage(s: &Summary) -> Value {
 }
 
 /// Usage of a whole request: the prompt once, every choice's completion tokens.
-fn usage_all(all: &[Choice]) -> Value {
+pub fn usage_all(all: &[Choice]) -> Value {
     let mut u = usage(&all[0].summary);
     let completion: usize = all.iter().map(|c| c.summary.completion_tokens).sum();
     u["completion_tokens"] = json!(completion);
@@ -182,7 +235,7 @@ fn usage_all(all: &[Choice]) -> Value {
     u
 }
 
-fn timings(s: &Summary) -> Value {
+pub fn timings(s: &Summary) -> Value {
     let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
     let fed = s.prompt_tokens - s.prompt_tokens_reused;
     json!({
@@ -201,7 +254,7 @@ fn timings(s: &Summary) -> Value {
     })
 }
 
-fn worker_failed(message: String) -> ApiError {
+pub fn worker_failed(message: String) -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "server_error",
@@ -210,130 +263,135 @@ fn worker_failed(message: String) -> ApiError {
     )
 }
 
-/// One finished choice of a non-streaming request.
-struct Choice {
-    content: String,
-    reasoning: String,
-    logprobs: Vec<TokenLogprob>,
-    summary: Summary,
+/// A tool call of a finished reply: id, name and arguments (JSON text).
+#[derive(Clone, Debug, Default)]
+pub struct CollectedCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
 }
 
-/// Waits for all `n` choices; the first failure fails the request.
-async fn collect(
-    mut rx: mpsc::UnboundedReceiver<(usize, Event)>,
-    n: usize,
-) -> Result<Vec<Choice>, ApiError> {
-    let mut text = vec![(String::new(), String::new(), Vec::new()); n];
-    let mut done: Vec<Option<Summary>> = vec![None; n];
-    while let Some((i, event)) = rx.recv().await {
+/// One choice of a non-streaming request, collected from its events.
+#[derive(Clone, Debug, Default)]
+pub struct Partial {
+    pub content: String,
+    pub reasoning: String,
+    pub logprobs: Vec<TokenLogprob>,
+    pub tool_calls: Vec<CollectedCall>,
+    pub summary: Option<Summary>,
+}
+
+/// A finished choice.
+pub struct Choice {
+    pub reply: Partial,
+    pub summary: Summary,
+}
+
+impl Partial {
+    /// Adds one event of this choice; `true` when it was the last (done or failed).
+    pub fn add(&mut self, event: Event) -> Result<bool, ApiError> {
         match event {
             Event::Delta {
                 content,
                 reasoning,
                 logprobs,
             } => {
-                text[i].0.push_str(&content);
-                text[i].1.push_str(&reasoning);
-                text[i].2.extend(logprobs);
+                self.content.push_str(&content);
+                self.reasoning.push_str(&reasoning);
+                self.logprobs.extend(logprobs);
             }
-            Event::Done(s) => done[i] = Some(s),
+            Event::ToolCallStart { call, id, name } => {
+                if self.tool_calls.len() <= call {
+                    self.tool_calls.resize(call + 1, CollectedCall::default());
+                }
+                self.tool_calls[call].id = id;
+                self.tool_calls[call].name = name;
+            }
+            Event::ToolCallArguments { call, fragment } => {
+                if let Some(c) = self.tool_calls.get_mut(call) {
+                    c.arguments.push_str(&fragment);
+                }
+            }
+            Event::ToolCallEnd { .. } => {}
+            Event::Done(s) => {
+                self.summary = Some(s);
+                return Ok(true);
+            }
             Event::Failed(m) => return Err(worker_failed(m)),
         }
-        if done.iter().all(Option::is_some) {
-            return Ok(text
-                .into_iter()
-                .zip(done)
-                .filter_map(|((content, reasoning, logprobs), s)| {
-                    s.map(|summary| Choice {
-                        content,
-                        reasoning,
-                        logprobs,
-                        summary,
-                    })
-                })
-                .collect());
+        Ok(false)
+    }
+}
+
+/// Waits for all `n` choices; the first failure fails the request.
+pub async fn collect(
+    mut rx: mpsc::UnboundedReceiver<(usize, Event)>,
+    n: usize,
+) -> Result<Vec<Choice>, ApiError> {
+    let mut partial = vec![Partial::default(); n];
+    let mut left = n;
+    while left > 0 {
+        let Some((i, event)) = rx.recv().await else {
+            return Err(worker_failed("the engine worker stopped".into()));
+        };
+        if partial[i].add(event)? {
+            left -= 1;
         }
     }
-    Err(worker_failed("the engine worker stopped".into()))
-}
-
-/// A token's text (lossy UTF-8) and bytes.
-fn token_text(tok: Option<&Tokenizer>, id: u32) -> (String, Vec<u8>) {
-    let bytes = tok.and_then(|t| t.token_bytes(id)).unwrap_or(&[]).to_vec();
-    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
-}
-
-/// Chat's `logprobs` object: `{"content": [{token, logprob, bytes, top_logprobs}]}`.
-fn chat_logprobs(tok: Option<&Tokenizer>, lps: &[TokenLogprob]) -> Value {
-    let entry = |id: u32, logprob: f64| {
-        let (token, bytes) = token_text(tok, id);
-        json!({"token": token, "logprob": logprob, "bytes": bytes})
-    };
-    let content: Vec<Value> = lps
-        .iter()
-        .map(|lp| {
-            let mut v = entry(lp.id, lp.logprob);
-            v["top_logprobs"] = lp.top.iter().map(|&(i, p)| entry(i, p)).collect();
-            v
+    Ok(partial
+        .into_iter()
+        .filter_map(|mut reply| {
+            let summary = reply.summary.take()?;
+            Some(Choice { reply, summary })
         })
-        .collect();
-    json!({ "content": content })
+        .collect())
 }
 
-/// Completions' `logprobs` object: parallel `tokens`, `token_logprobs`, `top_logprobs`
-/// (token → logprob) and `text_offset` (characters from the start of the completion, from
-/// `offset` on).
-fn completion_logprobs(tok: Option<&Tokenizer>, lps: &[TokenLogprob], offset: usize) -> Value {
-    let (mut tokens, mut lp, mut top, mut offsets) = (vec![], vec![], vec![], vec![]);
-    let mut at = offset;
-    for l in lps {
-        let (text, _) = token_text(tok, l.id);
-        offsets.push(at);
-        at += text.chars().count();
-        tokens.push(text);
-        lp.push(l.logprob);
-        let alts: serde_json::Map<String, Value> = l
-            .top
-            .iter()
-            .map(|&(i, p)| (token_text(tok, i).0, json!(p)))
-            .collect();
-        top.push(Value::Object(alts));
-    }
-    json!({"tokens": tokens, "token_logprobs": lp, "top_logprobs": top, "text_offset": offsets})
+/// How a protocol's SSE body is framed around the events `make` formats.
+pub struct SseFraming {
+    /// Sent first (Anthropic's `message_start`), or empty.
+    pub prologue: String,
+    /// Sent while nothing else comes for the keep-alive interval.
+    pub keep_alive: &'static str,
+    /// Sent after the last choice finished (OpenAI's `data: [DONE]`), or empty.
+    pub finale: &'static str,
 }
 
-/// The SSE body: one `data:` event per choice event, `: keep-alive` comments while nothing
-/// comes, `[DONE]` after every one of the `n` choices has finished (or one failed).
-fn sse(
+/// The SSE body: `make`'s text for each choice event, `framing.keep_alive` while nothing
+/// comes, `framing.finale` after every one of the `n` choices has finished (or one failed).
+pub fn sse(
     rx: mpsc::UnboundedReceiver<(usize, Event)>,
     n: usize,
     keep_alive: Duration,
-    make: impl Fn(usize, &Event) -> Value + Send + Sync + 'static,
+    framing: SseFraming,
+    make: impl FnMut(usize, &Event) -> String + Send + 'static,
 ) -> Response {
-    let make = Arc::new(make);
-    let stream = futures_util::stream::unfold(Some((rx, n)), move |state| {
-        let make = make.clone();
-        async move {
-            let (mut rx, mut left) = state?;
-            let (index, event) = match tokio::time::timeout(keep_alive, rx.recv()).await {
-                Err(_) => {
-                    let comment = Bytes::from_static(b": keep-alive\n\n");
-                    return Some((Ok::<Bytes, Infallible>(comment), Some((rx, left))));
-                }
-                Ok(event) => event?,
-            };
-            let mut text = format!("data: {}\n\n", make(index, &event));
-            match event {
-                Event::Delta { .. } => {}
-                Event::Done(_) => left -= 1,
-                Event::Failed(_) => left = 0,
-            }
-            if left == 0 {
-                text.push_str("data: [DONE]\n\n");
-                return Some((Ok::<Bytes, Infallible>(Bytes::from(text)), None));
-            }
-            Some((Ok::<Bytes, Infallible>(Bytes::from(text)), Some((rx, left))))
+    let prologue = Bytes::from(framing.prologue);
+    let first = (!prologue.is_empty()).then_some(prologue);
+    let state = Some((rx, n, make, first));
+    let stream = futures_util::stream::unfold(state, move |state| async move {
+        let (mut rx, mut left, mut make, first) = state?;
+        if let Some(bytes) = first {
+            return Some((Ok::<Bytes, Infallible>(bytes), Some((rx, left, make, None))));
         }
+        let (index, event) = match tokio::time::timeout(keep_alive, rx.recv()).await {
+            Err(_) => {
+                let ping = Bytes::from_static(framing.keep_alive.as_bytes());
+                return Some((Ok(ping), Some((rx, left, make, None))));
+            }
+            Ok(event) => event?,
+        };
+        let mut text = make(index, &event);
+        match event {
+            Event::Done(_) => left -= 1,
+            Event::Failed(_) => left = 0,
+            _ => {}
+        }
+        if left == 0 {
+            text.push_str(framing.finale);
+            return Some((Ok(Bytes::from(text)), None));
+        }
+        Some((Ok(Bytes::from(text)), Some((rx, left, make, None))))
     });
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -344,195 +402,6 @@ fn sse(
 
 pub fn json_response(v: Value) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
-}
-
-fn error_value(message: &str) -> Value {
-    json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}})
-}
-
-pub async fn chat_completions(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    authorize(&shared, &headers)?;
-    let req: ChatRequest = parse_body(&body_bytes(body)?)?;
-    let (settings, thinking, messages) = validate_chat(&req)?;
-    let tok = shared
-        .engine
-        .tokenizer()
-        .ok_or_else(|| worker_failed("the model has no tokenizer".into()))?;
-    let prompt = k3_engine::chat_template::render(tok, &messages, thinking, true)
-        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-    let (stream, with_usage, n) = (settings.stream, settings.include_usage, settings.n);
-    let return_tokens = settings.return_tokens;
-    let want_logprobs = settings.logprobs.is_some();
-    let tok_shared = shared.clone();
-    let id = format!("chatcmpl-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
-    let rx = submit(&shared, &id, JobKind::Chat(thinking), prompt, settings)?;
-    let (created, model) = (now(), shared.model_id.clone());
-    if stream {
-        let started = std::sync::Mutex::new(vec![false; n]);
-        return Ok(sse(rx, n, shared.keep_alive, move |index, event| {
-            let chunk = |delta: Value, finish: Value| {
-                json!({"id": id, "object": "chat.completion.chunk", "created": created,
-                       "model": model, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]})
-            };
-            match event {
-                Event::Delta {
-                    content,
-                    reasoning,
-                    logprobs,
-                } => {
-                    let mut delta = serde_json::Map::new();
-                    let first = started
-                        .lock()
-                        .map(|mut s| !std::mem::replace(&mut s[index], true))
-                        .unwrap_or(false);
-                    if first {
-                        delta.insert("role".into(), json!("assistant"));
-                    }
-                    if !content.is_empty() {
-                        delta.insert("content".into(), json!(content));
-                    }
-                    if !reasoning.is_empty() {
-                        delta.insert("reasoning_content".into(), json!(reasoning));
-                    }
-                    let mut c = chunk(Value::Object(delta), Value::Null);
-                    if want_logprobs {
-                        let tok = tok_shared.engine.tokenizer();
-                        c["choices"][0]["logprobs"] = chat_logprobs(tok, logprobs);
-                    }
-                    c
-                }
-                Event::Done(s) => {
-                    let mut c = chunk(json!({}), json!(s.finish_reason));
-                    if with_usage {
-                        c["usage"] = usage(s);
-                        c["timings"] = timings(s);
-                    }
-                    c
-                }
-                Event::Failed(m) => error_value(m),
-            }
-        }));
-    }
-    let all = collect(rx, n).await?;
-    let choices: Vec<Value> = all
-        .iter()
-        .enumerate()
-        .map(|(index, c)| {
-            let mut message = json!({"role": "assistant", "content": c.content});
-            if !c.reasoning.is_empty() {
-                message["reasoning_content"] = json!(c.reasoning);
-            }
-            let mut v = json!({"index": index, "message": message, "finish_reason": c.summary.finish_reason,
-                               "logprobs": Value::Null});
-            if want_logprobs {
-                v["logprobs"] = chat_logprobs(shared.engine.tokenizer(), &c.logprobs);
-            }
-            if return_tokens {
-                v["tokens"] = json!(c.summary.ids);
-            }
-            v
-        })
-        .collect();
-    Ok(json_response(json!({
-        "id": id, "object": "chat.completion", "created": created, "model": model,
-        "choices": choices, "usage": usage_all(&all), "timings": timings(&all[0].summary),
-    }))
-    .into_response())
-}
-
-pub async fn completions(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    authorize(&shared, &headers)?;
-    let req: CompletionRequest = parse_body(&body_bytes(body)?)?;
-    let (settings, prompt) = validate_completion(&req)?;
-    let tok = shared
-        .engine
-        .tokenizer()
-        .ok_or_else(|| worker_failed("the model has no tokenizer".into()))?;
-    let prompt = match prompt {
-        Prompt::Text(text) => tok.encode(&text, false),
-        Prompt::Ids(ids) => {
-            let vocab = shared.engine.config().vocab_size;
-            if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
-                return Err(ApiError::invalid(
-                    "prompt",
-                    format!("token id {bad} is out of range: the model's vocab_size is {vocab}"),
-                ));
-            }
-            ids
-        }
-    };
-    let return_tokens = settings.return_tokens;
-    let want_logprobs = settings.logprobs.is_some();
-    let tok_shared = shared.clone();
-    let (stream, with_usage, n) = (settings.stream, settings.include_usage, settings.n);
-    let kind = JobKind::Completion {
-        ignore_eos: req.common.ignore_eos,
-    };
-    let id = format!("cmpl-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
-    let rx = submit(&shared, &id, kind, prompt, settings)?;
-    let (created, model) = (now(), shared.model_id.clone());
-    let choice = |index: usize, text: &str, finish: Value| json!({"index": index, "text": text, "logprobs": null, "finish_reason": finish});
-    if stream {
-        return Ok(sse(rx, n, shared.keep_alive, move |index, event| {
-            let base = |choice: Value| {
-                json!({"id": id, "object": "text_completion", "created": created,
-                       "model": model, "choices": [choice]})
-            };
-            match event {
-                Event::Delta {
-                    content, logprobs, ..
-                } => {
-                    let mut c = base(choice(index, content, Value::Null));
-                    if want_logprobs {
-                        let tok = tok_shared.engine.tokenizer();
-                        // offsets within this chunk's text
-                        c["choices"][0]["logprobs"] = completion_logprobs(tok, logprobs, 0);
-                    }
-                    c
-                }
-                Event::Done(s) => {
-                    let mut c = base(choice(index, "", json!(s.finish_reason)));
-                    if return_tokens {
-                        c["choices"][0]["tokens"] = json!(s.ids);
-                    }
-                    if with_usage {
-                        c["usage"] = usage(s);
-                        c["timings"] = timings(s);
-                    }
-                    c
-                }
-                Event::Failed(m) => error_value(m),
-            }
-        }));
-    }
-    let all = collect(rx, n).await?;
-    let choices: Vec<Value> = all
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let mut v = choice(i, &c.content, json!(c.summary.finish_reason));
-            if want_logprobs {
-                v["logprobs"] = completion_logprobs(shared.engine.tokenizer(), &c.logprobs, 0);
-            }
-            if return_tokens {
-                v["tokens"] = json!(c.summary.ids);
-            }
-            v
-        })
-        .collect();
-    Ok(json_response(json!({
-        "id": id, "object": "text_completion", "created": created, "model": model,
-        "choices": choices, "usage": usage_all(&all), "timings": timings(&all[0].summary),
-    }))
-    .into_response())
 }
 
 pub async fn models(
@@ -676,11 +545,17 @@ pub async fn metrics(
         .into_response())
 }
 
-pub async fn not_found() -> ApiError {
-    ApiError::new(
+/// 404 for an unknown path; in Anthropic's shape under `/v1/messages`.
+pub async fn not_found(uri: axum::http::Uri) -> Response {
+    let e = ApiError::new(
         StatusCode::NOT_FOUND,
         "invalid_request_error",
         Some("not_found"),
-        "no such endpoint: see /v1/chat/completions, /v1/completions, /v1/models, /v1/models/{id}, /health, /metrics",
-    )
+        "no such endpoint: see /v1/chat/completions, /v1/completions, /v1/messages, /v1/messages/count_tokens, /v1/models, /v1/models/{id}, /health, /metrics",
+    );
+    if uri.path().starts_with("/v1/messages") {
+        super::http_anthropic::AnthropicError(e).into_response()
+    } else {
+        e.into_response()
+    }
 }

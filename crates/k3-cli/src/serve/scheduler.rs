@@ -12,7 +12,7 @@
 
 mod spec_step;
 
-use super::worker::{Event, Job, Lru, Metrics, Output, Summary};
+use super::worker::{log, Event, Job, JobKind, Lru, Metrics, Output, Summary};
 use k3_engine::{token_logprob, BatchFeed, Engine, EngineError, Sampler, Session, StopReason};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -65,11 +65,31 @@ struct Live<'e> {
     /// Tokens drafted and accepted for this job.
     drafted: usize,
     accepted: usize,
+    /// Ids fed instead of sampled: the think→response transition once the thinking budget
+    /// is spent (docs/SERVER.md "Anthropic Messages API").
+    forced: std::collections::VecDeque<u32>,
 }
 
 impl Live<'_> {
     fn prefilling(&self) -> bool {
         self.fed < self.job.prompt.len()
+    }
+
+    /// Whether the next id is forced (or about to be): the reply is still thinking and its
+    /// thinking budget is spent.
+    fn over_think_budget(&self) -> bool {
+        !self.forced.is_empty()
+            || self
+                .think_budget()
+                .is_some_and(|b| self.out.thinking() && self.ids.len() >= b)
+    }
+
+    /// The job's thinking budget, if it has one.
+    fn think_budget(&self) -> Option<usize> {
+        match self.job.kind {
+            JobKind::Chat(c) => c.think_budget,
+            JobKind::Completion { .. } => None,
+        }
     }
 }
 
@@ -129,11 +149,11 @@ pub fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>, metrics: Arc<Metr
 }
 
 fn fail(job: &Job, e: &EngineError) {
-    eprintln!(
+    log(format_args!(
         "k3: request {} {}: failed: {e}",
         job.id,
         job.kind.endpoint()
-    );
+    ));
     let _ = job.events.send(Event::Failed(e.to_string()));
 }
 
@@ -141,11 +161,11 @@ fn fail(job: &Job, e: &EngineError) {
 /// when the client already left or the job cannot start (reported to it).
 fn admit<'e>(engine: &'e Engine, lru: &mut Lru, ctx: usize, job: Job) -> Option<Live<'e>> {
     if job.events.is_closed() {
-        eprintln!(
+        log(format_args!(
             "k3: request {} {}: cancelled while queued",
             job.id,
             job.kind.endpoint()
-        );
+        ));
         return None;
     }
     let opened = open_session(engine, lru, ctx, &job).and_then(|(session, reused)| {
@@ -183,6 +203,7 @@ fn admit<'e>(engine: &'e Engine, lru: &mut Lru, ctx: usize, job: Job) -> Option<
         draft_len: k3_engine::speculate::DraftLength::new(spec_step::MAX_DRAFT),
         drafted: 0,
         accepted: 0,
+        forced: std::collections::VecDeque::new(),
         job,
     })
 }
@@ -288,7 +309,13 @@ fn sample_next(l: &mut Live<'_>, now: Instant) -> Result<(), EngineError> {
     if l.ids.len() >= l.job.max_new {
         return Ok(());
     }
-    let id = l.sampler.sample(l.session.logits(), l.session.history());
+    if l.over_think_budget() && l.forced.is_empty() {
+        l.forced.extend(l.out.think_to_response.iter().copied());
+    }
+    let id = match l.forced.pop_front() {
+        Some(id) => id,
+        None => l.sampler.sample(l.session.logits(), l.session.history()),
+    };
     if emit(l, id, None, now) {
         l.session.keep_pending(id)?;
     } else {
@@ -333,14 +360,14 @@ fn stop_reason(l: &Live<'_>) -> StopReason {
 fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
     let reason = stop_reason(&l);
     if l.out.cancelled && l.prefilling() {
-        eprintln!(
+        log(format_args!(
             "k3: request {} {}: cancelled during the prompt",
             l.job.id,
             l.job.kind.endpoint()
-        );
+        ));
         return;
     }
-    let finish_reason = l.out.finish(&reason);
+    let finish = l.out.finish(&reason);
     if lru.capacity > 0 && !l.out.cancelled {
         // The state at the end of the reply (its last id pending, as `Session` keeps it).
         if let Ok(bytes) = l.session.to_bytes() {
@@ -351,7 +378,7 @@ fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
     let n = l.ids.len();
     count(metrics, &l, predicted_seconds);
     let summary = Summary {
-        finish_reason,
+        finish,
         prompt_tokens: l.job.prompt.len(),
         prompt_tokens_reused: l.reused,
         completion_tokens: n,
@@ -372,12 +399,12 @@ fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
         expert_hit_rate: engine.stats().expert_hit_rate(),
         ids: std::mem::take(&mut l.ids),
     };
-    eprintln!("{}", log_line(&l.job, &summary));
+    log(log_line(&l.job, &summary));
     if l.drafted > 0 {
-        eprintln!(
+        log(format_args!(
             "k3: request {}: hybrid drafting accepted {} of {} drafted ids",
             l.job.id, l.accepted, l.drafted
-        );
+        ));
     }
     let _ = l.job.events.send(Event::Done(summary));
 }
@@ -428,6 +455,6 @@ fn log_line(job: &Job, s: &Summary) -> String {
         per_token,
         s.max_token_gap_seconds,
         s.mean_batch,
-        s.finish_reason
+        s.finish.openai()
     )
 }

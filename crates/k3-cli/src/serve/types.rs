@@ -1,19 +1,28 @@
-//! Request bodies of the OpenAI-compatible API, their validation, and the error responses.
+//! Request bodies, their validation, and the error responses: the pure layer of the server
+//! (no I/O), shared by the OpenAI ([`openai`]) and Anthropic ([`anthropic`]) adapters, which
+//! both produce one protocol-neutral request ([`neutral::Request`]).
 //!
 //! Bodies are parsed by hand from the raw bytes (not with axum's `Json` extractor) so that
 //! every rejection — malformed JSON, a wrong type, an out-of-range sampling value — comes back
-//! as OpenAI's error object naming the field.
+//! as an error naming the field's path (docs/SERVER.md "Request fields").
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use k3_engine::chat_template::{ChatMessage, Thinking};
 use k3_engine::SamplingParams;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 // Beside this file (also when xtask's fuzzer includes this file by path).
+#[path = "anthropic.rs"]
+pub mod anthropic;
 #[path = "fields.rs"]
 mod fields;
+#[path = "neutral.rs"]
+pub mod neutral;
+#[path = "openai.rs"]
+pub mod openai;
+
+pub use openai::{validate_chat, ChatRequest};
 
 /// An API error: HTTP status plus OpenAI's `{"error": {...}}` body.
 #[derive(Debug)]
@@ -61,9 +70,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // Every refusal's message names its field, too.
+        let message = match &self.param {
+            Some(p) if !self.message.contains(p.as_str()) => format!("{p}: {}", self.message),
+            _ => self.message,
+        };
         let body = json!({
             "error": {
-                "message": self.message,
+                "message": message,
                 "type": self.kind,
                 "param": self.param,
                 "code": self.code,
@@ -118,7 +132,7 @@ pub struct SamplingFields {
     pub stream: bool,
     /// `{"include_usage": bool}`; checked by [`fields::include_usage`].
     pub stream_options: Option<Value>,
-    /// Keep generating past end ids (`/v1/completions` only; as in llama.cpp and vLLM).
+    /// Keep generating past end ids (as in llama.cpp and vLLM).
     #[serde(default)]
     pub ignore_eos: bool,
     /// Also return each choice's generated token ids (`tokens`, llama-server's name).
@@ -128,32 +142,41 @@ pub struct SamplingFields {
     /// only so that it is a known field and must be a string.
     #[allow(dead_code)]
     pub model: Option<String>,
-    /// Every other field of the body, checked by [`fields::validate_extra`].
-    #[serde(flatten)]
+    /// Every other field of the body (filled by [`extra_fields`]), checked by
+    /// [`fields::validate_extra`].
+    #[serde(skip)]
     pub extra: serde_json::Map<String, Value>,
 }
 
-#[derive(Deserialize, Debug)]
-pub struct InMessage {
-    pub role: String,
-    pub content: Option<Value>,
-    pub reasoning_content: Option<String>,
+impl Body for SamplingFields {
+    fn from_value(body: &Value) -> Result<Self, ApiError> {
+        typed(body, "")
+    }
 }
 
-#[derive(Deserialize, Debug)]
-pub struct ChatRequest {
-    pub messages: Vec<InMessage>,
-    pub reasoning_effort: Option<String>,
-    pub thinking: Option<Value>,
-    #[serde(flatten)]
-    pub common: SamplingFields,
-}
-
-#[derive(Deserialize, Debug)]
+/// A `/v1/completions` body.
+#[derive(Debug)]
 pub struct CompletionRequest {
     pub prompt: Value,
-    #[serde(flatten)]
     pub common: SamplingFields,
+}
+
+#[derive(Deserialize)]
+struct PromptField {
+    prompt: Value,
+}
+
+impl Body for CompletionRequest {
+    fn from_value(body: &Value) -> Result<Self, ApiError> {
+        let mut common: SamplingFields = typed(body, "")?;
+        let PromptField { prompt } = typed(body, "")?;
+        let known = [
+            field_names::<SamplingFields>(),
+            field_names::<PromptField>(),
+        ];
+        common.extra = extra_fields(body, &known);
+        Ok(CompletionRequest { prompt, common })
+    }
 }
 
 /// Validated generation settings.
@@ -214,9 +237,15 @@ fn logprobs_of(f: &SamplingFields) -> Result<Option<usize>, ApiError> {
 /// Most choices one request may ask for (`n`).
 pub const MAX_CHOICES: usize = 16;
 
-/// Parses a JSON body into `T`, mapping syntax and type errors to 400s.
-pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| {
+/// A request body: built from the parsed JSON object, each type error naming its path.
+pub trait Body: Sized {
+    fn from_value(body: &Value) -> Result<Self, ApiError>;
+}
+
+/// Parses a JSON body (an object) into `T`: malformed JSON is a 400 without a field, a wrongly
+/// typed field a 400 whose `param` is its path (`max_tokens`, `messages[1].content`).
+pub fn parse_body<T: Body>(bytes: &[u8]) -> Result<T, ApiError> {
+    let body: Value = serde_json::from_slice(bytes).map_err(|e| {
         let what = if e.is_syntax() || e.is_eof() {
             "malformed JSON"
         } else {
@@ -228,7 +257,86 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
             None,
             format!("{what}: {e}"),
         )
+    })?;
+    if !body.is_object() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            None,
+            "the request body must be a JSON object",
+        ));
+    }
+    T::from_value(&body)
+}
+
+/// `prefix` and a path below it joined (`messages[1]` + `content`).
+pub fn join_path(prefix: &str, path: &str) -> String {
+    match (prefix.is_empty(), path.is_empty() || path == ".") {
+        (_, true) => prefix.to_string(),
+        (true, false) => path.to_string(),
+        (false, false) if path.starts_with('[') => format!("{prefix}{path}"),
+        (false, false) => format!("{prefix}.{path}"),
+    }
+}
+
+/// Deserializes `T` from a JSON value found at `prefix`; a type error's `param` is its full
+/// path, and the message starts with it.
+pub fn typed<T: serde::de::DeserializeOwned>(v: &Value, prefix: &str) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let param = join_path(prefix, &e.path().to_string());
+        let inner = e.into_inner();
+        if param.is_empty() {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                None,
+                format!("invalid request body: {inner}"),
+            )
+        } else {
+            ApiError::invalid(&param, format!("{param}: {inner}"))
+        }
     })
+}
+
+/// The field names a derived struct reads (serde passes them to `deserialize_struct`).
+pub fn field_names<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    use serde::de::{Error, Visitor};
+    struct Names<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Names<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(Self::Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(Self::Error::custom("names only"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+    let mut names: &'static [&'static str] = &[];
+    let _ = T::deserialize(Names(&mut names));
+    names
+}
+
+/// The body's fields that none of `known` reads (checked by [`fields::validate_extra`]).
+pub fn extra_fields(body: &Value, known: &[&[&str]]) -> serde_json::Map<String, Value> {
+    body.as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| !known.iter().any(|names| names.contains(&k.as_str())))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn finite(param: &str, v: f64) -> Result<f32, ApiError> {
@@ -351,97 +459,6 @@ pub fn validate_sampling(f: &SamplingFields) -> Result<GenSettings, ApiError> {
     })
 }
 
-/// The thinking effort from `reasoning_effort` or `thinking` (a string, a bool, or
-/// `{"type": "enabled"|"disabled"}`); off when neither is given.
-pub fn thinking_of(req: &ChatRequest) -> Result<Thinking, ApiError> {
-    let parse = |param: &str, s: &str| -> Result<Thinking, ApiError> {
-        match s {
-            "none" | "off" => Ok(Thinking::Off),
-            "minimal" | "low" => Ok(Thinking::Low),
-            "medium" | "high" => Ok(Thinking::High),
-            "max" => Ok(Thinking::Max),
-            _ => Err(ApiError::invalid(
-                param,
-                format!("{param} `{s}`: use off, low, high or max"),
-            )),
-        }
-    };
-    if let Some(s) = &req.reasoning_effort {
-        return parse("reasoning_effort", s);
-    }
-    match &req.thinking {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(Thinking::Off),
-        Some(Value::Bool(true)) => Ok(Thinking::Max),
-        Some(Value::String(s)) => parse("thinking", s),
-        Some(Value::Object(o)) => match o.get("type").and_then(Value::as_str) {
-            Some("enabled") => Ok(Thinking::Max),
-            Some("disabled") => Ok(Thinking::Off),
-            _ => Err(ApiError::invalid(
-                "thinking",
-                "thinking.type must be enabled or disabled",
-            )),
-        },
-        Some(_) => Err(ApiError::invalid(
-            "thinking",
-            "thinking must be off, low, high, max, a boolean or {\"type\": ...}",
-        )),
-    }
-}
-
-/// The messages as the chat template takes them. Content may be a string or an array of
-/// `{"type":"text","text":...}` parts (joined); `developer` is treated as `system`.
-pub fn messages_of(req: &ChatRequest) -> Result<Vec<ChatMessage>, ApiError> {
-    if req.messages.is_empty() {
-        return Err(ApiError::invalid("messages", "messages must not be empty"));
-    }
-    let mut out = Vec::with_capacity(req.messages.len());
-    for (i, m) in req.messages.iter().enumerate() {
-        let param = format!("messages[{i}]");
-        let role = match m.role.as_str() {
-            "system" | "developer" => "system",
-            "user" => "user",
-            "assistant" => "assistant",
-            r => {
-                return Err(ApiError::invalid(
-                    &format!("{param}.role"),
-                    format!("unsupported role `{r}`: use system, user or assistant"),
-                ))
-            }
-        };
-        let content = match &m.content {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(parts)) => {
-                let mut text = String::new();
-                for part in parts {
-                    match part.get("text").and_then(Value::as_str) {
-                        Some(t) => text.push_str(t),
-                        None => {
-                            return Err(ApiError::invalid(
-                                &format!("{param}.content"),
-                                "only text content parts are supported",
-                            ))
-                        }
-                    }
-                }
-                text
-            }
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    &format!("{param}.content"),
-                    "content must be a string or an array of text parts",
-                ))
-            }
-        };
-        let mut msg = ChatMessage::new(role, content);
-        if role == "assistant" {
-            msg.reasoning_content = m.reasoning_content.clone();
-        }
-        out.push(msg);
-    }
-    Ok(out)
-}
-
 /// The raw prompt of `/v1/completions`: a string, or an array holding one string.
 pub fn prompt_of(req: &CompletionRequest) -> Result<Prompt, ApiError> {
     let ids = |a: &[Value]| -> Option<Vec<u32>> {
@@ -469,18 +486,6 @@ pub fn prompt_of(req: &CompletionRequest) -> Result<Prompt, ApiError> {
 pub enum Prompt {
     Text(String),
     Ids(Vec<u32>),
-}
-
-/// The pure part of `/v1/chat/completions` after the body parsed and the model matched:
-/// sampling settings, thinking effort and messages, in the route's order (fuzzed by
-/// `cargo xtask fuzz serve`).
-pub fn validate_chat(
-    req: &ChatRequest,
-) -> Result<(GenSettings, Thinking, Vec<ChatMessage>), ApiError> {
-    let settings = validate_sampling(&req.common)?;
-    let thinking = thinking_of(req)?;
-    let messages = messages_of(req)?;
-    Ok((settings, thinking, messages))
 }
 
 /// The pure part of `/v1/completions` after the body parsed and the model matched.

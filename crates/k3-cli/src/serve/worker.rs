@@ -16,10 +16,28 @@ use tokio::sync::mpsc;
 /// Saved sessions kept for reuse.
 pub const LRU_CAPACITY: usize = 4;
 
+/// Writes one server log line on stderr, stamped with the time (RFC 3339, UTC, ms).
+pub fn log(line: impl std::fmt::Display) {
+    let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+    eprintln!("{now} {line}");
+}
+
+/// A chat job: how its reply is read and bounded.
+#[derive(Clone, Copy, Debug)]
+pub struct ChatJob {
+    pub thinking: Thinking,
+    /// Keep generating past the end of the reply.
+    pub ignore_eos: bool,
+    /// Reasoning ids at most; then the think→response transition is forced.
+    pub think_budget: Option<usize>,
+    /// The endpoint that queued it (`/v1/chat/completions`, `/v1/messages`).
+    pub endpoint: &'static str,
+}
+
 /// What the prompt is: a chat (its reply is split into reasoning and content) or raw text.
 #[derive(Clone, Copy, Debug)]
 pub enum JobKind {
-    Chat(Thinking),
+    Chat(ChatJob),
     Completion { ignore_eos: bool },
 }
 
@@ -27,8 +45,46 @@ impl JobKind {
     /// The endpoint that queued it.
     pub fn endpoint(self) -> &'static str {
         match self {
-            JobKind::Chat(_) => "/v1/chat/completions",
+            JobKind::Chat(c) => c.endpoint,
             JobKind::Completion { .. } => "/v1/completions",
+        }
+    }
+}
+
+/// Why a generation ended, whichever protocol names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// The reply ended (its end id).
+    Stop,
+    /// A stop string matched (which one).
+    StopSequence(String),
+    /// `max_tokens` (or the context) reached.
+    Length,
+    /// The reply ended with tool calls (once the tool protocol is wired in).
+    #[allow(dead_code)]
+    ToolCalls,
+    /// The client left.
+    Cancelled,
+}
+
+impl Finish {
+    /// OpenAI's `finish_reason` (also the log line's `finish`).
+    pub fn openai(&self) -> &'static str {
+        match self {
+            Finish::Stop | Finish::StopSequence(_) => "stop",
+            Finish::Length => "length",
+            Finish::ToolCalls => "tool_calls",
+            Finish::Cancelled => "cancelled",
+        }
+    }
+
+    /// Anthropic's `stop_reason`.
+    pub fn anthropic(&self) -> &'static str {
+        match self {
+            Finish::Stop | Finish::Cancelled => "end_turn",
+            Finish::StopSequence(_) => "stop_sequence",
+            Finish::Length => "max_tokens",
+            Finish::ToolCalls => "tool_use",
         }
     }
 }
@@ -47,9 +103,14 @@ pub struct Job {
     /// Which choice of the request this job generates (`n` > 1 queues one job per choice).
     pub index: usize,
     pub events: mpsc::UnboundedSender<Event>,
+    /// Its place among the `--parallel` + `--queue` admitted jobs, freed when it is dropped.
+    pub _admission: tokio::sync::OwnedSemaphorePermit,
 }
 
-/// What the worker reports for a job.
+/// What the worker reports for a job: the core's protocol-neutral output, which each
+/// adapter (OpenAI, Anthropic) formats. The tool-call events are produced once the tool
+/// protocol is wired into the reply parser (docs/SERVER.md "Tools").
+#[allow(dead_code)]
 pub enum Event {
     /// Newly decoded text: the response channel (`content`) and the think channel.
     Delta {
@@ -58,6 +119,21 @@ pub enum Event {
         /// Log-probabilities of the ids behind this delta (when the request asked).
         logprobs: Vec<TokenLogprob>,
     },
+    /// Tool call `call` (0, 1, … within the reply) begins.
+    ToolCallStart {
+        call: usize,
+        id: String,
+        name: String,
+    },
+    /// A fragment of tool call `call`'s arguments (JSON text).
+    ToolCallArguments {
+        call: usize,
+        fragment: String,
+    },
+    /// Tool call `call` is complete.
+    ToolCallEnd {
+        call: usize,
+    },
     Done(Summary),
     Failed(String),
 }
@@ -65,7 +141,7 @@ pub enum Event {
 /// Counts and timings of a finished generation.
 #[derive(Clone, Debug)]
 pub struct Summary {
-    pub finish_reason: &'static str,
+    pub finish: Finish,
     pub prompt_tokens: usize,
     pub prompt_tokens_reused: usize,
     pub completion_tokens: usize,
@@ -155,7 +231,10 @@ pub struct Output<'t> {
     content: k3_tokenizer::StreamDecoder<'t>,
     scanner: StopScanner,
     events: mpsc::UnboundedSender<Event>,
-    stop_hit: bool,
+    /// The stop string that matched.
+    stop_hit: Option<String>,
+    /// The ids that close the think channel and open the response (chat only).
+    pub think_to_response: Vec<u32>,
     pub cancelled: bool,
     /// When the first id was generated.
     pub first_token: Option<Instant>,
@@ -165,15 +244,22 @@ pub struct Output<'t> {
 
 impl<'t> Output<'t> {
     pub fn new(tok: &'t Tokenizer, job: &Job) -> Result<Self, EngineError> {
+        let mut think_to_response = Vec::new();
         let (parser, end_ids) = match job.kind {
-            JobKind::Chat(thinking) => {
+            JobKind::Chat(chat) => {
                 let t = Template::new(tok)?;
-                let start = if thinking == Thinking::Off {
+                let start = if chat.thinking == Thinking::Off {
                     Channel::Response
                 } else {
                     Channel::Think
                 };
-                (Some(ReplyParser::new(&t, start)), t.end_ids())
+                think_to_response = t.think_to_response();
+                let end_ids = if chat.ignore_eos {
+                    Vec::new()
+                } else {
+                    t.end_ids()
+                };
+                (Some(ReplyParser::new(&t, start)), end_ids)
             }
             JobKind::Completion { ignore_eos: true } => (None, Vec::new()),
             JobKind::Completion { ignore_eos: false } => (None, tok.end_ids()),
@@ -186,7 +272,8 @@ impl<'t> Output<'t> {
             content: tok.stream_decoder(),
             scanner: StopScanner::new(&job.settings.stop),
             events: job.events.clone(),
-            stop_hit: false,
+            stop_hit: None,
+            think_to_response,
             cancelled: false,
             first_token: None,
         })
@@ -216,7 +303,7 @@ impl<'t> Output<'t> {
     fn scan(&mut self, piece: &str) -> String {
         let step = self.scanner.push(piece);
         if step.hit.is_some() {
-            self.stop_hit = true;
+            self.stop_hit = step.hit;
         }
         step.emit
     }
@@ -237,7 +324,7 @@ impl<'t> Output<'t> {
             None => vec![(Channel::Response, id)],
         };
         for (channel, pid) in payload {
-            if self.stop_hit {
+            if self.stop_hit.is_some() {
                 break;
             }
             if channel == Channel::Think {
@@ -248,30 +335,36 @@ impl<'t> Output<'t> {
             }
         }
         self.send(content, reasoning, logprob.into_iter().collect());
-        !self.stop_hit && !self.cancelled
+        self.stop_hit.is_none() && !self.cancelled
+    }
+
+    /// Whether the reply is in its think channel.
+    pub fn thinking(&self) -> bool {
+        self.parser
+            .as_ref()
+            .is_some_and(|p| p.channel() == Channel::Think)
     }
 
     /// Flushes held text and names the finish reason.
-    pub fn finish(&mut self, reason: &StopReason) -> &'static str {
+    pub fn finish(&mut self, reason: &StopReason) -> Finish {
         let finish = match reason {
-            StopReason::Length => "length",
-            StopReason::Callback if self.cancelled => "cancelled",
-            _ => "stop",
+            StopReason::Length => Finish::Length,
+            StopReason::Callback if self.cancelled => Finish::Cancelled,
+            _ => Finish::Stop,
         };
-        if !self.stop_hit && !self.cancelled {
+        if self.stop_hit.is_none() && !self.cancelled {
             let think = std::mem::replace(&mut self.think, self.tok.stream_decoder()).finish();
             let rest = std::mem::replace(&mut self.content, self.tok.stream_decoder()).finish();
             let mut content = self.scan(&rest);
-            if !self.stop_hit {
+            if self.stop_hit.is_none() {
                 let scanner = std::mem::replace(&mut self.scanner, StopScanner::new(&[]));
                 content.push_str(&scanner.finish());
             }
             self.send(content, think, Vec::new());
         }
-        if self.stop_hit {
-            "stop"
-        } else {
-            finish
+        match &self.stop_hit {
+            Some(s) => Finish::StopSequence(s.clone()),
+            None => finish,
         }
     }
 }

@@ -17,7 +17,10 @@ pub(super) fn run(engine: &Engine, l: &mut Live<'_>) -> Result<bool, EngineError
     let Some(next) = l.next else {
         return Ok(false);
     };
-    if !engine.has_draft() || l.prefilling() || l.out.cancelled {
+    // While a thinking budget runs, steps are plain ones (a draft could overshoot it).
+    let budgeted = l.think_budget().is_some() && l.out.thinking();
+    if !engine.has_draft() || l.prefilling() || l.out.cancelled || budgeted || !l.forced.is_empty()
+    {
         return Ok(false);
     }
     let left = l.job.max_new.saturating_sub(l.ids.len());
