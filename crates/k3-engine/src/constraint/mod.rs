@@ -102,7 +102,10 @@ impl Constraint {
         let parser = factory.create_parser(TopLevelGrammar::from_lark(text));
         let matcher = Matcher::new(parser);
         if let Some(e) = matcher.get_error() {
-            return Err(refused(e));
+            // llguidance appends the grammar with a caret; its first line names the part.
+            let first = e.lines().next().unwrap_or_default();
+            let cause = first.split_once("): ").map_or(first, |(_, rest)| rest);
+            return Err(refused(cause));
         }
         Ok(Constraint {
             factory,
