@@ -352,7 +352,15 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         sampler = run_structured::constrain(sampler, tok, spec)?;
     }
     let t1 = Instant::now();
-    let generated = generate(&args, &engine, &mut session, mode, &mut sampler, &stop, structured.is_some());
+    let generated = generate(
+        &args,
+        &engine,
+        &mut session,
+        mode,
+        &mut sampler,
+        &stop,
+        structured.is_some(),
+    );
     let generation = generated.inspect_err(|e| expert_failure_report(e, &engine, t0))?;
     let done = Done {
         dir,

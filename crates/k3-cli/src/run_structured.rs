@@ -41,7 +41,10 @@ pub fn spec(args: &RunArgs) -> Result<Option<ConstraintSpec>, CliError> {
 /// The schema in `path`; errors name the file and, for bad JSON, the line and column.
 fn read_schema(path: &Path) -> Result<serde_json::Value, CliError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        CliError::usage(format!("{}: cannot read the JSON schema: {e}", path.display()))
+        CliError::usage(format!(
+            "{}: cannot read the JSON schema: {e}",
+            path.display()
+        ))
     })?;
     serde_json::from_str(&text).map_err(|e| {
         CliError::usage(format!(

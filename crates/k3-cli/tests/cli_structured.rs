@@ -42,13 +42,28 @@ fn json_schema_stdout_validates_on_a_dozen_seeds() {
     for seed in 0..12 {
         let seed = seed.to_string();
         let o = k3(&[
-            "run", &model, "-p", "Weather in Paris as JSON", "--json-schema", path.to_str().unwrap(),
-            "-n", "200", "--temp", "1", "--seed", &seed, "-q",
+            "run",
+            &model,
+            "-p",
+            "Weather in Paris as JSON",
+            "--json-schema",
+            path.to_str().unwrap(),
+            "-n",
+            "200",
+            "--temp",
+            "1",
+            "--seed",
+            &seed,
+            "-q",
         ]);
         assert!(o.status.success(), "seed {seed}: {}", stderr(&o));
         let out = stdout(&o);
-        let value: Value = serde_json::from_str(out.trim_end()).unwrap_or_else(|e| panic!("seed {seed}: {e}: {out}"));
-        let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
+        let value: Value = serde_json::from_str(out.trim_end())
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}: {out}"));
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| e.to_string())
+            .collect();
         assert!(errors.is_empty(), "seed {seed}: {out}: {errors:?}");
     }
 }
@@ -60,14 +75,31 @@ fn json_object_stdout_is_an_object() {
     let mut finished = 0;
     for seed in 0..4 {
         let seed = seed.to_string();
-        let o = k3(&["run", &model, "-p", "JSON please", "--json-object", "-n", "120", "--temp", "1", "--seed", &seed, "-q"]);
+        let o = k3(&[
+            "run",
+            &model,
+            "-p",
+            "JSON please",
+            "--json-object",
+            "-n",
+            "120",
+            "--temp",
+            "1",
+            "--seed",
+            &seed,
+            "-q",
+        ]);
         match o.status.code() {
             Some(0) => {
                 let v: Value = serde_json::from_str(stdout(&o).trim_end()).unwrap();
                 assert!(v.is_object(), "{v}");
                 finished += 1;
             }
-            Some(1) => assert!(stderr(&o).contains("did not finish within -n 120"), "{}", stderr(&o)),
+            Some(1) => assert!(
+                stderr(&o).contains("did not finish within -n 120"),
+                "{}",
+                stderr(&o)
+            ),
             c => panic!("exit {c:?}: {}", stderr(&o)),
         }
     }
@@ -89,14 +121,28 @@ fn refusals_name_the_problem() {
     let unsat = schema_file("unsat", r#"{"type":"integer","minimum":3,"maximum":1}"#);
     let o = run(&["-p", "x", "--json-schema", unsat.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("minimum (3) is greater than maximum (1)"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("minimum (3) is greater than maximum (1)"),
+        "{}",
+        stderr(&o)
+    );
     let ok = schema_file("ok", &bounded().to_string());
     let o = run(&["--ids", "1,2", "--json-schema", ok.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("not --ids"), "{}", stderr(&o));
-    let o = run(&["-p", "x", "--json-object", "--json-schema", ok.to_str().unwrap()]);
+    let o = run(&[
+        "-p",
+        "x",
+        "--json-object",
+        "--json-schema",
+        ok.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     let o = run(&["-p", "x", "--json-schema", ok.to_str().unwrap(), "-n", "3"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("did not finish within -n 3"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("did not finish within -n 3"),
+        "{}",
+        stderr(&o)
+    );
 }

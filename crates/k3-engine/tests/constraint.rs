@@ -6,8 +6,8 @@
 
 use k3_engine::chat_template::{self as chat, ChatMessage, Template, Thinking};
 use k3_engine::{
-    Constraint, ConstraintSpec, DecodeMode, Engine, EngineOptions, Generation, ReplyStart,
-    Sampler, SamplingParams, Speculation, StopConditions, StopReason, Tokenizer,
+    Constraint, ConstraintSpec, DecodeMode, Engine, EngineOptions, Generation, ReplyStart, Sampler,
+    SamplingParams, Speculation, StopConditions, StopReason, Tokenizer,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -39,7 +39,13 @@ fn prompt(tok: &Tokenizer) -> Vec<u32> {
 }
 
 /// A reply to the prompt (thinking off) under `spec`, at most `n` ids.
-fn reply(engine: &Engine, spec: &ConstraintSpec, seed: u64, n: usize, mode: DecodeMode) -> Generation {
+fn reply(
+    engine: &Engine,
+    spec: &ConstraintSpec,
+    seed: u64,
+    n: usize,
+    mode: DecodeMode,
+) -> Generation {
     reply_drafted(engine, spec, seed, n, mode, None)
 }
 
@@ -55,12 +61,16 @@ fn reply_drafted(
     let tok = engine.tokenizer().unwrap();
     let prompt = prompt(tok);
     let constraint = Constraint::new(tok, spec, ReplyStart::Response).unwrap();
-    let mut sampler = Sampler::new(sampled(seed)).unwrap().with_constraint(constraint);
+    let mut sampler = Sampler::new(sampled(seed))
+        .unwrap()
+        .with_constraint(constraint);
     let mut s = engine.new_session(512).unwrap();
     s.feed(&prompt).unwrap();
     let stop = StopConditions::for_engine(engine);
     let g = match truth {
-        None => s.generate_with(n, mode, &mut sampler, &stop, |_| true).unwrap(),
+        None => s
+            .generate_with(n, mode, &mut sampler, &stop, |_| true)
+            .unwrap(),
         Some(truth) => {
             let mut drafted = 0usize;
             let drafter = |ctx: &[u32], limit: usize| -> Vec<u32> {
@@ -69,14 +79,23 @@ fn reply_drafted(
                 (at..end)
                     .map(|p| {
                         drafted += 1;
-                        if drafted % 3 == 0 { truth[p] ^ 1 } else { truth[p] }
+                        if drafted % 3 == 0 {
+                            truth[p] ^ 1
+                        } else {
+                            truth[p]
+                        }
                     })
                     .collect()
             };
-            s.generate_with_drafter(n, &mut sampler, &stop, drafter, |_| true).unwrap()
+            s.generate_with_drafter(n, &mut sampler, &stop, drafter, |_| true)
+                .unwrap()
         }
     };
-    assert!(sampler.constraint().unwrap().is_finished(), "seed {seed}: unfinished {:?}", g.ids);
+    assert!(
+        sampler.constraint().unwrap().is_finished(),
+        "seed {seed}: unfinished {:?}",
+        g.ids
+    );
     let eom = Template::new(tok).unwrap().end_of_msg();
     assert_eq!(g.stop_reason, StopReason::EndToken(eom), "seed {seed}");
     g
@@ -118,12 +137,19 @@ fn json_schema_replies_validate_on_a_dozen_seeds() {
     let tok = engine.tokenizer().unwrap();
     let schema = bounded_schema();
     let validator = jsonschema::validator_for(&schema).unwrap();
-    let spec = ConstraintSpec::JsonSchema { schema, strict: true };
+    let spec = ConstraintSpec::JsonSchema {
+        schema,
+        strict: true,
+    };
     for seed in 0..12 {
         let g = reply(&engine, &spec, seed, 400, DecodeMode::Incremental);
         let text = response_text(tok, &g.ids);
-        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
-        let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
+        let value: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| e.to_string())
+            .collect();
         assert!(errors.is_empty(), "seed {seed}: {text}: {errors:?}");
     }
 }
@@ -133,15 +159,25 @@ fn tool_calls_required_or_named_validate_on_a_dozen_seeds() {
     let engine = open(2);
     let tok = engine.tokenizer().unwrap();
     let tools = vec![
-        ("search".to_string(), json!({"type": "object", "properties": {
+        (
+            "search".to_string(),
+            json!({"type": "object", "properties": {
             "query": {"type": "string", "maxLength": 16},
             "limit": {"type": "integer", "minimum": 1, "maximum": 10},
             "filters": {"type": "object", "properties": {"lang": {"enum": ["en", "fr"]}}, "required": ["lang"], "additionalProperties": false}
-        }, "required": ["query", "filters"]})),
-        ("stop".to_string(), json!({"type": "object", "properties": {}})),
+        }, "required": ["query", "filters"]}),
+        ),
+        (
+            "stop".to_string(),
+            json!({"type": "object", "properties": {}}),
+        ),
     ];
     for named in [None, Some("search")] {
-        let spec = ConstraintSpec::ToolCalls { tools: tools.clone(), named: named.map(String::from), parallel: false };
+        let spec = ConstraintSpec::ToolCalls {
+            tools: tools.clone(),
+            named: named.map(String::from),
+            parallel: false,
+        };
         for seed in 0..12 {
             let g = reply(&engine, &spec, seed, 400, DecodeMode::Incremental);
             let calls = xtml::parse_tool_reply(tok, &g.ids[..g.ids.len() - 1]);
@@ -151,23 +187,41 @@ fn tool_calls_required_or_named_validate_on_a_dozen_seeds() {
             if let Some(want) = named {
                 assert_eq!(name, want);
             }
-            let schema = &tools.iter().find(|(t, _)| t == name).expect("a declared tool").1;
+            let schema = &tools
+                .iter()
+                .find(|(t, _)| t == name)
+                .expect("a declared tool")
+                .1;
             let value = Value::Object(args.clone());
-            assert!(jsonschema::is_valid(schema, &value), "seed {seed}: {name} {value}");
+            assert!(
+                jsonschema::is_valid(schema, &value),
+                "seed {seed}: {name} {value}"
+            );
         }
     }
 }
 
 #[test]
 fn a_constraint_gives_the_same_ids_on_every_path_and_thread_count() {
-    let spec = ConstraintSpec::JsonSchema { schema: bounded_schema(), strict: true };
+    let spec = ConstraintSpec::JsonSchema {
+        schema: bounded_schema(),
+        strict: true,
+    };
     let one = open(1);
     let two = open(2);
     for seed in [3, 4] {
         let plain = reply(&one, &spec, seed, 400, DecodeMode::Incremental).ids;
-        assert_eq!(reply(&two, &spec, seed, 400, DecodeMode::Incremental).ids, plain, "threads");
+        assert_eq!(
+            reply(&two, &spec, seed, 400, DecodeMode::Incremental).ids,
+            plain,
+            "threads"
+        );
         let spec_mode = DecodeMode::Speculative(Speculation::default());
-        assert_eq!(reply(&two, &spec, seed, 400, spec_mode).ids, plain, "speculative");
+        assert_eq!(
+            reply(&two, &spec, seed, 400, spec_mode).ids,
+            plain,
+            "speculative"
+        );
         let drafted = reply_drafted(&two, &spec, seed, 400, spec_mode, Some(&plain));
         assert_eq!(drafted.ids, plain, "drafted, with rejections");
     }

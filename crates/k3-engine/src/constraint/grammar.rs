@@ -92,11 +92,11 @@ fn tool_calls(
         let alts: Vec<String> = chosen
             .iter()
             .map(|&t| {
-                let open = format!(
-                    "call tool=\"{}\" index=\"{n}\"",
-                    attr(&tools[t].0)
-                );
-                format!(r#"<|open|> {} <|sep|> args_{t} <|close|> "call" <|sep|>"#, lit(&open))
+                let open = format!("call tool=\"{}\" index=\"{n}\"", attr(&tools[t].0));
+                format!(
+                    r#"<|open|> {} <|sep|> args_{t} <|close|> "call" <|sep|>"#,
+                    lit(&open)
+                )
             })
             .collect();
         rules.push(format!("call_{n}: {}", alts.join(" | ")));
@@ -131,7 +131,9 @@ fn arguments(
     };
     if let Some(ty) = params.get("type") {
         if ty != "object" {
-            return Err(where_(&format!("parameters `type` is {ty}: it must be \"object\"")));
+            return Err(where_(&format!(
+                "parameters `type` is {ty}: it must be \"object\""
+            )));
         }
     }
     let empty = Map::new();
@@ -154,14 +156,18 @@ fn arguments(
     let mut seq = Vec::new();
     for (k, (key, schema)) in props.iter().enumerate() {
         let rule = format!("arg_{t}_{k}");
-        let (ty, value) = argument_value(schema, &defs)
-            .map_err(|e| where_(&format!("argument `{key}`: {e}")))?;
+        let (ty, value) =
+            argument_value(schema, &defs).map_err(|e| where_(&format!("argument `{key}`: {e}")))?;
         let open = format!("argument key=\"{}\" type=\"{ty}\"", attr(key));
         rules.push(format!(
             r#"{rule}: <|open|> {} <|sep|> {value} <|close|> "argument" <|sep|>"#,
             lit(&open)
         ));
-        let optional = if required.contains(&key.as_str()) { "" } else { "?" };
+        let optional = if required.contains(&key.as_str()) {
+            ""
+        } else {
+            "?"
+        };
         seq.push(format!("{rule}{optional}"));
     }
     Ok(if seq.is_empty() {
@@ -239,7 +245,9 @@ fn raw_string(map: &Map<String, Value>) -> Result<String, String> {
     };
     let (min, max) = (bound("minLength")?.unwrap_or(0), bound("maxLength")?);
     if max.is_some_and(|m| m < min) {
-        return Err(format!("`minLength` {min} exceeds `maxLength` {max:?}: unsatisfiable"));
+        return Err(format!(
+            "`minLength` {min} exceeds `maxLength` {max:?}: unsatisfiable"
+        ));
     }
     // A lexeme is never empty: zero characters is the optional form.
     let text = match max {

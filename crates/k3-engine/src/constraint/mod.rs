@@ -95,7 +95,11 @@ impl Constraint {
                 ))
             })
         };
-        let (close, sep, eom) = (id("<|close|>")?, id("<|sep|>")?, id(k3_tokenizer::END_OF_MSG)?);
+        let (close, sep, eom) = (
+            id("<|close|>")?,
+            id("<|sep|>")?,
+            id(k3_tokenizer::END_OF_MSG)?,
+        );
         id("<|open|>")?;
         let factory = tok_env::factory(tok, eom).map_err(refused)?;
         let text = grammar::lark(spec, start == ReplyStart::Think).map_err(refused)?;
@@ -140,7 +144,9 @@ impl Constraint {
         }
         let mask = self.matcher.compute_mask_or_eos().map_err(refused)?;
         if mask.is_zero() {
-            return Err(refused("no token can continue the reply (the grammar is stuck)"));
+            return Err(refused(
+                "no token can continue the reply (the grammar is stuck)",
+            ));
         }
         Ok(Some(mask))
     }

@@ -32,7 +32,10 @@ fn walk(c: &mut Constraint, vocab: usize, seed: u64, limit: usize) -> Vec<u32> {
         state ^= state << 17;
         let id = allowed[(state % allowed.len() as u64) as usize];
         if id == c.end_id() {
-            assert!(c.is_finished(), "end id allowed before the grammar finished");
+            assert!(
+                c.is_finished(),
+                "end id allowed before the grammar finished"
+            );
             return ids;
         }
         c.advance(id).unwrap();
@@ -72,7 +75,17 @@ fn json_reply(tok: &Tokenizer, ids: &[u32]) -> String {
     };
     let close = t.close_tag("response")[0];
     let sep = *t.close_tag("response").last().unwrap();
-    assert_eq!(p[1..], [Ok(close), Err("response".into()), Ok(sep), Ok(close), Err("message".into()), Ok(sep)]);
+    assert_eq!(
+        p[1..],
+        [
+            Ok(close),
+            Err("response".into()),
+            Ok(sep),
+            Ok(close),
+            Err("message".into()),
+            Ok(sep)
+        ]
+    );
     body
 }
 
@@ -81,13 +94,20 @@ fn random_walks_of_a_bounded_schema_validate() {
     let tok = tiny_tokenizer();
     let schema = bounded_schema();
     let validator = jsonschema::validator_for(&schema).unwrap();
-    let spec = ConstraintSpec::JsonSchema { schema: schema.clone(), strict: true };
+    let spec = ConstraintSpec::JsonSchema {
+        schema: schema.clone(),
+        strict: true,
+    };
     for seed in 0..12 {
         let mut c = Constraint::new(&tok, &spec, ReplyStart::Response).unwrap();
         let ids = walk(&mut c, tok.vocab_size(), seed, 400);
         let text = json_reply(&tok, &ids);
-        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
-        let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
+        let value: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| e.to_string())
+            .collect();
         assert!(errors.is_empty(), "seed {seed}: {text} → {errors:?}");
     }
 }
@@ -107,7 +127,10 @@ fn json_object_gives_an_object() {
     let mut logits = vec![0.0f32; tok.vocab_size()];
     c.mask(&mut logits).unwrap();
     let digit = tok.encode_ordinary("7")[0];
-    assert!(logits[digit as usize].is_infinite(), "text after the object");
+    assert!(
+        logits[digit as usize].is_infinite(),
+        "text after the object"
+    );
     let t = Template::new(&tok).unwrap();
     assert!(logits[t.close_tag("response")[0] as usize].is_finite());
     let ids = walk(&mut c, tok.vocab_size(), 1, 50);
@@ -120,12 +143,19 @@ fn json_object_gives_an_object() {
 fn think_is_free_until_it_closes_then_the_grammar_applies() {
     let tok = tiny_tokenizer();
     let t = Template::new(&tok).unwrap();
-    let spec = ConstraintSpec::JsonSchema { schema: json!({"type": "boolean"}), strict: true };
+    let spec = ConstraintSpec::JsonSchema {
+        schema: json!({"type": "boolean"}),
+        strict: true,
+    };
     let mut c = Constraint::new(&tok, &spec, ReplyStart::Think).unwrap();
     let mut logits = vec![0.0f32; tok.vocab_size()];
     c.mask(&mut logits).unwrap();
     let finite = logits.iter().filter(|l| l.is_finite()).count();
-    assert_eq!(finite, tok.vocab_size() - tok.end_ids().len(), "think masks only the end ids");
+    assert_eq!(
+        finite,
+        tok.vocab_size() - tok.end_ids().len(),
+        "think masks only the end ids"
+    );
     // Thinking text, a stray `<|close|>` that is not `think`, then close(think) open(response).
     let mut ids = t.text("hmm, maybe true");
     ids.extend(t.close_tag("thinking"));
@@ -168,7 +198,11 @@ fn tool_calls_parse_and_their_arguments_validate() {
     let tok = tiny_tokenizer();
     let tools = weather_tools();
     for (named, parallel) in [(None, false), (Some("get_weather"), false), (None, true)] {
-        let spec = ConstraintSpec::ToolCalls { tools: tools.clone(), named: named.map(String::from), parallel };
+        let spec = ConstraintSpec::ToolCalls {
+            tools: tools.clone(),
+            named: named.map(String::from),
+            parallel,
+        };
         for seed in 0..12 {
             let mut c = Constraint::new(&tok, &spec, ReplyStart::Response).unwrap();
             let ids = walk(&mut c, tok.vocab_size(), seed, 2000);
@@ -180,7 +214,11 @@ fn tool_calls_parse_and_their_arguments_validate() {
                 if let Some(want) = named {
                     assert_eq!(name, want);
                 }
-                let schema = &tools.iter().find(|(t, _)| t == name).expect("a declared tool").1;
+                let schema = &tools
+                    .iter()
+                    .find(|(t, _)| t == name)
+                    .expect("a declared tool")
+                    .1;
                 let v = jsonschema::validator_for(schema).unwrap();
                 let value = Value::Object(args.clone());
                 assert!(v.is_valid(&value), "seed {seed}: {name} {value}");
@@ -193,20 +231,82 @@ fn tool_calls_parse_and_their_arguments_validate() {
 fn unsatisfiable_and_unsupported_schemas_are_refused_by_name() {
     let tok = tiny_tokenizer();
     let refuse = |spec: ConstraintSpec, needle: &str| {
-        let e = Constraint::new(&tok, &spec, ReplyStart::Response).unwrap_err().to_string();
+        let e = Constraint::new(&tok, &spec, ReplyStart::Response)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(needle), "{e} lacks {needle}");
     };
-    let schema = |s: Value| ConstraintSpec::JsonSchema { schema: s, strict: true };
-    refuse(schema(json!({"type": "integer", "minimum": 5, "maximum": 1})), "structured output");
+    let schema = |s: Value| ConstraintSpec::JsonSchema {
+        schema: s,
+        strict: true,
+    };
+    refuse(
+        schema(json!({"type": "integer", "minimum": 5, "maximum": 1})),
+        "structured output",
+    );
     refuse(schema(json!(true)).clone(), "structured output");
     let tools = weather_tools();
     refuse(
-        ConstraintSpec::ToolCalls { tools: tools.clone(), named: Some("nope".into()), parallel: false },
+        ConstraintSpec::ToolCalls {
+            tools: tools.clone(),
+            named: Some("nope".into()),
+            parallel: false,
+        },
         "`nope`",
     );
-    let bad = vec![("t".to_string(), json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}}))];
-    refuse(ConstraintSpec::ToolCalls { tools: bad, named: None, parallel: false }, "argument `a`");
-    let missing = vec![("t".to_string(), json!({"type": "object", "required": ["q"]}))];
-    refuse(ConstraintSpec::ToolCalls { tools: missing, named: None, parallel: false }, "`q`");
-    refuse(ConstraintSpec::ToolCalls { tools: vec![], named: None, parallel: false }, "no tools");
+    let bad = vec![(
+        "t".to_string(),
+        json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}}),
+    )];
+    refuse(
+        ConstraintSpec::ToolCalls {
+            tools: bad,
+            named: None,
+            parallel: false,
+        },
+        "argument `a`",
+    );
+    let missing = vec![(
+        "t".to_string(),
+        json!({"type": "object", "required": ["q"]}),
+    )];
+    refuse(
+        ConstraintSpec::ToolCalls {
+            tools: missing,
+            named: None,
+            parallel: false,
+        },
+        "`q`",
+    );
+    refuse(
+        ConstraintSpec::ToolCalls {
+            tools: vec![],
+            named: None,
+            parallel: false,
+        },
+        "no tools",
+    );
+}
+
+#[test]
+fn strict_refuses_a_keyword_it_cannot_enforce_and_lenient_ignores_it() {
+    let tok = tiny_tokenizer();
+    let schema =
+        json!({"type": "array", "items": {"type": "integer"}, "maxItems": 3, "uniqueItems": true});
+    let strict = ConstraintSpec::JsonSchema {
+        schema: schema.clone(),
+        strict: true,
+    };
+    let e = Constraint::new(&tok, &strict, ReplyStart::Response)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("uniqueItems"), "{e}");
+    let lenient = ConstraintSpec::JsonSchema {
+        schema,
+        strict: false,
+    };
+    let mut c = Constraint::new(&tok, &lenient, ReplyStart::Response).unwrap();
+    let ids = walk(&mut c, tok.vocab_size(), 5, 200);
+    let value: Value = serde_json::from_str(&json_reply(&tok, &ids)).unwrap();
+    assert!(value.as_array().is_some_and(|a| a.len() <= 3), "{value}");
 }

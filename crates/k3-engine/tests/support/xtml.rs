@@ -77,7 +77,10 @@ pub fn parse_tool_reply(tok: &Tokenizer, ids: &[u32]) -> Vec<Call> {
     let t = Template::new(tok).unwrap();
     let (open, close) = (t.open_tag("x")[0], t.close_tag("x")[0]);
     let sep = *t.close_tag("x").last().unwrap();
-    let mut c = Cursor { p: pieces(tok, ids), i: 0 };
+    let mut c = Cursor {
+        p: pieces(tok, ids),
+        i: 0,
+    };
     c.tag(close, sep, "response");
     c.tag(open, sep, "tools");
     let mut calls = Vec::new();
@@ -123,4 +126,3 @@ pub fn parse_tool_reply(tok: &Tokenizer, ids: &[u32]) -> Vec<Call> {
     assert_eq!(c.i, c.p.len(), "trailing ids");
     calls
 }
-
