@@ -79,7 +79,7 @@ fn reply_drafted(
                 (at..end)
                     .map(|p| {
                         drafted += 1;
-                        if drafted % 3 == 0 {
+                        if drafted.is_multiple_of(3) {
                             truth[p] ^ 1
                         } else {
                             truth[p]
