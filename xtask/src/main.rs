@@ -1,6 +1,7 @@
 //! `cargo xtask <command>`: project automation (conformance, generators, benchmarks).
 
 mod bench_compute;
+mod bench_constraint;
 mod bench_decode;
 mod bench_draft;
 mod bench_index;
@@ -68,6 +69,9 @@ enum Cmd {
     Fuzz(fuzz::FuzzArgs),
     /// Next-layer router lookahead on vs off (trunk pinned, small expert cache), same run.
     BenchLookahead(bench_lookahead::BenchLookaheadArgs),
+    /// Structured output: constraint mask µs per token (json_object, bounded json_schema,
+    /// tool call) on a ~200k-id vocabulary.
+    BenchConstraint(bench_constraint::BenchConstraintArgs),
     /// Speculative decoding vs plain decoding, trunk streaming and resident, same run.
     BenchSpec(bench_spec::BenchSpecArgs),
     /// Plain vs n-gram vs hybrid drafting (draft trunks), streaming and resident.
@@ -134,6 +138,7 @@ fn main() -> ExitCode {
         Cmd::Fuzz(args) => fuzz::run(&args),
         Cmd::BenchLookahead(args) => bench_lookahead::run(&args),
         Cmd::BenchSpec(args) => bench_spec::run(&args),
+        Cmd::BenchConstraint(args) => bench_constraint::run(&args),
         Cmd::BenchDraft(args) => bench_draft::run(&args),
         Cmd::BenchDecode(args) => bench_decode::run(&args),
         Cmd::BenchCompute(args) => bench_compute::run(&args),

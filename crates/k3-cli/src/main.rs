@@ -27,6 +27,7 @@ mod run;
 mod run_input;
 mod run_output;
 mod run_report;
+mod run_structured;
 mod sampling_args;
 mod serve;
 mod status;

@@ -8,6 +8,7 @@ use crate::config_file::{self, FileConfig};
 use crate::engine_args::EngineArgs;
 use crate::run_input::{self, check_room, Prompt};
 use crate::run_output::{LiveLines, TextOut};
+use crate::run_structured;
 use crate::sampling_args::SamplingArgs;
 use crate::status::Status;
 use crate::CliError;
@@ -76,6 +77,14 @@ pub struct RunArgs {
         allow_hyphen_values = true
     )]
     pub stop: Vec<String>,
+    /// Structured output: render the prompt as a chat user message (thinking off) and
+    /// constrain the reply to one JSON value valid for the JSON Schema in FILE; stdout is the
+    /// JSON. Bound strings and arrays (maxLength, maxItems) so it finishes within -n.
+    #[arg(long, value_name = "FILE")]
+    pub json_schema: Option<PathBuf>,
+    /// Structured output: as --json-schema, for any JSON object.
+    #[arg(long)]
+    pub json_object: bool,
     /// Keep generating past the model's end ids (EOS, <|end_of_msg|>).
     #[arg(long)]
     pub ignore_eos: bool,
@@ -245,6 +254,7 @@ fn generate(
     sampler: &mut Sampler,
     stop: &StopConditions,
     status: &mut Status,
+    structured: bool,
 ) -> Result<Generation, k3_engine::EngineError> {
     use std::io::IsTerminal;
     let mut out = TextOut::new(json_to_stdout(args));
@@ -255,6 +265,10 @@ fn generate(
         status.start("generating: first token");
     }
     let mut count = 0usize;
+    // Structured output prints the response channel only: the text before the first marker
+    // (`response_bytes` of the engine's text).
+    let mut in_response = true;
+    let mut response_bytes = 0usize;
     let mut live = LiveLines::new(args.verbose, engine);
     let mut text = engine.tokenizer().map(|t| t.stream_decoder());
     // Holds back text that may be the start of a stop string, so none of it is printed.
@@ -262,10 +276,15 @@ fn generate(
     let mut printed = 0usize;
     let generated = session.generate_with(args.gen, mode, sampler, stop, |id| {
         // An end id ends the generation and is not printed (an ids-only model prints it).
+        if structured && engine.tokenizer().is_some_and(|t| t.is_special(id)) {
+            in_response = false;
+        }
         match text.as_mut() {
-            Some(_) if stop.end_ids.contains(&id) => {}
+            Some(_) if stop.end_ids.contains(&id) || !in_response => {}
             Some(d) => {
-                let piece = scanner.push(&d.push(id).unwrap_or_default()).emit;
+                let decoded = d.push(id).unwrap_or_default();
+                response_bytes += decoded.len();
+                let piece = scanner.push(&decoded).emit;
                 printed += piece.len();
                 out.text(&piece);
             }
@@ -281,7 +300,11 @@ fn generate(
     status.clear();
     // The engine's text is what was printed plus whatever was still held back.
     if let Ok(g) = &generated {
-        if let Some(rest) = g.text.as_deref().and_then(|t| t.get(printed..)) {
+        let end = g.text.as_deref().map_or(0, |t| match structured {
+            true => response_bytes.min(t.len()),
+            false => t.len(),
+        });
+        if let Some(rest) = g.text.as_deref().and_then(|t| t.get(printed..end)) {
             out.text(rest);
         }
     }
@@ -317,7 +340,14 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     early_checks(&args, &inputs.prompt, options.budget.is_some())?;
     let resident = args.engine.resident;
     let engine = crate::engine_args::open_engine(dir, options, resident, !args.quiet)?;
-    let prompt = inputs.prompt.ids(&engine, dir, args.allow_special)?;
+    let structured = run_structured::spec(&args)?;
+    let prompt = match &structured {
+        Some(_) => {
+            let tok = run_structured::tokenizer(&engine, dir)?;
+            run_structured::chat_prompt(tok, &inputs.prompt)?
+        }
+        None => inputs.prompt.ids(&engine, dir, args.allow_special)?,
+    };
     if prompt.is_empty() {
         return Err(CliError::usage(
             "the prompt is empty: give at least one token",
@@ -355,6 +385,10 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
         dump_logits(path, &session)?;
     }
     let mut sampler = Sampler::new(params.clone())?;
+    if let Some(spec) = &structured {
+        let tok = run_structured::tokenizer(&engine, dir)?;
+        sampler = run_structured::constrain(sampler, tok, spec)?;
+    }
     let t1 = Instant::now();
     let generated = generate(
         &args,
@@ -364,6 +398,7 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
         &mut sampler,
         &stop,
         &mut status,
+        structured.is_some(),
     );
     let generation = generated.inspect_err(|e| expert_failure_report(e, &engine, t0))?;
     let done = Done {
@@ -381,7 +416,8 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
         wall: t0.elapsed().as_secs_f64(),
     };
     finish(&args, &engine, &session, &done)?;
-    crate::interrupt::result(generation.ids.len())
+    crate::interrupt::result(generation.ids.len())?;
+    run_structured::check_complete(&sampler, args.gen)
 }
 
 /// After a routed expert failed to load (exit 4), the I/O report shows what was read.

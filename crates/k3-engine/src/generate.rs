@@ -181,7 +181,7 @@ impl<'e> Session<'e> {
         emitter: &mut Emitter<'_, F>,
     ) -> Result<StopReason, EngineError> {
         for i in 0..n {
-            let id = sampler.sample(self.logits(), self.history());
+            let id = sampler.try_sample(self.logits(), self.history())?;
             let stopped = emitter.push(id);
             if stopped.is_some() || i + 1 == n {
                 self.keep_pending(id)?;

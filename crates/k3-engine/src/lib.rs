@@ -24,6 +24,7 @@
 
 mod batch;
 pub mod chat_template;
+pub mod constraint;
 pub mod draft;
 mod error;
 mod gather;
@@ -42,6 +43,7 @@ mod stop;
 mod streaming;
 
 pub use batch::BatchFeed;
+pub use constraint::{Constraint, ConstraintSpec, ReplyStart};
 pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
 pub use hybrid::{DraftModel, DraftStats};
 pub use k3_format::K3Config;

@@ -5,6 +5,7 @@
 //! a splitmix64 generator owned by the [`Sampler`]. Because k3's logits are bit-identical at
 //! every memory budget and thread count, a fixed seed gives the same tokens there too.
 
+use crate::constraint::Constraint;
 use crate::EngineError;
 use serde::Serialize;
 
@@ -164,6 +165,10 @@ impl SplitMix64 {
 pub struct Sampler {
     params: SamplingParams,
     rng: SplitMix64,
+    /// Structured output: masks each pick and advances on it (docs/API.md#structured-output).
+    constraint: Option<Box<Constraint>>,
+    /// Why the constraint failed, when [`Sampler::sample`] (which cannot fail) met an error.
+    failure: Option<String>,
 }
 
 impl Sampler {
@@ -171,7 +176,30 @@ impl Sampler {
     pub fn new(params: SamplingParams) -> Result<Sampler, EngineError> {
         params.validate()?;
         let rng = SplitMix64 { state: params.seed };
-        Ok(Sampler { params, rng })
+        Ok(Sampler {
+            params,
+            rng,
+            constraint: None,
+            failure: None,
+        })
+    }
+
+    /// This sampler constrained by `constraint`: every pick (greedy or sampled, on every
+    /// decode path) is made among the ids the constraint allows — the others' logits are
+    /// −∞ before penalties and temperature — and advances it. A constraint serves one reply.
+    pub fn with_constraint(mut self, constraint: Constraint) -> Sampler {
+        self.constraint = Some(Box::new(constraint));
+        self
+    }
+
+    /// The constraint in force, if any.
+    pub fn constraint(&self) -> Option<&Constraint> {
+        self.constraint.as_deref()
+    }
+
+    /// Why a constrained [`Sampler::sample`] failed (it then returned an end id), if it did.
+    pub fn constraint_failure(&self) -> Option<&str> {
+        self.failure.as_deref()
     }
 
     /// The greedy sampler (argmax, ties → lowest id).
@@ -179,6 +207,8 @@ impl Sampler {
         Sampler {
             params: SamplingParams::greedy(),
             rng: SplitMix64 { state: 0 },
+            constraint: None,
+            failure: None,
         }
     }
 
@@ -200,7 +230,37 @@ impl Sampler {
     /// Order: repeat penalty, then presence and frequency penalties; temperature 0 ⇒ argmax; else softmax (f64) of logits /
     /// temperature, top-k, renormalise, top-p, min-p, renormalise, draw. Non-finite logits
     /// never win a draw. Empty `logits` give id 0.
+    ///
+    /// With a constraint, a failure of it (it cannot happen with a compiled grammar and
+    /// logits of the tokenizer's vocabulary) ends the reply: the id returned is an end id
+    /// and [`Sampler::constraint_failure`] says why; [`Sampler::try_sample`] returns the
+    /// error instead.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        match self.try_sample(logits, history) {
+            Ok(id) => id,
+            Err(e) => {
+                self.failure = Some(e.to_string());
+                self.constraint.as_ref().map_or(0, |c| c.end_id())
+            }
+        }
+    }
+
+    /// [`Sampler::sample`], with a constraint's failure as an error.
+    pub fn try_sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32, EngineError> {
+        let Some(mut constraint) = self.constraint.take() else {
+            return Ok(self.pick(logits, history));
+        };
+        let mut masked = logits.to_vec();
+        let picked = constraint.mask(&mut masked).and_then(|()| {
+            let id = self.pick(&masked, history);
+            constraint.advance(id).map(|()| id)
+        });
+        self.constraint = Some(constraint);
+        picked
+    }
+
+    /// The unconstrained pick of [`Sampler::sample`].
+    fn pick(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let penalised;
         let logits = if self.penalty_active() {
             penalised = self.penalise(logits, history);
