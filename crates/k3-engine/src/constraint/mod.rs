@@ -138,7 +138,7 @@ impl Constraint {
     }
 
     /// The ids allowed next (`None`: all but the end ids, while thinking).
-    pub fn allowed(&mut self) -> Result<Option<SimpleVob>, EngineError> {
+    fn allowed(&mut self) -> Result<Option<SimpleVob>, EngineError> {
         if self.think.is_some() {
             return Ok(None);
         }
