@@ -29,6 +29,8 @@ pub(super) struct Reply {
 /// The reply as it streams: both parsers and what the screen shows.
 struct View<'t> {
     stream: ReplyStream<'t>,
+    /// The channel the reply started in.
+    start: Channel,
     /// Tracks the channel and gives the closing ids outside the tools channel.
     parser: ReplyParser,
     ids: Vec<u32>,
@@ -49,6 +51,7 @@ impl<'t> View<'t> {
     fn new(tpl: &Template<'t>, start: Channel, show: bool, tty: bool) -> Self {
         View {
             stream: ReplyStream::new(tpl, start),
+            start,
             parser: ReplyParser::new(tpl, start),
             ids: Vec::new(),
             show,
@@ -129,8 +132,13 @@ impl<'t> View<'t> {
         }
     }
 
-    /// Prints what a cut reply still held (text only: a call cut short is marked and dropped).
-    fn flush_cut(&mut self) {
+    /// Prints what a cut reply still held, parsing only its first `keep` ids: text, not a
+    /// call cut short (marked and dropped) nor a marker cut before its `<|sep|>`.
+    fn flush_cut(&mut self, tpl: &Template<'t>, keep: usize) {
+        if keep < self.ids.len() {
+            self.stream = ReplyStream::new(tpl, self.start);
+            self.stream.push_all(&self.ids[..keep]);
+        }
         if self.in_call {
             let plain = if self.tty { PLAIN } else { "" };
             let _ = write!(std::io::stdout(), "{plain} [call cut short: dropped]");
@@ -238,17 +246,25 @@ impl<'e> Chat<'e> {
     }
 
     /// Closes the screen line and works out what the reply holds and what still closes it.
-    fn finish(&self, mut view: View<'_>, end_ids: &[u32]) -> Reply {
+    fn finish(&self, mut view: View<'e>, end_ids: &[u32]) -> Reply {
         let ended = view.ids.last().is_some_and(|id| end_ids.contains(id));
-        let tail = match (ended, self.tools_start(&view.ids)) {
+        let response_end = self.response_end(&view.ids);
+        let tail = match (ended, response_end) {
             (true, _) => Vec::new(),
             (false, Some(at)) => {
-                crate::chat_tools::tools_closing_tail(&self.tpl, self.tok, &view.ids[at..])
+                crate::chat_tools::after_response_tail(&self.tpl, self.tok, &view.ids[at..])
             }
             (false, None) => view.parser.closing_tail(),
         };
         if !ended {
-            view.flush_cut();
+            // After the response: up to the last whole call; in it: all but a half marker.
+            let close_call = self.tpl.call_close();
+            let keep = match response_end {
+                Some(at) => find_last(&view.ids[at..], &close_call)
+                    .map_or(at, |c| at + c + close_call.len()),
+                None => view.ids.len() - crate::chat_tools::half_marker_len(&self.tpl, &view.ids),
+            };
+            view.flush_cut(&self.tpl, keep);
         }
         let calls_done = view.calls_done;
         let (show, tty, thinking_open) = (view.show, view.tty, view.thinking_open);
@@ -279,15 +295,15 @@ impl<'e> Chat<'e> {
         }
     }
 
-    /// Where the reply's tools channel opened, if it did: the last `open(tools)` after the
-    /// think channel closed.
-    fn tools_start(&self, ids: &[u32]) -> Option<usize> {
+    /// Where the reply's response channel ended, if it did: just after the last
+    /// `close(response)` after the think channel closed.
+    fn response_end(&self, ids: &[u32]) -> Option<usize> {
         let after_think = match self.thinking {
             Thinking::Off => 0,
             _ => find_last(ids, &self.tpl.think_to_response())?,
         };
-        let open = self.tpl.tools_open();
-        find_last(&ids[after_think..], &open).map(|at| after_think + at)
+        let close = self.tpl.close_tag("response");
+        find_last(&ids[after_think..], &close).map(|at| after_think + at + close.len())
     }
 }
 

@@ -195,27 +195,31 @@ pub fn list(tools: &[ToolSpec]) -> String {
     out.join("\n")
 }
 
-/// The ids that close a reply cut short after its tools channel opened: the markers still
-/// open (`argument`, `call`, `tools`) closed innermost first, then `close(message)` and
-/// `<|end_of_msg|>`. A marker cut in its middle is ended with `<|sep|>` first.
-/// `generated` is the reply's ids from the `open(tools)` marker on.
-pub fn tools_closing_tail(tpl: &Template<'_>, tok: &Tokenizer, generated: &[u32]) -> Vec<u32> {
+/// The ids that close a reply cut short after its response channel closed: the markers
+/// still open (`tools`, `call`, `argument`) closed innermost first, then `close(message)`
+/// and `<|end_of_msg|>`. A marker cut in its middle is ended with `<|sep|>` first (and then
+/// closed like the others when it opened one). `generated` is the reply's ids after its
+/// `close(response)`.
+pub fn after_response_tail(tpl: &Template<'_>, tok: &Tokenizer, generated: &[u32]) -> Vec<u32> {
     let [open, close, sep] = tpl.control_ids();
     let mut stack: Vec<String> = Vec::new();
     let mut tail = Vec::new();
     let mut marker: Option<(bool, Vec<u32>)> = None;
+    let end_marker = |stack: &mut Vec<String>, opens: bool, text: &[u32]| {
+        let tag = tok.decode_lossy(text).unwrap_or_default();
+        let tag = tag.split(' ').next().unwrap_or_default().to_string();
+        match opens {
+            true => stack.push(tag),
+            false if stack.last() == Some(&tag) => {
+                stack.pop();
+            }
+            false => {}
+        }
+    };
     for &id in generated {
         match marker.as_mut() {
             Some((opens, text)) if id == sep => {
-                let tag = tok.decode_lossy(text).unwrap_or_default();
-                let tag = tag.split(' ').next().unwrap_or_default().to_string();
-                match *opens {
-                    true => stack.push(tag),
-                    false if stack.last() == Some(&tag) => {
-                        stack.pop();
-                    }
-                    false => {}
-                }
+                end_marker(&mut stack, *opens, text);
                 marker = None;
             }
             Some((_, text)) => text.push(id),
@@ -223,8 +227,9 @@ pub fn tools_closing_tail(tpl: &Template<'_>, tok: &Tokenizer, generated: &[u32]
             None => {}
         }
     }
-    if marker.is_some() {
+    if let Some((opens, text)) = marker {
         tail.push(sep);
+        end_marker(&mut stack, opens, &text);
     }
     for tag in stack.iter().rev() {
         tail.extend(tpl.close_tag(tag));
@@ -232,4 +237,13 @@ pub fn tools_closing_tail(tpl: &Template<'_>, tok: &Tokenizer, generated: &[u32]
     tail.extend(tpl.message_close());
     tail.push(tpl.end_of_msg());
     tail
+}
+
+/// How many ids at the end of `ids` are a marker cut before its `<|sep|>` (0 if none).
+pub fn half_marker_len(tpl: &Template<'_>, ids: &[u32]) -> usize {
+    let [open, close, sep] = tpl.control_ids();
+    match ids.iter().rposition(|&id| id == open || id == close || id == sep) {
+        Some(at) if ids[at] != sep => ids.len() - at,
+        _ => 0,
+    }
 }
