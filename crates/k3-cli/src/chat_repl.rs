@@ -264,7 +264,13 @@ impl<'e> Chat<'e> {
     /// `messages` as a fresh session is fed them (tools declared first).
     fn render(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, CliError> {
         let tools = &self.tools;
-        Ok(chat::render_with_tools(self.tok, messages, tools, self.thinking, false)?)
+        Ok(chat::render_with_tools(
+            self.tok,
+            messages,
+            tools,
+            self.thinking,
+            false,
+        )?)
     }
 
     /// Runs a slash command; `false` means exit.

@@ -6,8 +6,8 @@
 
 use super::{on_screen, Chat, CANCEL, DIM, PLAIN};
 use crate::status::Status;
-use k3_engine::chat_template::{Channel, ReplyEvent, ReplyParser, ReplyStream, Template, ToolCall};
 use k3_engine::chat_template::Thinking;
+use k3_engine::chat_template::{Channel, ReplyEvent, ReplyParser, ReplyStream, Template, ToolCall};
 use k3_engine::{Constraint, EngineError, Sampler, StopConditions};
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -89,7 +89,11 @@ impl<'t> View<'t> {
         self.after_call = matches!(ev, ReplyEvent::CallEnd { .. });
         match ev {
             ReplyEvent::Reasoning(text) if self.show => {
-                let dim = if self.tty && !self.thinking_open { DIM } else { "" };
+                let dim = if self.tty && !self.thinking_open {
+                    DIM
+                } else {
+                    ""
+                };
                 let _ = write!(out, "{dim}{}", on_screen(&text, self.tty));
                 self.thinking_open = true;
                 self.line_open = true;
@@ -207,23 +211,24 @@ impl<'e> Chat<'e> {
         loop {
             let mut over_budget = false;
             let left = n.saturating_sub(view.ids.len());
-            let generation = self.session.generate_with(left, self.mode, sampler, &stop, |id| {
-                let visible = view.push(id);
-                if end_ids.contains(&id) {
-                    return true;
-                }
-                match visible {
-                    true => status.clear(),
-                    false => status.tokens(phase, view.ids.len()),
-                }
-                let thinking = view.parser.channel() == Channel::Think;
-                over_budget = thinking && budget.is_some_and(|b| view.think_tokens >= b);
-                !over_budget && !CANCEL.load(Ordering::SeqCst)
-            })?;
+            let generation = self
+                .session
+                .generate_with(left, self.mode, sampler, &stop, |id| {
+                    let visible = view.push(id);
+                    if end_ids.contains(&id) {
+                        return true;
+                    }
+                    match visible {
+                        true => status.clear(),
+                        false => status.tokens(phase, view.ids.len()),
+                    }
+                    let thinking = view.parser.channel() == Channel::Think;
+                    over_budget = thinking && budget.is_some_and(|b| view.think_tokens >= b);
+                    !over_budget && !CANCEL.load(Ordering::SeqCst)
+                })?;
             generated += generation.ids.len();
             let forced = self.tpl.think_to_response();
-            if !over_budget || CANCEL.load(Ordering::SeqCst) || view.ids.len() + forced.len() > n
-            {
+            if !over_budget || CANCEL.load(Ordering::SeqCst) || view.ids.len() + forced.len() > n {
                 break;
             }
             // The think budget is spent: close the think channel as the model would have.

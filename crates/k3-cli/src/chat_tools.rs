@@ -15,11 +15,7 @@ pub fn load_tools(path: &Path) -> Result<Vec<ToolSpec>, CliError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::usage(format!("{file}: cannot read the tools file: {e}")))?;
     let value: Value = serde_json::from_str(&text).map_err(|e| {
-        CliError::usage(format!(
-            "{file}:{}:{}: not JSON: {e}",
-            e.line(),
-            e.column()
-        ))
+        CliError::usage(format!("{file}:{}:{}: not JSON: {e}", e.line(), e.column()))
     })?;
     let Value::Array(entries) = value else {
         return Err(CliError::usage(format!(
@@ -50,15 +46,16 @@ pub fn load_tools(path: &Path) -> Result<Vec<ToolSpec>, CliError> {
 /// One entry: `{"type":"function","function":{…}}` or the bare function object.
 fn tool_entry(entry: &Value) -> Result<ToolSpec, String> {
     let Value::Object(map) = entry else {
-        return Err("not a JSON object: give {\"type\":\"function\",\"function\":{...}} or {\"name\":...}".into());
+        return Err(
+            "not a JSON object: give {\"type\":\"function\",\"function\":{...}} or {\"name\":...}"
+                .into(),
+        );
     };
     let function = match map.get("type") {
         None => map,
         Some(Value::String(t)) if t == "function" => {
             if let Some(key) = map.keys().find(|k| *k != "type" && *k != "function") {
-                return Err(format!(
-                    "unknown key `{key}` beside `type` and `function`"
-                ));
+                return Err(format!("unknown key `{key}` beside `type` and `function`"));
             }
             match map.get("function") {
                 Some(Value::Object(f)) => f,
@@ -164,7 +161,12 @@ pub fn pending_calls(messages: &[ChatMessage]) -> Vec<(usize, &ToolCall)> {
         .iter()
         .take_while(|m| m.role == "tool")
         .count();
-    messages[at].tool_calls.iter().enumerate().skip(answered).collect()
+    messages[at]
+        .tool_calls
+        .iter()
+        .enumerate()
+        .skip(answered)
+        .collect()
 }
 
 /// `/tools`: one line per tool, its parameters' names and the required ones starred.
@@ -242,8 +244,109 @@ pub fn after_response_tail(tpl: &Template<'_>, tok: &Tokenizer, generated: &[u32
 /// How many ids at the end of `ids` are a marker cut before its `<|sep|>` (0 if none).
 pub fn half_marker_len(tpl: &Template<'_>, ids: &[u32]) -> usize {
     let [open, close, sep] = tpl.control_ids();
-    match ids.iter().rposition(|&id| id == open || id == close || id == sep) {
+    match ids
+        .iter()
+        .rposition(|&id| id == open || id == close || id == sep)
+    {
         Some(at) if ids[at] != sep => ids.len() - at,
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k3_engine::chat_template::{parse_assistant, Thinking};
+    use serde_json::json;
+
+    fn tiny_tokenizer() -> Tokenizer {
+        Tokenizer::from_dir(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/tiny-k3"
+        ))
+        .unwrap()
+    }
+
+    /// Cut an assistant reply with two calls at every id after its `close(response)`: the
+    /// prefix plus [`after_response_tail`] parses as a complete reply (docs/MODEL.md's
+    /// grammar) keeping every call that closed before the cut, whenever the cut is not
+    /// inside a marker; inside one, the tail still ends the message.
+    #[test]
+    fn a_cut_tools_channel_closes_well_formed() {
+        let tok = tiny_tokenizer();
+        let tpl = Template::new(&tok).unwrap();
+        let calls = vec![
+            ToolCall {
+                id: None,
+                name: "get_weather".into(),
+                arguments: json!({"city": "Paris", "days": 3})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            },
+            ToolCall {
+                id: None,
+                name: "get_time".into(),
+                arguments: json!({"zone": {"tz": "CET"}}).as_object().unwrap().clone(),
+            },
+        ];
+        let reply = ChatMessage {
+            tool_calls: calls.clone(),
+            ..ChatMessage::new("assistant", "ok")
+        };
+        let ids = tpl.message(&reply, Thinking::Off).unwrap();
+        let body = &ids[tpl.generation_prompt(Thinking::Off).len()..];
+        let close = tpl.close_tag("response");
+        let at = body.windows(close.len()).position(|w| w == close).unwrap() + close.len();
+        let end = body.len() - tpl.message_close().len() - 1;
+        let call_close = tpl.call_close();
+        for cut in at..=end {
+            let prefix = &body[..cut];
+            let tail = after_response_tail(&tpl, &tok, &prefix[at..]);
+            let mut whole = prefix.to_vec();
+            whole.extend(&tail);
+            assert!(whole.ends_with(&[tpl.message_close(), vec![tpl.end_of_msg()]].concat()));
+            if half_marker_len(&tpl, prefix) > 0 {
+                continue;
+            }
+            let parsed = parse_assistant(&tok, &whole).unwrap();
+            assert!(parsed.complete, "cut at {cut}: {parsed:?}");
+            assert_eq!(parsed.content, "ok");
+            let closed = prefix[at..]
+                .windows(call_close.len())
+                .filter(|w| *w == call_close)
+                .count();
+            assert!(parsed.tool_calls.len() >= closed, "cut at {cut}");
+            assert_eq!(parsed.tool_calls[..closed], calls[..closed], "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn pending_calls_are_the_unanswered_ones() {
+        let call = |name: &str| ToolCall {
+            id: Some(format!("id_{name}")),
+            name: name.into(),
+            arguments: Map::new(),
+        };
+        let mut messages = vec![
+            ChatMessage::new("user", "hi"),
+            ChatMessage {
+                tool_calls: vec![call("a"), call("b")],
+                ..ChatMessage::new("assistant", "")
+            },
+        ];
+        let names = |m: &[ChatMessage]| -> Vec<(usize, String)> {
+            pending_calls(m)
+                .iter()
+                .map(|(i, c)| (*i, c.name.clone()))
+                .collect()
+        };
+        assert_eq!(names(&messages), [(0, "a".into()), (1, "b".into())]);
+        messages.push(ChatMessage::tool_result("id_a", "a", "1"));
+        assert_eq!(names(&messages), [(1, "b".into())]);
+        messages.push(ChatMessage::tool_result("id_b", "b", "2"));
+        assert!(names(&messages).is_empty());
+        messages.push(ChatMessage::new("assistant", "done"));
+        assert!(names(&messages).is_empty());
     }
 }

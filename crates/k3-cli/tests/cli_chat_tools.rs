@@ -126,14 +126,27 @@ fn forced_call_is_shown_validates_and_the_result_continues_the_chat() {
     ];
     let stdout = chat(&args, &input);
     let calls = shown_calls(&stdout);
-    assert_eq!(calls.len(), 1, "one forced call, none after the result: {stdout}");
+    assert_eq!(
+        calls.len(),
+        1,
+        "one forced call, none after the result: {stdout}"
+    );
     assert_eq!(calls[0].0, "get_weather");
     assert_valid(&weather_schema(), &calls[0].1);
     // A user message while the call waits is refused; /tools lists both tools.
-    assert!(stdout.contains("waits for the result of `get_weather`"), "{stdout}");
-    assert!(stdout.contains("get_weather(city*, days*)  Weather for a city"), "{stdout}");
+    assert!(
+        stdout.contains("waits for the result of `get_weather`"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("get_weather(city*, days*)  Weather for a city"),
+        "{stdout}"
+    );
     assert!(stdout.contains("get_time(zone*)  Local time"), "{stdout}");
-    assert!(stdout.contains("no tool call is waiting for a result"), "{stdout}");
+    assert!(
+        stdout.contains("no tool call is waiting for a result"),
+        "{stdout}"
+    );
 
     // The history keeps the call (with an id) and the result answering it.
     let lines = saved(&jsonl);
@@ -144,7 +157,10 @@ fn forced_call_is_shown_validates_and_the_result_continues_the_chat() {
     assert_eq!(call["arguments"], calls[0].1, "shown and saved calls agree");
     assert_eq!(lines[2]["tool_call_id"], call["id"]);
     assert_eq!(lines[2]["content"], "{\"temp\": 21}");
-    assert!(lines[3].get("tool_calls").is_none(), "the reply to a result is not forced");
+    assert!(
+        lines[3].get("tool_calls").is_none(),
+        "the reply to a result is not forced"
+    );
 
     // It reloads (rendered with the tools declared) and the chat goes on from it.
     let input = format!("/load {jsonl_s}\n/stats\nthanks\n/stats\n");
@@ -184,7 +200,10 @@ fn thinking_stays_free_while_the_call_is_constrained() {
         forced["reasoning_content"], free["reasoning_content"],
         "the think channel must be the same text with and without --tool-choice"
     );
-    assert!(free.get("tool_calls").is_none(), "the random model calls nothing unforced");
+    assert!(
+        free.get("tool_calls").is_none(),
+        "the random model calls nothing unforced"
+    );
     let calls = shown_calls(&stdout);
     assert_eq!(calls.len(), 1, "{stdout}");
     let schema = match calls[0].0.as_str() {
@@ -214,7 +233,13 @@ fn a_call_cut_short_is_dropped_and_the_chat_goes_on() {
     ];
     let input = format!("weather?\nweather?\n/save {}\n", jsonl.display());
     let stdout = chat(&args, &input);
-    assert_eq!(stdout.matches("[call cut short: dropped] [length limit]").count(), 2, "{stdout}");
+    assert_eq!(
+        stdout
+            .matches("[call cut short: dropped] [length limit]")
+            .count(),
+        2,
+        "{stdout}"
+    );
     let lines = saved(&jsonl);
     assert_eq!(lines.len(), 4, "both exchanges kept: {lines:?}");
     assert!(lines.iter().all(|l| l.get("tool_calls").is_none()));
@@ -225,11 +250,31 @@ fn a_call_cut_short_is_dropped_and_the_chat_goes_on() {
 fn bad_tools_files_are_refused_naming_file_and_entry() {
     let dir = scratch("bad");
     let cases: [(&str, &str, &str); 6] = [
-        ("not-array.json", r#"{"name": "f"}"#, "must hold a JSON array"),
-        ("no-name.json", r#"[{"name": "f"}, {"description": "x"}]"#, "tool 2: no `name` string"),
-        ("kind.json", r#"[{"type": "retrieval"}]"#, "tool 1: `type` is \"retrieval\""),
-        ("twice.json", r#"[{"name": "f"}, {"name": "f"}]"#, "tool 2: the name `f` is declared twice"),
-        ("params.json", r#"[{"name": "f", "parameters": 3}]"#, "tool 1: tool `f`: `parameters` must be"),
+        (
+            "not-array.json",
+            r#"{"name": "f"}"#,
+            "must hold a JSON array",
+        ),
+        (
+            "no-name.json",
+            r#"[{"name": "f"}, {"description": "x"}]"#,
+            "tool 2: no `name` string",
+        ),
+        (
+            "kind.json",
+            r#"[{"type": "retrieval"}]"#,
+            "tool 1: `type` is \"retrieval\"",
+        ),
+        (
+            "twice.json",
+            r#"[{"name": "f"}, {"name": "f"}]"#,
+            "tool 2: the name `f` is declared twice",
+        ),
+        (
+            "params.json",
+            r#"[{"name": "f", "parameters": 3}]"#,
+            "tool 1: tool `f`: `parameters` must be",
+        ),
         ("json.json", "[{", "json.json:1:"),
     ];
     for (file, text, why) in cases {
@@ -238,13 +283,22 @@ fn bad_tools_files_are_refused_naming_file_and_entry() {
         let out = chat_output(&["--tools", path.to_str().unwrap()], "");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{file}: {stderr}");
-        assert!(stderr.contains(file) && stderr.contains(why), "{file}: {stderr}");
+        assert!(
+            stderr.contains(file) && stderr.contains(why),
+            "{file}: {stderr}"
+        );
     }
     let tools = dir.join("tools.json");
-    let out = chat_output(&["--tools", tools.to_str().unwrap(), "--tool-choice", "nope"], "");
+    let out = chat_output(
+        &["--tools", tools.to_str().unwrap(), "--tool-choice", "nope"],
+        "",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--tool-choice nope: no such tool"), "{stderr}");
+    assert!(
+        stderr.contains("--tool-choice nope: no such tool"),
+        "{stderr}"
+    );
     assert!(stderr.contains("get_weather, get_time"), "{stderr}");
     let out = chat_output(&["--tool-choice", "required"], "");
     assert_eq!(out.status.code(), Some(2), "--tool-choice needs --tools");
@@ -256,10 +310,19 @@ fn tool_calls_on_a_terminal() {
     let dir = scratch("pty");
     let tools = dir.join("tools.json");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_k3"));
-    cmd.args(["chat", &tiny(), "--threads", "2", "--thinking", "off", "-n", "200"])
-        .args(["--no-history", "--tool-choice", "get_time", "--tools"])
-        .arg(&tools)
-        .env("TERM", "xterm");
+    cmd.args([
+        "chat",
+        &tiny(),
+        "--threads",
+        "2",
+        "--thinking",
+        "off",
+        "-n",
+        "200",
+    ])
+    .args(["--no-history", "--tool-choice", "get_time", "--tools"])
+    .arg(&tools)
+    .env("TERM", "xterm");
     let mut p = spawn_command(cmd, Some(60_000)).expect("k3 chat starts in a pty");
     p.exp_string("/tool RESULT").unwrap();
     p.exp_string("> ").unwrap();
@@ -274,6 +337,15 @@ fn tool_calls_on_a_terminal() {
     let shown: Value = serde_json::from_str(&args[args.find('{').unwrap()..]).unwrap();
     assert_valid(&time_schema(), &shown);
     p.send_line("/tool 12:00").unwrap();
+    p.send_line("/stats").unwrap();
+    p.exp_regex(r"messages\s+4 ").unwrap();
+    // /undo drops the result and the reply to it: the call waits for a result again.
+    p.send_line("/undo").unwrap();
+    p.send_line("/stats").unwrap();
+    p.exp_regex(r"messages\s+2 ").unwrap();
+    p.send_line("later").unwrap();
+    p.exp_string("waits for the result of `get_time`").unwrap();
+    p.send_line("/tool 13:00").unwrap();
     p.send_line("/stats").unwrap();
     p.exp_regex(r"messages\s+4 ").unwrap();
     p.send_line("/exit").unwrap();
