@@ -116,6 +116,10 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         .thinking
         .parse()
         .map_err(|e: k3_engine::EngineError| CliError::usage(e.to_string()))?;
+    let tools = match &args.tools {
+        Some(path) => crate::chat_tools::load_tools(path)?,
+        None => Vec::new(),
+    };
     let trained = crate::context::trained_context(&model_dir);
     let explicit_ctx = args.ctx.or(file.ctx);
     let ctx = explicit_ctx.unwrap_or(crate::context::default_ctx(trained));
@@ -128,10 +132,6 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
     let tok = crate::engine_args::tokenizer_of(&engine, &model_dir)?;
     let tpl = Template::new(tok)?;
     let session = engine.new_session(ctx)?;
-    let tools = match &args.tools {
-        Some(path) => crate::chat_tools::load_tools(path)?,
-        None => Vec::new(),
-    };
     let start = match thinking {
         Thinking::Off => ReplyStart::Response,
         _ => ReplyStart::Think,
@@ -431,9 +431,12 @@ impl<'e> Chat<'e> {
             println!("(no tool call is waiting for a result)");
             return Ok(());
         };
-        let id = call.id.clone().unwrap_or_default();
         let name = call.name.clone();
-        let message = ChatMessage::tool_result(&id, &name, text);
+        let message = ChatMessage {
+            tool_call_id: call.id.clone(),
+            name: Some(name.clone()),
+            ..ChatMessage::new("tool", text)
+        };
         let ids = self.tpl.tool_result(&name, index + 1, text);
         if pending.len() > 1 {
             let next = pending[1].1.name.clone();

@@ -2,9 +2,11 @@
 //! with `--tool-choice`. The call line shown on stdout (`→ call NAME {JSON}`) is parsed and
 //! validated against the tool's own schema by an independent validator (the `jsonschema`
 //! crate), and matches the call kept in the saved history; `/tool RESULT` continues the
-//! conversation; the saved JSONL reloads. With thinking on, the think channel is the same
-//! text with and without the constraint (it stays free) while the call still validates.
-//! Bad tools files are refused naming the file and the entry. Also on a real terminal.
+//! conversation; the saved JSONL reloads, and a hand-written one with two calls takes two
+//! results in call order. With thinking on, the think channel is the same text with and
+//! without the constraint (it stays free) while the call still validates. A call cut short
+//! is dropped and the chat goes on. Bad tools files are refused naming the file and the
+//! entry, a schema the constraint cannot enforce naming the keyword. Also on a terminal.
 
 use rexpect::process::wait::WaitStatus;
 use rexpect::session::spawn_command;
@@ -352,5 +354,83 @@ fn tool_calls_on_a_terminal() {
     p.exp_eof().unwrap();
     let status = p.process.wait().unwrap();
     assert!(matches!(status, WaitStatus::Exited(_, 0)), "{status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_loaded_history_with_two_calls_takes_two_results_in_order() {
+    let dir = scratch("two");
+    let (tools, history, out) = (
+        dir.join("tools.json"),
+        dir.join("in.jsonl"),
+        dir.join("out.jsonl"),
+    );
+    // Written by hand in the documented JSONL shape (README "Chat"), not by k3.
+    let lines = [
+        json!({"role": "user", "content": "Weather and time in Paris?"}),
+        json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "a", "name": "get_weather", "arguments": {"city": "Paris", "days": 1}},
+            {"id": "b", "name": "get_time", "arguments": {"zone": "CET"}}]}),
+    ];
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(&history, text.join("\n") + "\n").unwrap();
+    let input = format!(
+        "/load {}\nhello\n/tool sunny\n/tool 12:00\n/save {}\n",
+        history.display(),
+        out.display()
+    );
+    let args = [
+        "--thinking",
+        "off",
+        "-n",
+        "8",
+        "--tools",
+        tools.to_str().unwrap(),
+    ];
+    let stdout = chat(&args, &input);
+    assert!(
+        stdout.contains("model called 2 tool(s) and waits for the result of `get_weather`"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("result of `get_weather` recorded; next: /tool RESULT for `get_time`"),
+        "{stdout}"
+    );
+    let saved = saved(&out);
+    let roles: Vec<&str> = saved.iter().map(|v| v["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "tool", "assistant"]);
+    assert_eq!(
+        (&saved[2]["tool_call_id"], &saved[2]["content"]),
+        (&json!("a"), &json!("sunny"))
+    );
+    assert_eq!(
+        (&saved[3]["tool_call_id"], &saved[3]["name"]),
+        (&json!("b"), &json!("get_time"))
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_schema_the_constraint_cannot_enforce_is_refused_at_start() {
+    let dir = scratch("schema");
+    let tools = dir.join("odd.json");
+    let odd = json!([{"name": "f", "parameters": {"type": "object",
+        "properties": {"s": {"type": "string", "pattern": "^a+$"}}, "required": ["s"]}}]);
+    std::fs::write(&tools, odd.to_string()).unwrap();
+    let args = [
+        "--tools",
+        tools.to_str().unwrap(),
+        "--tool-choice",
+        "required",
+    ];
+    let out = chat_output(&args, "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--tool-choice: ") && stderr.contains("pattern"),
+        "{stderr}"
+    );
+    // Declared without --tool-choice, the same tool is fine (nothing is compiled).
+    assert!(chat_output(&args[..2], "").status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
