@@ -227,7 +227,16 @@ impl<'e> Chat<'e> {
                     !over_budget && !CANCEL.load(Ordering::SeqCst)
                 })?;
             generated += generation.ids.len();
-            let forced = self.tpl.think_to_response();
+            // `close(think) open(response)`, less any start of it the model already wrote.
+            let mut forced = self.tpl.think_to_response();
+            let held = view.parser.held();
+            forced.drain(
+                ..if forced.starts_with(held) {
+                    held.len()
+                } else {
+                    0
+                },
+            );
             if !over_budget || CANCEL.load(Ordering::SeqCst) || view.ids.len() + forced.len() > n {
                 break;
             }
