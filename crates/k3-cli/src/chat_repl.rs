@@ -9,6 +9,11 @@
 //! boundary and keeps the partial reply; at the prompt, twice in a row quits. On a terminal
 //! input is line-edited with history and multi-line entries ([`crate::chat_input`]).
 //!
+//! With `--tools`, the tools are declared in the conversation header, the reply's calls are
+//! shown as they stream and kept in the history, and `/tool RESULT` answers them one by one
+//! ([`crate::chat_tools`], the reply loop in `chat_reply.rs`); `--tool-choice` forces a call
+//! in each reply to a user message by constrained decoding, the think channel left free.
+//!
 //! `/undo` restores a snapshot of the session taken just before the last turn (in memory,
 //! [`Session::to_bytes`]); older turns, whose snapshots are not kept, are undone by resetting
 //! the session and re-feeding the conversation's own token prefix with the next message
