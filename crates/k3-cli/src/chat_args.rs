@@ -18,7 +18,7 @@ pub const DEFAULT_MAX_NEW: usize = 512;
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  k3 chat fixtures/tiny-k3 --thinking off -n 64\n  k3 chat -m /models/kimi-k3 --preset desktop -sys 'Be brief.' --temp 0.7 -c 8192"
+    after_help = "Examples:\n  k3 chat fixtures/tiny-k3 --thinking off -n 64\n  k3 chat fixtures/tiny-k3 --tools tools.json --tool-choice required\n  k3 chat -m /models/kimi-k3 --preset desktop -sys 'Be brief.' --temp 0.7 -c 8192"
 )]
 pub struct ChatArgs {
     #[command(flatten)]
@@ -53,6 +53,21 @@ pub struct ChatArgs {
     /// Keep no history file (history still works within the chat).
     #[arg(long)]
     pub no_history: bool,
+    /// Tools the model may call: a JSON file holding an array of OpenAI tools
+    /// (`{"type":"function","function":{name,description,parameters}}`) or bare
+    /// `{name,description,parameters}` objects. Calls are shown, never executed; answer
+    /// them with /tool RESULT.
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<std::path::PathBuf>,
+    /// Make each reply to a user message call a tool: `required` (any declared tool) or a
+    /// tool's NAME; `auto` (the default) leaves it to the model. Thinking stays free; the
+    /// reply after /tool results is never forced.
+    #[arg(long, value_name = "auto|required|NAME", requires = "tools")]
+    pub tool_choice: Option<String>,
+    /// Most tokens of the think channel per reply; at the limit the chat closes the think
+    /// channel itself and the reply goes on in the response (default: no limit).
+    #[arg(long, value_name = "N", visible_alias = "reasoning-budget")]
+    pub think_budget: Option<usize>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
 }
@@ -73,6 +88,9 @@ impl ChatArgs {
             ctx: run.ctx,
             history: None,
             no_history: false,
+            tools: None,
+            tool_choice: None,
+            think_budget: None,
             sampling: run.sampling,
         }
     }

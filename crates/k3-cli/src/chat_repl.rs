@@ -9,6 +9,11 @@
 //! boundary and keeps the partial reply; at the prompt, twice in a row quits. On a terminal
 //! input is line-edited with history and multi-line entries ([`crate::chat_input`]).
 //!
+//! With `--tools`, the tools are declared in the conversation header, the reply's calls are
+//! shown as they stream and kept in the history, and `/tool RESULT` answers them one by one
+//! ([`crate::chat_tools`], the reply loop in `chat_reply.rs`); `--tool-choice` forces a call
+//! in each reply to a user message by constrained decoding, the think channel left free.
+//!
 //! `/undo` restores a snapshot of the session taken just before the last turn (in memory,
 //! [`Session::to_bytes`]); older turns, whose snapshots are not kept, are undone by resetting
 //! the session and re-feeding the conversation's own token prefix with the next message
@@ -16,16 +21,16 @@
 
 pub use crate::chat_args::ChatArgs;
 use crate::chat_input::{ChatInput, Input};
-use crate::status::Status;
+use crate::chat_tools::pending_calls;
 use crate::CliError;
-use k3_engine::chat_template::{
-    self as chat, Channel, ChatMessage, ReplyParser, Template, Thinking,
-};
-use k3_engine::{DecodeMode, Engine, Sampler, Session, StopConditions, Tokenizer};
-use std::io::{IsTerminal, Write};
+use k3_engine::chat_template::{self as chat, ChatMessage, Template, Thinking, ToolSpec};
+use k3_engine::{Constraint, DecodeMode, Engine, ReplyStart, Sampler, Session, Tokenizer};
+use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
+
+#[path = "chat_reply.rs"]
+mod reply;
 
 /// Set by Ctrl-C while a reply is generated; checked between tokens.
 static CANCEL: AtomicBool = AtomicBool::new(false);
@@ -39,7 +44,7 @@ const PLAIN: &str = "\x1b[0m";
 /// Positions kept free after a reply for the ids that close it.
 const TAIL_RESERVE: usize = 32;
 
-const HELP: &str = "commands: /reset  /undo  /save PATH  /load PATH  /stats  /help  /exit  (Ctrl-C stops a reply; Ctrl-D exits)";
+const HELP: &str = "commands: /reset  /undo  /save PATH  /load PATH  /stats  /tools  /tool RESULT  /help  /exit  (Ctrl-C stops a reply; Ctrl-D exits)";
 
 /// `/help`: the commands and, on a terminal, the input keys.
 const LONG_HELP: &str = "\
@@ -48,6 +53,9 @@ const LONG_HELP: &str = "\
 /save PATH    write the conversation as JSONL
 /load PATH    replace the conversation with a JSONL transcript
 /stats        context use, messages, speed of the last turn
+/tools        the tools declared with --tools
+/tool RESULT  answer the model's next pending tool call with RESULT (calls are shown as
+              `→ call NAME {JSON}` and never executed); after the last one the model replies
 /help         this text
 /exit         leave (also /quit, or Ctrl-D on an empty line)
 On a terminal: arrows and Emacs keys edit the line, Up/Down recall earlier entries (kept in the
@@ -97,6 +105,12 @@ struct Chat<'e> {
     /// From --draft (speculative decoding when the trunk streams, by default).
     mode: DecodeMode,
     stats: Stats,
+    /// From --tools (declared in the conversation header).
+    tools: Vec<ToolSpec>,
+    /// From --tool-choice: compiled once, a clone constrains each reply to a user message.
+    tool_choice: Option<Constraint>,
+    /// From --think-budget.
+    think_budget: Option<usize>,
 }
 
 pub fn chat(args: ChatArgs) -> Result<(), CliError> {
@@ -107,6 +121,10 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         .thinking
         .parse()
         .map_err(|e: k3_engine::EngineError| CliError::usage(e.to_string()))?;
+    let tools = match &args.tools {
+        Some(path) => crate::chat_tools::load_tools(path)?,
+        None => Vec::new(),
+    };
     let trained = crate::context::trained_context(&model_dir);
     let explicit_ctx = args.ctx.or(file.ctx);
     let ctx = explicit_ctx.unwrap_or(crate::context::default_ctx(trained));
@@ -119,6 +137,12 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
     let tok = crate::engine_args::tokenizer_of(&engine, &model_dir)?;
     let tpl = Template::new(tok)?;
     let session = engine.new_session(ctx)?;
+    let start = match thinking {
+        Thinking::Off => ReplyStart::Response,
+        _ => ReplyStart::Think,
+    };
+    let tool_choice =
+        crate::chat_tools::tool_choice(args.tool_choice.as_deref(), &tools, tok, start)?;
     let tty = std::io::stdout().is_terminal();
     let messages: Vec<ChatMessage> = args
         .system
@@ -141,6 +165,9 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         sampler: Sampler::new(params).map_err(CliError::from)?,
         mode: args.sampling.decode_mode(&engine),
         stats: Stats::default(),
+        tools,
+        tool_choice,
+        think_budget: args.think_budget,
     };
     c.carry = c.header()?;
     let what = format!(
@@ -201,7 +228,7 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
             }
             continue;
         }
-        c.turn(&line)?;
+        c.user_turn(&line)?;
     }
 }
 
@@ -225,12 +252,9 @@ fn on_screen(text: &str, tty: bool) -> std::borrow::Cow<'_, str> {
     }
 }
 
-fn flush() {
-    let _ = std::io::stdout().flush();
-}
-
 impl<'e> Chat<'e> {
-    /// Thinking-effort message plus the system message: what a fresh session starts with.
+    /// The tool declaration, the thinking-effort message and the system message: what a fresh
+    /// session starts with.
     fn header(&self) -> Result<Vec<u32>, CliError> {
         let system: Vec<ChatMessage> = self
             .messages
@@ -239,7 +263,19 @@ impl<'e> Chat<'e> {
             .filter(|m| m.role == "system")
             .cloned()
             .collect();
-        Ok(chat::render(self.tok, &system, self.thinking, false)?)
+        self.render(&system)
+    }
+
+    /// `messages` as a fresh session is fed them (tools declared first).
+    fn render(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, CliError> {
+        let tools = &self.tools;
+        Ok(chat::render_with_tools(
+            self.tok,
+            messages,
+            tools,
+            self.thinking,
+            false,
+        )?)
     }
 
     /// Runs a slash command; `false` means exit.
@@ -265,6 +301,9 @@ impl<'e> Chat<'e> {
             },
             ("load", false) => self.load(Path::new(arg))?,
             ("stats", _) => self.print_stats(),
+            ("tools", _) => println!("{}", crate::chat_tools::list(&self.tools)),
+            ("tool", false) => self.tool_result(arg)?,
+            ("tool", true) => println!("usage: /tool RESULT (the text the pending call returned)"),
             ("help", _) => println!("{LONG_HELP}"),
             _ => println!("unknown command /{cmd}: {HELP}"),
         }
@@ -304,7 +343,13 @@ impl<'e> Chat<'e> {
                 return Ok(());
             }
         };
-        let rendered = chat::render(self.tok, &msgs, self.thinking, false)?;
+        let rendered = match self.render(&msgs) {
+            Ok(r) => r,
+            Err(e) => {
+                println!("k3: error: {}: {}", path.display(), e.message);
+                return Ok(());
+            }
+        };
         if rendered.len() + TAIL_RESERVE >= self.ctx {
             println!(
                 "k3: error: {} needs {} positions; the context has {}: raise -c/--ctx",
@@ -318,7 +363,7 @@ impl<'e> Chat<'e> {
         let mut turns = Vec::new();
         for (i, m) in msgs.iter().enumerate().filter(|(_, m)| m.role == "user") {
             let _ = m;
-            let carry = chat::render(self.tok, &msgs[..i], self.thinking, false)?;
+            let carry = self.render(&msgs[..i])?;
             turns.push(Turn {
                 prefix_len: 0,
                 carry,
@@ -367,11 +412,57 @@ impl<'e> Chat<'e> {
         }
     }
 
-    /// One exchange: feed the new tokens, stream the reply, record both messages.
-    fn turn(&mut self, text: &str) -> Result<(), CliError> {
+    /// A user message and the reply to it (forced to call a tool under --tool-choice).
+    fn user_turn(&mut self, text: &str) -> Result<(), CliError> {
+        let pending = pending_calls(&self.messages);
+        if let Some((_, call)) = pending.first() {
+            println!(
+                "(the model called {} tool(s) and waits for the result of `{}`: answer with /tool RESULT, or /undo the exchange)",
+                pending.len(),
+                call.name
+            );
+            return Ok(());
+        }
         let user = ChatMessage::new("user", text);
+        let ids = self.tpl.message(&user, self.thinking)?;
+        let forced = self.tool_choice.clone();
+        self.exchange(user, ids, forced)
+    }
+
+    /// `/tool RESULT`: answers the next pending call; after the last one the model replies.
+    fn tool_result(&mut self, text: &str) -> Result<(), CliError> {
+        let pending = pending_calls(&self.messages);
+        let Some(&(index, call)) = pending.first() else {
+            println!("(no tool call is waiting for a result)");
+            return Ok(());
+        };
+        let name = call.name.clone();
+        let message = ChatMessage {
+            tool_call_id: call.id.clone(),
+            name: Some(name.clone()),
+            ..ChatMessage::new("tool", text)
+        };
+        let ids = self.tpl.tool_result(&name, index + 1, text);
+        if pending.len() > 1 {
+            let next = pending[1].1.name.clone();
+            self.messages.push(message);
+            self.carry.extend(ids);
+            println!("(result of `{name}` recorded; next: /tool RESULT for `{next}`)");
+            return Ok(());
+        }
+        self.exchange(message, ids, None)
+    }
+
+    /// One exchange: feed the new tokens (`added`'s `ids` after what is carried), stream the
+    /// reply, record both messages.
+    fn exchange(
+        &mut self,
+        added: ChatMessage,
+        ids: Vec<u32>,
+        constraint: Option<Constraint>,
+    ) -> Result<(), CliError> {
         let mut new = self.carry.clone();
-        new.extend(self.tpl.message(&user, self.thinking)?);
+        new.extend(ids);
         new.extend(self.tpl.generation_prompt(self.thinking));
         let before = self.session.tokens().len();
         let room = self.ctx.saturating_sub(before + new.len() + TAIL_RESERVE);
@@ -388,12 +479,12 @@ impl<'e> Chat<'e> {
         let stats_before = self.stats.clone();
         CANCEL.store(false, Ordering::SeqCst);
         GENERATING.store(true, Ordering::SeqCst);
-        let result = self.reply(&new, room.min(self.max_new));
-        if let Ok((_, _, tail)) = &result {
-            self.note_context_end(room, tail);
+        let result = self.reply(&new, room.min(self.max_new), constraint);
+        if let Ok(r) = &result {
+            self.note_context_end(room, &r.tail);
         }
         GENERATING.store(false, Ordering::SeqCst);
-        let (reasoning, content, tail) = match result {
+        let reply = match result {
             Ok(r) => r,
             Err(e) if e.exit_code() == k3_engine::EXIT_EXPERT => return Err(e.into()),
             Err(e) => {
@@ -404,20 +495,28 @@ impl<'e> Chat<'e> {
             }
         };
         self.turns.iter_mut().for_each(|t| t.snapshot = None);
-        let prefix_len = before;
-        let carry = std::mem::replace(&mut self.carry, tail);
+        let carry = std::mem::replace(&mut self.carry, reply.tail);
         self.turns.push(Turn {
-            prefix_len,
+            prefix_len: before,
             carry,
             messages_len: self.messages.len(),
             snapshot: Some(snapshot),
             stats: stats_before,
         });
-        let reasoning_content = (self.thinking != Thinking::Off).then_some(reasoning);
-        self.messages.push(user);
+        let reasoning_content = (self.thinking != Thinking::Off).then_some(reply.reasoning);
+        let at = self.messages.len() + 1;
+        let tool_calls = reply.calls.into_iter().enumerate();
+        let tool_calls = tool_calls
+            .map(|(i, call)| chat::ToolCall {
+                id: Some(format!("call_{at}_{}", i + 1)),
+                ..call
+            })
+            .collect();
+        self.messages.push(added);
         self.messages.push(ChatMessage {
             reasoning_content,
-            ..ChatMessage::new("assistant", content)
+            tool_calls,
+            ..ChatMessage::new("assistant", reply.content)
         });
         self.stats.turns += 1;
         self.stats.reused += before;
@@ -434,117 +533,5 @@ impl<'e> Chat<'e> {
                 self.ctx
             );
         }
-    }
-
-    /// Feeds `new`, generates up to `n` tokens and prints them; returns the reasoning, the
-    /// content and the ids that still have to close the reply.
-    fn reply(
-        &mut self,
-        new: &[u32],
-        n: usize,
-    ) -> Result<(String, String, Vec<u32>), k3_engine::EngineError> {
-        let t0 = Instant::now();
-        let mut status = Status::new(true);
-        status.start(&format!("prefill: {} new tokens", new.len()));
-        let st = &status;
-        self.session
-            .feed_with_progress(new, &mut |p: k3_engine::FeedProgress| st.prefill(&p))?;
-        (self.stats.fed_new, self.stats.prefill_s) = (new.len(), t0.elapsed().as_secs_f64());
-        let start = if self.thinking == Thinking::Off {
-            Channel::Response
-        } else {
-            Channel::Think
-        };
-        let mut parser = ReplyParser::new(&self.tpl, start);
-        let end_ids = self.tpl.end_ids();
-        let (mut think_dec, mut resp_dec) = (self.tok.stream_decoder(), self.tok.stream_decoder());
-        let (mut reasoning, mut content) = (String::new(), String::new());
-        let (show, tty) = (self.show_thinking, self.tty);
-        let mut shown_thinking = false;
-        let mut out = std::io::stdout();
-        let phase = match (start, show) {
-            (Channel::Think, false) => "thinking (hidden)",
-            (Channel::Think, true) => "thinking",
-            _ => "generating",
-        };
-        status.start(&format!("{phase}: first token"));
-        let mut tokens = 0usize;
-        let stop = StopConditions {
-            end_ids: end_ids.clone(),
-            ..StopConditions::none()
-        };
-        let t1 = Instant::now();
-        let generation =
-            self.session
-                .generate_with(n, self.mode, &mut self.sampler, &stop, |id| {
-                    tokens += 1;
-                    if end_ids.contains(&id) {
-                        parser.push(id);
-                        return true;
-                    }
-                    let pieces = parser.push(id);
-                    // The line gives way to the first visible text: from then on the text is
-                    // the progress.
-                    let visible = pieces.iter().any(|(ch, _)| show || *ch != Channel::Think);
-                    match visible {
-                        true => status.clear(),
-                        false => status.tokens(phase, tokens),
-                    }
-                    for (ch, pid) in pieces {
-                        if ch == Channel::Think {
-                            let piece = think_dec.push(pid).unwrap_or_default();
-                            reasoning.push_str(&piece);
-                            if show {
-                                let _ = write!(
-                                    out,
-                                    "{}{}",
-                                    if tty && !shown_thinking { DIM } else { "" },
-                                    on_screen(&piece, tty)
-                                );
-                                shown_thinking = true;
-                            }
-                        } else {
-                            let piece = resp_dec.push(pid).unwrap_or_default();
-                            if shown_thinking {
-                                let _ = writeln!(out, "{}", if tty { PLAIN } else { "" });
-                                shown_thinking = false;
-                            }
-                            content.push_str(&piece);
-                            let _ = write!(out, "{}", on_screen(&piece, tty));
-                        }
-                    }
-                    let _ = out.flush();
-                    !CANCEL.load(Ordering::SeqCst)
-                })?;
-        status.clear();
-        self.stats.decode_s = t1.elapsed().as_secs_f64();
-        self.stats.generated = generation.ids.len();
-        // A reply that ended at an end id is closed as the model closed it; otherwise the ids
-        // that close it well-formed are fed with the next message.
-        let ended = generation.ids.last().is_some_and(|id| end_ids.contains(id));
-        let tail = if ended {
-            Vec::new()
-        } else {
-            parser.closing_tail()
-        };
-        reasoning.push_str(&think_dec.finish());
-        let rest = resp_dec.finish();
-        content.push_str(&rest);
-        print!(
-            "{}{}",
-            on_screen(&rest, tty),
-            if shown_thinking && tty { PLAIN } else { "" }
-        );
-        if !show && content.is_empty() && !reasoning.is_empty() {
-            print!("[thinking only, hidden: --show-thinking shows it]");
-        }
-        if CANCEL.load(Ordering::SeqCst) {
-            print!(" [stopped]");
-        } else if !ended {
-            print!(" [length limit]");
-        }
-        println!();
-        flush();
-        Ok((reasoning, content, tail))
     }
 }

@@ -11,6 +11,7 @@ mod budget;
 mod chat_args;
 mod chat_input;
 mod chat_repl;
+mod chat_tools;
 mod config_file;
 mod context;
 mod doctor;

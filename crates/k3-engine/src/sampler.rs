@@ -197,6 +197,13 @@ impl Sampler {
         self.constraint.as_deref()
     }
 
+    /// Removes and returns the constraint in force (a chat that constrains one reply and not
+    /// the next keeps its random stream this way), clearing any recorded failure.
+    pub fn take_constraint(&mut self) -> Option<Constraint> {
+        self.failure = None;
+        self.constraint.take().map(|c| *c)
+    }
+
     /// Why a constrained [`Sampler::sample`] failed (it then returned an end id), if it did.
     pub fn constraint_failure(&self) -> Option<&str> {
         self.failure.as_deref()
