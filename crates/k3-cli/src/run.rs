@@ -254,9 +254,10 @@ fn generate(
     sampler: &mut Sampler,
     stop: &StopConditions,
     status: &mut Status,
-    structured: bool,
 ) -> Result<Generation, k3_engine::EngineError> {
     use std::io::IsTerminal;
+    // `--json-schema` / `--json-object`: only the response channel goes to stdout.
+    let structured = args.json_schema.is_some() || args.json_object;
     let mut out = TextOut::new(json_to_stdout(args));
     // The text is not on the terminal (a file, a pipe, `--json -`): the status line can stay.
     let text_off_terminal = !std::io::stdout().is_terminal() || json_to_stdout(args);
@@ -398,7 +399,6 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
         &mut sampler,
         &stop,
         &mut status,
-        structured.is_some(),
     );
     let generation = generated.inspect_err(|e| expert_failure_report(e, &engine, t0))?;
     let done = Done {
