@@ -152,7 +152,16 @@ pub async fn chat_completions(
                         c
                     }
                     Event::ToolCallStart { .. } | Event::ToolCallArguments { .. } => {
-                        chunk(json!({"tool_calls": tool_call_delta(event)}), Value::Null)
+                        let mut delta = json!({"tool_calls": tool_call_delta(event)});
+                        let first = started
+                            .lock()
+                            .map(|mut s| !std::mem::replace(&mut s[index], true))
+                            .unwrap_or(false);
+                        if first {
+                            // The first chunk of a reply names the role, whatever it carries.
+                            delta["role"] = json!("assistant");
+                        }
+                        chunk(delta, Value::Null)
                     }
                     Event::ToolCallEnd { .. } => return String::new(),
                     Event::Done(s) => {
