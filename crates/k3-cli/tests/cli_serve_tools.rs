@@ -284,10 +284,15 @@ fn anthropic_any_and_tool_choice_return_tool_use_blocks_that_validate() {
         assert!(uses[0]["id"].as_str().unwrap().starts_with("toolu_"));
         assert_eq!(uses[0]["name"], "get_weather");
         assert!(invalid(&weather_params(), &uses[0]["input"]).is_empty(), "{v}");
-        // The follow-up with its tool_result is rendered and answered.
+        // The follow-up with its tool_result is rendered and answered; the blocks are sent
+        // back as the official SDK resends them (with its `caller` field).
+        let mut resent = v["content"].clone();
+        for b in resent.as_array_mut().unwrap() {
+            b["caller"] = Value::Null;
+        }
         let follow = json!({"model": "x", "max_tokens": 8, "tools": tools, "messages": [
             {"role": "user", "content": "Weather?"},
-            {"role": "assistant", "content": v["content"]},
+            {"role": "assistant", "content": resent},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0]["id"], "content": "rain"}]}]});
         let (st, answer) = s.post_json("/v1/messages", &follow);
         assert_eq!(st, 200, "{answer}");
