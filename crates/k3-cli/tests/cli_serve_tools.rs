@@ -51,7 +51,9 @@ fn params_of(name: &str) -> Value {
 /// and validate. Returns (name, arguments).
 fn check_call(call: &Value) -> (String, Value) {
     assert!(
-        call["id"].as_str().is_some_and(|id| id.starts_with("call_")),
+        call["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("call_")),
         "{call}"
     );
     assert_eq!(call["type"], "function", "{call}");
@@ -86,7 +88,10 @@ fn required_and_named_tool_choice_return_calls_that_validate() {
             if let Some(want) = want {
                 assert_eq!(name, want);
             }
-            assert_eq!(c["message"]["content"], "", "the call's reply has no text: {v}");
+            assert_eq!(
+                c["message"]["content"], "",
+                "the call's reply has no text: {v}"
+            );
         }
     }
 }
@@ -155,10 +160,7 @@ fn streamed_tool_call_deltas_reassemble_to_the_same_calls() {
             args.push_str(d["function"]["arguments"].as_str().unwrap_or(""));
         }
     }
-    assert!(
-        chunks.len() > 3,
-        "the arguments come in fragments: {body}"
-    );
+    assert!(chunks.len() > 3, "the arguments come in fragments: {body}");
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"][0]["finish_reason"], "tool_calls", "{body}");
     let call = json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}});
@@ -181,7 +183,8 @@ fn json_schema_and_json_object_replies_validate_on_a_dozen_seeds() {
         "required": ["name", "tags", "score"], "additionalProperties": false});
     for seed in 0..12 {
         let format = json!({"type": "json_schema", "json_schema": {"name": "card", "strict": true, "schema": schema}});
-        let extra = json!({"response_format": format, "max_tokens": 300, "temperature": 1, "seed": seed});
+        let extra =
+            json!({"response_format": format, "max_tokens": 300, "temperature": 1, "seed": seed});
         let (st, v) = s.post_json("/v1/chat/completions", &chat_body(user("A card"), extra));
         assert_eq!(st, 200, "{v}");
         assert_eq!(v["choices"][0]["finish_reason"], "stop", "seed {seed}: {v}");
@@ -189,7 +192,8 @@ fn json_schema_and_json_object_replies_validate_on_a_dozen_seeds() {
         let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
         assert!(invalid(&schema, &value).is_empty(), "seed {seed}: {text}");
     }
-    let extra = json!({"response_format": {"type": "json_object"}, "max_tokens": 200, "temperature": 0});
+    let extra =
+        json!({"response_format": {"type": "json_object"}, "max_tokens": 200, "temperature": 0});
     let (_, v) = s.post_json("/v1/chat/completions", &chat_body(user("Any"), extra));
     let text = v["choices"][0]["message"]["content"].as_str().unwrap();
     assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
@@ -209,9 +213,12 @@ fn json_schema_and_json_object_replies_validate_on_a_dozen_seeds() {
 #[test]
 fn tool_results_are_rendered_in_call_order_and_answered() {
     let s = Server::start(&[]);
-    let call = |id: &str, city: &str| json!({"id": id, "type": "function",
-        "function": {"name": "get_weather", "arguments": json!({"city": city, "days": 1}).to_string()}});
-    let result = |id: &str, text: &str| json!({"role": "tool", "tool_call_id": id, "content": text});
+    let call = |id: &str, city: &str| {
+        json!({"id": id, "type": "function",
+        "function": {"name": "get_weather", "arguments": json!({"city": city, "days": 1}).to_string()}})
+    };
+    let result =
+        |id: &str, text: &str| json!({"role": "tool", "tool_call_id": id, "content": text});
     let history = |results: Vec<Value>| {
         let mut m = vec![
             json!({"role": "user", "content": "Oslo and Rome?"}),
@@ -246,7 +253,11 @@ fn tool_results_are_rendered_in_call_order_and_answered() {
     // matter; what they say does.
     assert_eq!(in_order["usage"], reversed["usage"]);
     assert_eq!(first(&in_order), first(&reversed));
-    assert_ne!(first(&in_order), first(&swapped), "the results reach the model");
+    assert_ne!(
+        first(&in_order),
+        first(&swapped),
+        "the results reach the model"
+    );
 }
 
 #[test]
@@ -263,7 +274,10 @@ fn tool_choice_none_declares_no_tools_and_auto_declares_them() {
     let prompt = |v: &Value| v["usage"]["prompt_tokens"].as_u64().unwrap();
     assert_eq!(prompt(&none), prompt(&plain));
     assert!(prompt(&auto) > prompt(&plain) + 50, "{auto}");
-    assert_eq!(none["choices"][0]["message"], plain["choices"][0]["message"]);
+    assert_eq!(
+        none["choices"][0]["message"],
+        plain["choices"][0]["message"]
+    );
     assert!(none["choices"][0]["message"]["tool_calls"].is_null());
 }
 
@@ -283,7 +297,10 @@ fn anthropic_any_and_tool_choice_return_tool_use_blocks_that_validate() {
         assert_eq!(uses.len(), 1, "{v}");
         assert!(uses[0]["id"].as_str().unwrap().starts_with("toolu_"));
         assert_eq!(uses[0]["name"], "get_weather");
-        assert!(invalid(&weather_params(), &uses[0]["input"]).is_empty(), "{v}");
+        assert!(
+            invalid(&weather_params(), &uses[0]["input"]).is_empty(),
+            "{v}"
+        );
         // The follow-up with its tool_result is rendered and answered; the blocks are sent
         // back as the official SDK resends them (with its `caller` field).
         let mut resent = v["content"].clone();
@@ -314,7 +331,10 @@ fn anthropic_any_and_tool_choice_return_tool_use_blocks_that_validate() {
         .filter(|k| *k != "ping")
         .collect();
     let mut expect = vec!["message_start", "content_block_start"];
-    let deltas = kinds.iter().filter(|k| **k == "content_block_delta").count();
+    let deltas = kinds
+        .iter()
+        .filter(|k| **k == "content_block_delta")
+        .count();
     assert!(deltas >= 2, "{text}");
     expect.extend(std::iter::repeat_n("content_block_delta", deltas));
     expect.extend(["content_block_stop", "message_delta", "message_stop"]);
@@ -325,7 +345,10 @@ fn anthropic_any_and_tool_choice_return_tool_use_blocks_that_validate() {
         .collect();
     let input: Value = serde_json::from_str(&input).unwrap_or_else(|e| panic!("{e}: {input}"));
     assert!(invalid(&weather_params(), &input).is_empty(), "{input}");
-    let stop = events.iter().find(|e| e["type"] == "message_delta").unwrap();
+    let stop = events
+        .iter()
+        .find(|e| e["type"] == "message_delta")
+        .unwrap();
     assert_eq!(stop["delta"]["stop_reason"], "tool_use", "{stop}");
 }
 
@@ -364,7 +387,9 @@ fn a_constrained_job_batched_with_others_gives_its_solo_ids() {
         assert_eq!(ids(v), solo[i], "request {i}: {v}");
     }
     assert!(
-        batched.iter().any(|v| v["timings"]["mean_batch"].as_f64() > Some(1.0)),
+        batched
+            .iter()
+            .any(|v| v["timings"]["mean_batch"].as_f64() > Some(1.0)),
         "the requests shared steps"
     );
     assert_eq!(batched[0]["choices"][0]["finish_reason"], "tool_calls");

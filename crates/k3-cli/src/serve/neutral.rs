@@ -289,11 +289,13 @@ impl Request {
                 .collect()
         };
         match (&self.tool_choice, &self.response_format) {
-            (ToolChoice::Required, _) if !self.tools.is_empty() => Some(ConstraintSpec::ToolCalls {
-                tools: tools(),
-                named: None,
-                parallel: self.parallel_tool_calls,
-            }),
+            (ToolChoice::Required, _) if !self.tools.is_empty() => {
+                Some(ConstraintSpec::ToolCalls {
+                    tools: tools(),
+                    named: None,
+                    parallel: self.parallel_tool_calls,
+                })
+            }
             (ToolChoice::Named(name), _) => Some(ConstraintSpec::ToolCalls {
                 tools: tools(),
                 named: Some(name.clone()),

@@ -412,7 +412,11 @@ mod tests {
         // A named tool choice is the constraint, even beside a JSON response format.
         assert!(matches!(
             r.constraint_spec(),
-            Some(k3_engine::ConstraintSpec::ToolCalls { named: Some(_), parallel: false, .. })
+            Some(k3_engine::ConstraintSpec::ToolCalls {
+                named: Some(_),
+                parallel: false,
+                ..
+            })
         ));
     }
 

@@ -238,7 +238,10 @@ fn call_id(prefix: &str) -> String {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos() ^ d.as_secs() as u32)
     });
-    format!("{prefix}{nonce:08x}{:06x}", NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}{nonce:08x}{:06x}",
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// The tool-call parser of a job with tools: K3's reply grammar read by [`ReplyStream`]
