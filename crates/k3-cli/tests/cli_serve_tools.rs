@@ -394,3 +394,25 @@ fn a_constrained_job_batched_with_others_gives_its_solo_ids() {
     );
     assert_eq!(batched[0]["choices"][0]["finish_reason"], "tool_calls");
 }
+
+#[test]
+fn thinking_stays_free_and_a_spent_budget_hands_over_to_the_constraint() {
+    let s = Server::start(&[]);
+    for seed in 1..=3 {
+        let extra = json!({"tools": tools(), "tool_choice": "required", "parallel_tool_calls": false,
+                           "thinking": {"type": "enabled", "budget_tokens": 6},
+                           "max_tokens": 400, "temperature": 1, "seed": seed});
+        let (st, v) = s.post_json("/v1/chat/completions", &chat_body(user("Weather?"), extra));
+        assert_eq!(st, 200, "{v}");
+        let c = &v["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls", "seed {seed}: {v}");
+        assert!(
+            !c["message"]["reasoning_content"]
+                .as_str()
+                .unwrap_or("")
+                .is_empty(),
+            "the think channel ran first: {v}"
+        );
+        check_call(&c["message"]["tool_calls"][0]);
+    }
+}
