@@ -416,3 +416,33 @@ fn thinking_stays_free_and_a_spent_budget_hands_over_to_the_constraint() {
         check_call(&c["message"]["tool_calls"][0]);
     }
 }
+
+#[test]
+fn auto_returns_whatever_the_model_writes_and_never_fails() {
+    // Random weights under `auto`: free text, stray markers, broken tools channels. Whatever
+    // does not parse as a call is content; every reply is a 200 with a known finish reason,
+    // and any call it does hold has JSON arguments.
+    let s = Server::start(&[]);
+    for seed in 0..6 {
+        for stream in [false, true] {
+            let extra = json!({"tools": tools(), "max_tokens": 60, "temperature": 1,
+                               "seed": seed, "stream": stream});
+            let r = s.post("/v1/chat/completions", &chat_body(user("Hm"), extra));
+            assert_eq!(r.status().as_u16(), 200);
+            let text = r.text().unwrap();
+            if stream {
+                assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+                assert!(!text.contains("\"error\""), "{text}");
+                continue;
+            }
+            let v: Value = serde_json::from_str(&text).unwrap();
+            let c = &v["choices"][0];
+            let finish = c["finish_reason"].as_str().unwrap();
+            assert!(["stop", "length", "tool_calls"].contains(&finish), "{v}");
+            for call in c["message"]["tool_calls"].as_array().into_iter().flatten() {
+                let args = call["function"]["arguments"].as_str().unwrap();
+                assert!(serde_json::from_str::<Value>(args).is_ok(), "{args}");
+            }
+        }
+    }
+}
