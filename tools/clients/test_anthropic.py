@@ -1,70 +1,24 @@
 #!/usr/bin/env python3
 """The official `anthropic` Python client against `k3 serve fixtures/tiny-k3` (docs/SERVER.md
 "Anthropic Messages API"): text replies, the streamed events in Anthropic's order, thinking
-blocks, count_tokens, x-api-key, and a request without max_tokens refused with a 400 in
-Anthropic's error shape.
+blocks, count_tokens, x-api-key, a request without max_tokens refused with a 400 in
+Anthropic's error shape, and tools (docs/SERVER.md "Tools"): `tool_choice` any / tool give a
+`tool_use` block whose `input` validates (the `jsonschema` package) with stop_reason
+`tool_use`, streamed in Anthropic's event order, and a `tool_result` follow-up is answered.
 
 Starts and stops its own server on 127.0.0.1 (an ephemeral port), every wait bounded.
 Run: python3 tools/clients/test_anthropic.py  (K3_BIN=path/to/k3 to pick the binary; needs
-`pip install anthropic`).
+`pip install anthropic jsonschema`).
 """
 
-import os
-import pathlib
-import queue
-import subprocess
+import json
 import sys
-import threading
 import unittest
 
 import anthropic
+import jsonschema
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-KEY = "k3-client-test-key"
-START_TIMEOUT_S = 60
-REQUEST_TIMEOUT_S = 120
-
-
-def k3_binary():
-    if os.environ.get("K3_BIN"):
-        return os.environ["K3_BIN"]
-    for profile in ("debug", "release"):
-        path = ROOT / "target" / profile / "k3"
-        if path.exists():
-            return str(path)
-    sys.exit("no k3 binary: build it (cargo build -p k3-cli) or set K3_BIN")
-
-
-class Server:
-    """`k3 serve` on 127.0.0.1:0; the bound address is read from its stderr."""
-
-    def __init__(self):
-        args = [k3_binary(), "serve", str(ROOT / "fixtures/tiny-k3"), "--host", "127.0.0.1",
-                "--port", "0", "--threads", "2", "--api-key", KEY]
-        env = dict(os.environ, XDG_CONFIG_HOME="/nonexistent/k3-client-test")
-        env.pop("K3_CONFIG", None)
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True, env=env)
-        found = queue.Queue()
-        threading.Thread(target=self._read, args=(found,), daemon=True).start()
-        try:
-            self.base = found.get(timeout=START_TIMEOUT_S)
-        except queue.Empty:
-            self.stop()
-            sys.exit(f"k3 serve did not print its address within {START_TIMEOUT_S} s")
-
-    def _read(self, found):
-        for line in self.proc.stderr:
-            if "listening on " in line:
-                found.put(line.split("listening on ", 1)[1].strip())
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+from _k3_server import KEY, REQUEST_TIMEOUT_S, WEATHER_PARAMS, Server
 
 
 SERVER = None
@@ -136,6 +90,68 @@ class MessagesApi(unittest.TestCase):
         with self.assertRaises(anthropic.AuthenticationError) as caught:
             client("wrong").messages.create(model="tiny-k3", max_tokens=2, messages=HELLO)
         self.assertEqual(caught.exception.body["error"]["type"], "authentication_error")
+
+
+WEATHER_TOOL = {"name": "get_weather", "description": "Weather forecast for a city",
+                "input_schema": WEATHER_PARAMS}
+ASK = [{"role": "user", "content": "Weather in Oslo?"}]
+
+
+class Tools(unittest.TestCase):
+    def call(self, seed, **kwargs):
+        # This SDK's create() has no `temperature`: the body field goes through extra_body.
+        args = dict(model="tiny-k3", max_tokens=400, messages=ASK, tools=[WEATHER_TOOL],
+                    extra_body={"seed": seed, "temperature": 1})
+        args.update(kwargs)
+        return client().messages.create(**args)
+
+    def check_tool_use(self, message):
+        self.assertEqual(message.stop_reason, "tool_use", message)
+        uses = [b for b in message.content if b.type == "tool_use"]
+        self.assertEqual(len(uses), 1, message)
+        self.assertTrue(uses[0].id.startswith("toolu_"))
+        self.assertEqual(uses[0].name, "get_weather")
+        jsonschema.validate(uses[0].input, WEATHER_PARAMS)
+        return uses[0]
+
+    def test_any_and_a_named_tool_return_valid_tool_use(self):
+        for seed in range(1, 4):
+            for choice in ({"type": "any", "disable_parallel_tool_use": True},
+                           {"type": "tool", "name": "get_weather",
+                            "disable_parallel_tool_use": True}):
+                with self.subTest(seed=seed, choice=choice["type"]):
+                    self.check_tool_use(self.call(seed, tool_choice=choice))
+
+    def test_a_tool_result_follow_up_is_answered(self):
+        first = self.call(5, tool_choice={"type": "any", "disable_parallel_tool_use": True})
+        use = self.check_tool_use(first)
+        history = ASK + [
+            {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                          "content": "Rain, 12 C"}]},
+        ]
+        answer = client().messages.create(model="tiny-k3", max_tokens=16, messages=history,
+                                          tools=[WEATHER_TOOL])
+        self.assertIn(answer.stop_reason, ("end_turn", "max_tokens", "tool_use"))
+        self.assertGreater(answer.usage.input_tokens, first.usage.input_tokens)
+
+    def test_streamed_tool_use_comes_in_order_and_matches_the_whole_reply(self):
+        args = dict(tool_choice={"type": "any", "disable_parallel_tool_use": True})
+        whole = self.call(7, **args)
+        with client().messages.stream(model="tiny-k3", max_tokens=400, messages=ASK,
+                                      tools=[WEATHER_TOOL],
+                                      extra_body={"seed": 7, "temperature": 1},
+                                      **args) as stream:
+            events = client_events(stream)
+            final = stream.get_final_message()
+        kinds = [e.type for e in events]
+        self.assertEqual(kinds[:2], ["message_start", "content_block_start"])
+        self.assertEqual(events[1].content_block.type, "tool_use")
+        self.assertEqual(kinds[-3:], ["content_block_stop", "message_delta", "message_stop"])
+        self.assertTrue(all(k == "content_block_delta" for k in kinds[2:-3]), kinds)
+        partial = "".join(e.delta.partial_json for e in events[2:-3])
+        jsonschema.validate(json.loads(partial), WEATHER_PARAMS)
+        self.assertEqual(self.check_tool_use(final).input, self.check_tool_use(whole).input)
 
 
 def client_events(stream):

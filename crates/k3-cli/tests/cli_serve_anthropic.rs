@@ -240,8 +240,8 @@ fn errors_take_anthropics_shape_and_name_the_field() {
             "frobnicate",
         ),
         (
-            json!({"model": "x", "max_tokens": 2, "messages": user("Hi"), "tools": [{"name": "f", "input_schema": {"type": "object"}}]}),
-            "tools",
+            json!({"model": "x", "max_tokens": 2, "messages": user("Hi"), "tools": [{"name": "bad name", "input_schema": {"type": "object"}}]}),
+            "tools[0].name",
         ),
     ] {
         let (st, v) = post(&body, "sesame");

@@ -128,14 +128,11 @@ fn stream_options_include_usage() {
 fn unsupported_fields_are_refused_by_name_and_informational_ones_accepted() {
     let s = Server::start(&[]);
     for (field, value) in [
-        (
-            "tools",
-            json!([{"type": "function", "function": {"name": "f"}}]),
-        ),
+        // Tools and JSON formats are served (cli_serve_tools.rs); malformed ones are refused.
+        ("tools", json!(5)),
         ("tool_choice", json!("required")),
         ("functions", json!([{"name": "f"}])),
         ("function_call", json!("auto")),
-        ("response_format", json!({"type": "json_object"})),
         ("logit_bias", json!({"42": 5})),
         ("n", json!(0)),
         ("n", json!(17)),
@@ -152,6 +149,15 @@ fn unsupported_fields_are_refused_by_name_and_informational_ones_accepted() {
         let message = v["error"]["message"].as_str().unwrap();
         assert!(message.contains(field), "{message}");
     }
+    let (st, v) = s.post_json(
+        "/v1/chat/completions",
+        &chat_body(user(), json!({"response_format": {"type": "xml"}})),
+    );
+    assert_eq!(
+        (st, error_of(&v).1),
+        (400, Some("response_format.type")),
+        "{v}"
+    );
     let (_, v) = s.post_json(
         "/v1/chat/completions",
         &chat_body(user(), json!({"frobnicate": 1})),

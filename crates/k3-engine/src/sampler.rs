@@ -204,6 +204,16 @@ impl Sampler {
         self.constraint.take().map(|c| *c)
     }
 
+    /// Advances the constraint (if any) past `id`, an id the caller fed instead of sampling
+    /// (the server's forced think→response transition, docs/SERVER.md "Anthropic Messages
+    /// API"); an id the grammar does not allow is an error.
+    pub fn advance_constraint(&mut self, id: u32) -> Result<(), EngineError> {
+        match self.constraint.as_deref_mut() {
+            Some(c) => c.advance(id),
+            None => Ok(()),
+        }
+    }
+
     /// Why a constrained [`Sampler::sample`] failed (it then returned an end id), if it did.
     pub fn constraint_failure(&self) -> Option<&str> {
         self.failure.as_deref()

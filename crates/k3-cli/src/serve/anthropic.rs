@@ -156,6 +156,12 @@ struct ToolUseBlock {
     input: Value,
     #[allow(dead_code)]
     cache_control: Option<Value>,
+    /// Response fields the official SDK echoes back when a client resends the reply's
+    /// blocks (`caller`, `toolset_name`, null for k3's calls); accepted, unused.
+    #[allow(dead_code)]
+    caller: Option<Value>,
+    #[allow(dead_code)]
+    toolset_name: Option<Value>,
 }
 
 #[derive(Deserialize)]

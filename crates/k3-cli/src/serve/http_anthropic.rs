@@ -211,11 +211,11 @@ pub async fn messages(
     authorize(&shared, &headers)?;
     let req: MessagesRequest = parse_body(&body_bytes(body)?)?;
     let request = validate_messages(&req, false)?;
-    let (prompt, kind) = render_chat(&shared, &request, "/v1/messages")?;
+    let (prompt, kind, constraint) = render_chat(&shared, &request, "/v1/messages")?;
     let input_tokens = prompt.len();
     let stream = request.settings.stream;
     let id = next_id("msg_k3_");
-    let rx = submit(&shared, &id, kind, prompt, request.settings)?;
+    let rx = submit(&shared, &id, kind, prompt, request.settings, constraint)?;
     let model = shared.model_id.clone();
     if stream {
         let start = json!({"type": "message_start", "message": {"id": id, "type": "message",
@@ -249,7 +249,7 @@ pub async fn count_tokens(
     authorize(&shared, &headers)?;
     let req: MessagesRequest = parse_body(&body_bytes(body)?)?;
     let request = validate_messages(&req, true)?;
-    let (prompt, _) = render_chat(&shared, &request, "/v1/messages/count_tokens")?;
+    let (prompt, _, _) = render_chat(&shared, &request, "/v1/messages/count_tokens")?;
     Ok(super::routes::json_response(
         json!({"input_tokens": prompt.len()}),
     ))

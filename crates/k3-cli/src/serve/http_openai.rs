@@ -103,14 +103,14 @@ pub async fn chat_completions(
     authorize(&shared, &headers)?;
     let req: ChatRequest = parse_body(&body_bytes(body)?)?;
     let request = validate_chat(&req)?;
-    let (prompt, kind) = render_chat(&shared, &request, "/v1/chat/completions")?;
+    let (prompt, kind, constraint) = render_chat(&shared, &request, "/v1/chat/completions")?;
     let settings = request.settings;
     let (stream, with_usage, n) = (settings.stream, settings.include_usage, settings.n);
     let return_tokens = settings.return_tokens;
     let want_logprobs = settings.logprobs.is_some();
     let tok_shared = shared.clone();
     let id = next_id("chatcmpl-");
-    let rx = submit(&shared, &id, kind, prompt, settings)?;
+    let rx = submit(&shared, &id, kind, prompt, settings, constraint)?;
     let (created, model) = (now(), shared.model_id.clone());
     if stream {
         let started = std::sync::Mutex::new(vec![false; n]);
@@ -152,7 +152,16 @@ pub async fn chat_completions(
                         c
                     }
                     Event::ToolCallStart { .. } | Event::ToolCallArguments { .. } => {
-                        chunk(json!({"tool_calls": tool_call_delta(event)}), Value::Null)
+                        let mut delta = json!({"tool_calls": tool_call_delta(event)});
+                        let first = started
+                            .lock()
+                            .map(|mut s| !std::mem::replace(&mut s[index], true))
+                            .unwrap_or(false);
+                        if first {
+                            // The first chunk of a reply names the role, whatever it carries.
+                            delta["role"] = json!("assistant");
+                        }
+                        chunk(delta, Value::Null)
                     }
                     Event::ToolCallEnd { .. } => return String::new(),
                     Event::Done(s) => {
@@ -234,7 +243,7 @@ pub async fn completions(
         ignore_eos: req.common.ignore_eos,
     };
     let id = next_id("cmpl-");
-    let rx = submit(&shared, &id, kind, prompt, settings)?;
+    let rx = submit(&shared, &id, kind, prompt, settings, None)?;
     let (created, model) = (now(), shared.model_id.clone());
     let choice = |index: usize, text: &str, finish: Value| json!({"index": index, "text": text, "logprobs": null, "finish_reason": finish});
     if stream {

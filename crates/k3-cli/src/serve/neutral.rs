@@ -3,12 +3,13 @@
 //! and tool results, tool definitions, a tool choice, a response format, thinking and the
 //! generation settings — and the scheduler serves it the same way whichever protocol asked.
 //!
-//! [`Request::to_template`] is the ONE place that refuses what the engine does not do yet
-//! (tools, tool calls in history, JSON response formats): every such request gets the same
-//! 400, naming the field, until the tool protocol and constrained decoding are wired in.
+//! [`Request::to_template`] gives the template's messages (tool calls and results included),
+//! [`Request::declared_tools`] the tools the prompt declares and
+//! [`Request::constraint_spec`] what constrained decoding enforces (docs/SERVER.md "Tools").
 
 use super::{ApiError, GenSettings};
-use k3_engine::chat_template::{ChatMessage, Thinking};
+use k3_engine::chat_template::{ChatMessage, Thinking, ToolCall as TemplateCall, ToolSpec};
+use k3_engine::ConstraintSpec;
 use serde_json::Value;
 
 /// A function the model may call.
@@ -105,11 +106,8 @@ impl Message {
 pub struct Request {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolDef>,
-    /// Read once tool calling is wired in (until then tools are refused).
-    #[allow(dead_code)]
     pub tool_choice: ToolChoice,
-    /// Several tool calls in one reply allowed (read once tool calling is wired in).
-    #[allow(dead_code)]
+    /// Several tool calls in one reply allowed (enforced when the choice is constrained).
     pub parallel_tool_calls: bool,
     pub response_format: ResponseFormat,
     pub thinking: Thinking,
@@ -217,41 +215,101 @@ pub fn check_history(messages: &[Message]) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The refusal of everything that needs the tool protocol or constrained decoding.
-fn not_wired(param: &str, what: &str) -> ApiError {
-    ApiError::invalid(
-        param,
-        format!("{param}: {what} not yet supported: k3 parses and validates them, but generation does not use them yet (docs/SERVER.md \"Tools\")"),
-    )
-    .with_code("not_yet_supported")
-}
-
 impl Request {
-    /// The messages as the chat template takes them; refuses (from this one place) what
-    /// generation cannot honour yet.
+    /// The messages as the chat template takes them: assistant tool calls keep their ids
+    /// (the template maps each result's `tool_call_id` to its call's position, K3's `index`),
+    /// tool results their call's id. An Anthropic `is_error` result is rendered with an
+    /// `Error: ` prefix (K3's template has no error flag; docs/SERVER.md "Tools").
     pub fn to_template(&self) -> Result<Vec<ChatMessage>, ApiError> {
-        if !self.tools.is_empty() {
-            return Err(not_wired("tools", "tools are"));
-        }
-        if self.response_format != ResponseFormat::Text {
-            return Err(not_wired("response_format", "JSON response formats are"));
-        }
         let mut out = Vec::with_capacity(self.messages.len());
         for m in &self.messages {
-            if !m.tool_calls.is_empty() {
-                return Err(not_wired(&format!("{}.tool_calls", m.at), "tool calls are"));
-            }
             let role = match m.role {
                 Role::System => "system",
                 Role::User => "user",
                 Role::Assistant => "assistant",
-                Role::Tool => return Err(not_wired(&m.at, "tool results are")),
+                Role::Tool => "tool",
             };
-            let mut msg = ChatMessage::new(role, m.content.clone());
+            let content = if m.is_error {
+                format!("Error: {}", m.content)
+            } else {
+                m.content.clone()
+            };
+            let mut msg = ChatMessage::new(role, content);
             msg.reasoning_content = m.reasoning.clone();
+            msg.tool_call_id = m.tool_call_id.clone();
+            for (j, c) in m.tool_calls.iter().enumerate() {
+                let arguments = match serde_json::from_str::<Value>(&c.arguments) {
+                    Ok(Value::Object(map)) => map,
+                    _ => {
+                        return Err(ApiError::invalid(
+                            &format!("{}.tool_calls[{j}].arguments", m.at),
+                            "tool call arguments must be a JSON object",
+                        ))
+                    }
+                };
+                msg.tool_calls.push(TemplateCall {
+                    id: Some(c.id.clone()),
+                    name: c.name.clone(),
+                    arguments,
+                });
+            }
             out.push(msg);
         }
         Ok(out)
+    }
+
+    /// The tools declared in the prompt: none with `tool_choice` `none` (the model is not
+    /// told of tools it may not call), else every tool.
+    pub fn declared_tools(&self) -> Vec<ToolSpec> {
+        if self.tool_choice == ToolChoice::None {
+            return Vec::new();
+        }
+        self.tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
+            })
+            .collect()
+    }
+
+    /// Whether the reply is parsed for tool calls (tools declared and not `none`).
+    pub fn parses_calls(&self) -> bool {
+        !self.declared_tools().is_empty()
+    }
+
+    /// What constrained decoding enforces (docs/SERVER.md "Tools"): a required or named tool
+    /// choice → tool calls; else a JSON `response_format` → that JSON; else nothing.
+    pub fn constraint_spec(&self) -> Option<ConstraintSpec> {
+        let tools = || {
+            self.tools
+                .iter()
+                .map(|t| (t.name.clone(), t.parameters.clone()))
+                .collect()
+        };
+        match (&self.tool_choice, &self.response_format) {
+            (ToolChoice::Required, _) if !self.tools.is_empty() => {
+                Some(ConstraintSpec::ToolCalls {
+                    tools: tools(),
+                    named: None,
+                    parallel: self.parallel_tool_calls,
+                })
+            }
+            (ToolChoice::Named(name), _) => Some(ConstraintSpec::ToolCalls {
+                tools: tools(),
+                named: Some(name.clone()),
+                parallel: self.parallel_tool_calls,
+            }),
+            (_, ResponseFormat::Text) => None,
+            (_, ResponseFormat::JsonObject) => Some(ConstraintSpec::JsonObject),
+            (_, ResponseFormat::JsonSchema { schema, strict, .. }) => {
+                Some(ConstraintSpec::JsonSchema {
+                    schema: schema.clone(),
+                    strict: *strict,
+                })
+            }
+        }
     }
 }
 

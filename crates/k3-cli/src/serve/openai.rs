@@ -405,7 +405,19 @@ mod tests {
         ));
         assert_eq!(r.messages[1].tool_calls[0].name, "get_weather");
         assert_eq!(r.messages[2].role, Role::Tool);
-        assert_eq!(r.to_template().unwrap_err().param.as_deref(), Some("tools"));
+        let messages = r.to_template().unwrap();
+        assert_eq!(messages[1].tool_calls[0].id.as_deref(), Some("c1"));
+        assert_eq!(messages[1].tool_calls[0].arguments["city"], "Paris");
+        assert_eq!(messages[2].tool_call_id.as_deref(), Some("c1"));
+        // A named tool choice is the constraint, even beside a JSON response format.
+        assert!(matches!(
+            r.constraint_spec(),
+            Some(k3_engine::ConstraintSpec::ToolCalls {
+                named: Some(_),
+                parallel: false,
+                ..
+            })
+        ));
     }
 
     #[test]

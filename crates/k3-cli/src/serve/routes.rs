@@ -12,7 +12,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use k3_engine::TokenLogprob;
+use k3_engine::chat_template::{render_with_tools, Thinking};
+use k3_engine::{Constraint, ConstraintSpec, ReplyStart, TokenLogprob};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,27 +78,53 @@ pub fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError
     })
 }
 
-/// Renders a neutral chat request's prompt (refusing what is not wired yet, see
-/// `neutral.rs`) and describes its job.
+/// Renders a neutral chat request's prompt (its tools declared, its tool calls and results
+/// in place) and describes its job: whether its reply is parsed for calls, with which id
+/// prefix (`call_`, `toolu_`), and the constraint its sampler enforces (docs/SERVER.md
+/// "Tools"); a schema the grammar cannot enforce is a 400 naming the field.
 pub fn render_chat(
     shared: &Shared,
     request: &Request,
     endpoint: &'static str,
-) -> Result<(Vec<u32>, JobKind), ApiError> {
+) -> Result<(Vec<u32>, JobKind, Option<Constraint>), ApiError> {
     let messages = request.to_template()?;
     let tok = shared
         .engine
         .tokenizer()
         .ok_or_else(|| worker_failed("the model has no tokenizer".into()))?;
-    let prompt = k3_engine::chat_template::render(tok, &messages, request.thinking, true)
+    let tools = request.declared_tools();
+    let prompt = render_with_tools(tok, &messages, &tools, request.thinking, true)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    let start = if request.thinking == Thinking::Off {
+        ReplyStart::Response
+    } else {
+        ReplyStart::Think
+    };
+    let constraint = match request.constraint_spec() {
+        Some(spec) => {
+            let param = match spec {
+                ConstraintSpec::ToolCalls { .. } => "tools",
+                _ => "response_format",
+            };
+            let c = Constraint::new(tok, &spec, start)
+                .map_err(|e| ApiError::invalid(param, format!("{param}: {e}")))?;
+            Some(c)
+        }
+        None => None,
+    };
+    let call_id_prefix = match (request.parses_calls(), endpoint) {
+        (false, _) => None,
+        (true, "/v1/messages") => Some("toolu_"),
+        (true, _) => Some("call_"),
+    };
     let job = ChatJob {
         thinking: request.thinking,
         ignore_eos: request.ignore_eos,
         think_budget: request.thinking_budget,
         endpoint,
+        call_id_prefix,
     };
-    Ok((prompt, JobKind::Chat(job)))
+    Ok((prompt, JobKind::Chat(job), constraint))
 }
 
 /// The 429 of a full queue.
@@ -122,6 +149,7 @@ pub fn submit(
     kind: JobKind,
     prompt: Vec<u32>,
     settings: GenSettings,
+    constraint: Option<Constraint>,
 ) -> Result<mpsc::UnboundedReceiver<(usize, Event)>, ApiError> {
     let ctx = shared.ctx;
     let param = match kind {
@@ -165,6 +193,7 @@ pub fn submit(
             kind,
             prompt: prompt.clone(),
             settings,
+            constraint: constraint.clone(),
             max_new,
             index,
             events: tx,

@@ -68,6 +68,8 @@ struct Live<'e> {
     /// Ids fed instead of sampled: the think→response transition once the thinking budget
     /// is spent (docs/SERVER.md "Anthropic Messages API").
     forced: std::collections::VecDeque<u32>,
+    /// Why the job's constraint failed (a forced id it refused); reported as a failure.
+    failed: Option<String>,
 }
 
 impl Live<'_> {
@@ -159,7 +161,7 @@ fn fail(job: &Job, e: &EngineError) {
 
 /// A job's session, restored from the longest saved prefix of its prompt or fresh; `None`
 /// when the client already left or the job cannot start (reported to it).
-fn admit<'e>(engine: &'e Engine, lru: &mut Lru, ctx: usize, job: Job) -> Option<Live<'e>> {
+fn admit<'e>(engine: &'e Engine, lru: &mut Lru, ctx: usize, mut job: Job) -> Option<Live<'e>> {
     if job.events.is_closed() {
         log(format_args!(
             "k3: request {} {}: cancelled while queued",
@@ -172,7 +174,10 @@ fn admit<'e>(engine: &'e Engine, lru: &mut Lru, ctx: usize, job: Job) -> Option<
         let tok = engine
             .tokenizer()
             .ok_or_else(|| EngineError::Invalid("the model has no tokenizer".into()))?;
-        let sampler = Sampler::new(job.settings.params.clone())?;
+        let mut sampler = Sampler::new(job.settings.params.clone())?;
+        if let Some(constraint) = job.constraint.take() {
+            sampler = sampler.with_constraint(constraint);
+        }
         Ok((session, reused, sampler, Output::new(tok, &job)?))
     });
     let (session, reused, sampler, out) = match opened {
@@ -204,6 +209,7 @@ fn admit<'e>(engine: &'e Engine, lru: &mut Lru, ctx: usize, job: Job) -> Option<
         drafted: 0,
         accepted: 0,
         forced: std::collections::VecDeque::new(),
+        failed: None,
         job,
     })
 }
@@ -313,7 +319,14 @@ fn sample_next(l: &mut Live<'_>, now: Instant) -> Result<(), EngineError> {
         l.forced.extend(l.out.think_to_response.iter().copied());
     }
     let id = match l.forced.pop_front() {
-        Some(id) => id,
+        Some(id) => {
+            if let Err(e) = l.sampler.advance_constraint(id) {
+                l.failed = Some(e.to_string());
+                l.out.cancelled = true; // ends it now; `retire` reports the failure
+            }
+            id
+        }
+        // A constraint failure ends the reply with an end id; `retire` reports it.
         None => l.sampler.sample(l.session.logits(), l.session.history()),
     };
     if emit(l, id, None, now) {
@@ -365,6 +378,14 @@ fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
             l.job.id,
             l.job.kind.endpoint()
         ));
+        return;
+    }
+    let failure = l
+        .failed
+        .take()
+        .or_else(|| l.sampler.constraint_failure().map(str::to_string));
+    if let Some(why) = failure {
+        fail(&l.job, &EngineError::Invalid(why));
         return;
     }
     let finish = l.out.finish(&reason);

@@ -7,8 +7,8 @@
 //! response future or SSE body was dropped) is cancelled at the next step.
 
 use super::types::GenSettings;
-use k3_engine::chat_template::{Channel, ReplyParser, Template, Thinking};
-use k3_engine::{EngineError, StopReason, StopScanner, TokenLogprob, Tokenizer};
+use k3_engine::chat_template::{Channel, ReplyEvent, ReplyParser, ReplyStream, Template, Thinking};
+use k3_engine::{Constraint, EngineError, StopReason, StopScanner, TokenLogprob, Tokenizer};
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -32,6 +32,9 @@ pub struct ChatJob {
     pub think_budget: Option<usize>,
     /// The endpoint that queued it (`/v1/chat/completions`, `/v1/messages`).
     pub endpoint: &'static str,
+    /// With tools declared: the reply is parsed for tool calls, whose ids start with this
+    /// (`call_` for OpenAI, `toolu_` for Anthropic); `None`: reasoning and content only.
+    pub call_id_prefix: Option<&'static str>,
 }
 
 /// What the prompt is: a chat (its reply is split into reasoning and content) or raw text.
@@ -60,8 +63,7 @@ pub enum Finish {
     StopSequence(String),
     /// `max_tokens` (or the context) reached.
     Length,
-    /// The reply ended with tool calls (once the tool protocol is wired in).
-    #[allow(dead_code)]
+    /// The reply ended with tool calls.
     ToolCalls,
     /// The client left.
     Cancelled,
@@ -98,6 +100,8 @@ pub struct Job {
     pub kind: JobKind,
     pub prompt: Vec<u32>,
     pub settings: GenSettings,
+    /// What the sampler enforces (docs/SERVER.md "Tools"): each choice's own copy.
+    pub constraint: Option<Constraint>,
     /// New tokens to generate at most (already clamped to the context).
     pub max_new: usize,
     /// Which choice of the request this job generates (`n` > 1 queues one job per choice).
@@ -108,9 +112,7 @@ pub struct Job {
 }
 
 /// What the worker reports for a job: the core's protocol-neutral output, which each
-/// adapter (OpenAI, Anthropic) formats. The tool-call events are produced once the tool
-/// protocol is wired into the reply parser (docs/SERVER.md "Tools").
-#[allow(dead_code)]
+/// adapter (OpenAI, Anthropic) formats (docs/SERVER.md "Tools").
 pub enum Event {
     /// Newly decoded text: the response channel (`content`) and the think channel.
     Delta {
@@ -132,6 +134,8 @@ pub enum Event {
     },
     /// Tool call `call` is complete.
     ToolCallEnd {
+        /// Both adapters close the block open at this point, so none reads it.
+        #[allow(dead_code)]
         call: usize,
     },
     Done(Summary),
@@ -222,11 +226,41 @@ impl Lru {
     }
 }
 
-/// Turns generated ids into text deltas: the chat template's channels split, stop strings
-/// matched on the content, and a send error marking the job cancelled.
+/// A fresh tool call id: `prefix`, this process's start nanoseconds and a counter, so ids
+/// stay unique across requests and restarts (a history refuses a repeated id).
+fn call_id(prefix: &str) -> String {
+    use std::sync::atomic::Ordering;
+    use std::sync::OnceLock;
+    static NONCE: OnceLock<u32> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let nonce = NONCE.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() ^ d.as_secs() as u32)
+    });
+    format!(
+        "{prefix}{nonce:08x}{:06x}",
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The tool-call parser of a job with tools: K3's reply grammar read by [`ReplyStream`]
+/// (docs/MODEL.md#chat-template), its calls given ids as they open.
+struct Calls<'t> {
+    stream: ReplyStream<'t>,
+    prefix: &'static str,
+    /// Calls closed so far.
+    closed: usize,
+}
+
+/// Turns generated ids into text deltas and tool call events: the chat template's channels
+/// split (and its tools channel parsed when the job declares tools), stop strings matched on
+/// the content, and a send error marking the job cancelled.
 pub struct Output<'t> {
     tok: &'t Tokenizer,
+    /// Tracks the channel (for the thinking budget); splits the payload without tools.
     parser: Option<ReplyParser>,
+    calls: Option<Calls<'t>>,
     think: k3_tokenizer::StreamDecoder<'t>,
     content: k3_tokenizer::StreamDecoder<'t>,
     scanner: StopScanner,
@@ -245,6 +279,7 @@ pub struct Output<'t> {
 impl<'t> Output<'t> {
     pub fn new(tok: &'t Tokenizer, job: &Job) -> Result<Self, EngineError> {
         let mut think_to_response = Vec::new();
+        let mut calls = None;
         let (parser, end_ids) = match job.kind {
             JobKind::Chat(chat) => {
                 let t = Template::new(tok)?;
@@ -259,6 +294,11 @@ impl<'t> Output<'t> {
                 } else {
                     t.end_ids()
                 };
+                calls = chat.call_id_prefix.map(|prefix| Calls {
+                    stream: ReplyStream::new(&t, start),
+                    prefix,
+                    closed: 0,
+                });
                 (Some(ReplyParser::new(&t, start)), end_ids)
             }
             JobKind::Completion { ignore_eos: true } => (None, Vec::new()),
@@ -268,6 +308,7 @@ impl<'t> Output<'t> {
             tok,
             end_ids,
             parser,
+            calls,
             think: tok.stream_decoder(),
             content: tok.stream_decoder(),
             scanner: StopScanner::new(&job.settings.stop),
@@ -286,15 +327,15 @@ impl<'t> Output<'t> {
             }
             return;
         }
-        if self
-            .events
-            .send(Event::Delta {
-                content,
-                reasoning,
-                logprobs,
-            })
-            .is_err()
-        {
+        self.send_event(Event::Delta {
+            content,
+            reasoning,
+            logprobs,
+        });
+    }
+
+    fn send_event(&mut self, event: Event) {
+        if self.events.send(event).is_err() {
             self.cancelled = true;
         }
     }
@@ -312,6 +353,15 @@ impl<'t> Output<'t> {
     /// generation.
     pub fn on_token(&mut self, id: u32, logprob: Option<TokenLogprob>) -> bool {
         self.first_token.get_or_insert_with(Instant::now);
+        let logprobs: Vec<TokenLogprob> = logprob.into_iter().collect();
+        if let Some(calls) = self.calls.as_mut() {
+            if let Some(p) = self.parser.as_mut() {
+                p.push(id);
+            }
+            let events = calls.stream.push(id);
+            self.reply_events(events, logprobs);
+            return self.stop_hit.is_none() && !self.cancelled;
+        }
         if self.end_ids.contains(&id) {
             if let Some(p) = self.parser.as_mut() {
                 p.push(id);
@@ -334,8 +384,60 @@ impl<'t> Output<'t> {
                 content.push_str(&self.scan(&piece));
             }
         }
-        self.send(content, reasoning, logprob.into_iter().collect());
+        self.send(content, reasoning, logprobs);
         self.stop_hit.is_none() && !self.cancelled
+    }
+
+    /// Forwards what the tool-call parser released, in order: text as deltas (content
+    /// through the stop scanner), each call's start (with a fresh id), argument fragments
+    /// and end as tool call events.
+    fn reply_events(&mut self, events: Vec<ReplyEvent>, logprobs: Vec<TokenLogprob>) {
+        let (mut content, mut reasoning) = (String::new(), String::new());
+        for event in events {
+            if self.stop_hit.is_some() {
+                break;
+            }
+            let call_event = match event {
+                ReplyEvent::Reasoning(text) => {
+                    reasoning.push_str(&text);
+                    continue;
+                }
+                ReplyEvent::Content(text) => {
+                    let emit = self.scan(&text);
+                    content.push_str(&emit);
+                    continue;
+                }
+                ReplyEvent::Done => continue,
+                ReplyEvent::CallStart { index, name } => {
+                    let Some(calls) = self.calls.as_mut() else {
+                        continue;
+                    };
+                    let id = call_id(calls.prefix);
+                    Event::ToolCallStart {
+                        call: index,
+                        id,
+                        name,
+                    }
+                }
+                ReplyEvent::ArgumentsDelta {
+                    index,
+                    json_fragment,
+                } => Event::ToolCallArguments {
+                    call: index,
+                    fragment: json_fragment,
+                },
+                ReplyEvent::CallEnd { index } => {
+                    if let Some(calls) = self.calls.as_mut() {
+                        calls.closed += 1;
+                    }
+                    Event::ToolCallEnd { call: index }
+                }
+            };
+            let (c, r) = (std::mem::take(&mut content), std::mem::take(&mut reasoning));
+            self.send(c, r, Vec::new());
+            self.send_event(call_event);
+        }
+        self.send(content, reasoning, logprobs);
     }
 
     /// Whether the reply is in its think channel.
@@ -345,13 +447,29 @@ impl<'t> Output<'t> {
             .is_some_and(|p| p.channel() == Channel::Think)
     }
 
-    /// Flushes held text and names the finish reason.
+    /// Flushes held text and names the finish reason: `ToolCalls` when a reply that ended
+    /// on its own made at least one complete call.
     pub fn finish(&mut self, reason: &StopReason) -> Finish {
         let finish = match reason {
             StopReason::Length => Finish::Length,
             StopReason::Callback if self.cancelled => Finish::Cancelled,
             _ => Finish::Stop,
         };
+        if let Some(calls) = self.calls.as_mut() {
+            let events = calls.stream.flush();
+            let made = calls.closed > 0;
+            if self.stop_hit.is_none() && !self.cancelled {
+                self.reply_events(events, Vec::new());
+                let scanner = std::mem::replace(&mut self.scanner, StopScanner::new(&[]));
+                let rest = scanner.finish();
+                self.send(rest, String::new(), Vec::new());
+            }
+            return match &self.stop_hit {
+                Some(s) => Finish::StopSequence(s.clone()),
+                None if made && finish == Finish::Stop => Finish::ToolCalls,
+                None => finish,
+            };
+        }
         if self.stop_hit.is_none() && !self.cancelled {
             let think = std::mem::replace(&mut self.think, self.tok.stream_decoder()).finish();
             let rest = std::mem::replace(&mut self.content, self.tok.stream_decoder()).finish();

@@ -310,3 +310,37 @@ fn strict_refuses_a_keyword_it_cannot_enforce_and_lenient_ignores_it() {
     let value: Value = serde_json::from_str(&json_reply(&tok, &ids)).unwrap();
     assert!(value.as_array().is_some_and(|a| a.len() <= 3), "{value}");
 }
+
+#[test]
+fn a_sampler_advanced_past_forced_ids_keeps_its_grammar_in_step() {
+    // The server's thinking budget feeds close(think) open(response) without sampling
+    // (docs/SERVER.md "Tools"): `Sampler::advance_constraint` moves the grammar past them.
+    let tok = tiny_tokenizer();
+    let t = Template::new(&tok).unwrap();
+    let spec = ConstraintSpec::JsonSchema {
+        schema: json!({"type": "boolean"}),
+        strict: true,
+    };
+    let c = Constraint::new(&tok, &spec, ReplyStart::Think).unwrap();
+    let mut s = crate::Sampler::greedy().with_constraint(c);
+    for id in t.text("so").into_iter().chain(t.think_to_response()) {
+        s.advance_constraint(id).unwrap();
+    }
+    assert!(!s.constraint().unwrap().in_think());
+    let mut reply = Vec::new();
+    let logits = vec![0.0f32; tok.vocab_size()];
+    for _ in 0..20 {
+        let id = s.try_sample(&logits, &[]).unwrap();
+        if id == s.constraint().unwrap().end_id() {
+            break;
+        }
+        reply.push(id);
+    }
+    assert!(s.constraint().unwrap().is_finished());
+    let text = json_reply(&tok, &reply);
+    assert!(text == "true" || text == "false", "{text}");
+    // An id the grammar does not allow is an error, not a silent skip.
+    let c = Constraint::new(&tok, &spec, ReplyStart::Response).unwrap();
+    let mut s = crate::Sampler::greedy().with_constraint(c);
+    assert!(s.advance_constraint(t.text("x")[0]).is_err());
+}
