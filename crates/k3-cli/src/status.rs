@@ -123,7 +123,7 @@ impl Drop for Status {
 }
 
 /// `s` seconds as `12s`, `3m 05s` or `2h 10m`.
-fn seconds(s: f64) -> String {
+pub fn seconds(s: f64) -> String {
     let s = s.max(0.0).round() as u64;
     match s {
         0..=59 => format!("{s}s"),

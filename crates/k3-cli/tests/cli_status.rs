@@ -123,3 +123,38 @@ fn run_with_its_text_redirected_keeps_a_generating_line() {
     );
     assert!(text.ends_with('\n') && text.len() > 1, "{text:?}");
 }
+
+/// `k3 serve` on a terminal keeps a status line under its log: `idle` at start, a request's
+/// generation while it runs (a 40-token reply on the tiny model spans many scheduler steps),
+/// and the request's log line printed above the line.
+#[test]
+fn serve_shows_a_status_line_under_its_log() {
+    let t = tiny();
+    let mut p = pty(&["serve", &t, "--port", "0", "-t", "2"]);
+    let (_, port) = p
+        .exp_regex(r"listening on http://127\.0\.0\.1:(\d+)")
+        .unwrap();
+    let port: u16 = port
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("a port");
+    p.exp_string("k3 serve: idle, 0 queued").unwrap();
+    let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
+    let request = std::thread::spawn(move || {
+        reqwest::blocking::Client::new()
+            .post(url)
+            .body(r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":40,"ignore_eos":true}"#)
+            .send()
+            .map(|r| r.status().as_u16())
+    });
+    p.exp_string(" generating (").unwrap();
+    p.exp_string("request chatcmpl-").unwrap();
+    p.exp_string("k3 serve: idle").unwrap();
+    assert_eq!(request.join().unwrap().unwrap(), 200);
+    p.process
+        .kill(rexpect::process::signal::Signal::SIGTERM)
+        .unwrap();
+}

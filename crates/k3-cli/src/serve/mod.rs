@@ -12,6 +12,7 @@ mod http_anthropic;
 mod http_openai;
 mod routes;
 mod scheduler;
+mod status_line;
 mod types;
 mod worker;
 
@@ -261,6 +262,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
             .local_addr()
             .map_err(|e| CliError::runtime(format!("cannot read the bound address: {e}")))?;
         worker::log(format_args!("k3: listening on http://{local}"));
+        status_line::start();
         let _ps_record = ps_record.publish(local.port()); // removed when serve returns
         axum::serve(listener, app)
             .await

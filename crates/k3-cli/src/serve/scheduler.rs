@@ -125,6 +125,7 @@ pub fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>, metrics: Arc<Metr
         metrics
             .active_sessions
             .store(live.len() as u64, Ordering::SeqCst);
+        let stepped = Instant::now();
         if let Err(e) = step(engine, &mut live, lim) {
             for l in live.drain(..) {
                 fail(&l.job, &e);
@@ -144,10 +145,28 @@ pub fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>, metrics: Arc<Metr
         for l in done {
             retire(engine, &mut lru, &metrics, l);
         }
+        show_status(&live, &metrics, stepped.elapsed().as_secs_f64());
         metrics
             .active_sessions
             .store(live.len() as u64, Ordering::SeqCst);
     }
+}
+
+/// Updates the live status line (a terminal only; docs/SERVER.md "Logging").
+fn show_status(live: &[Live<'_>], metrics: &Metrics, step_seconds: f64) {
+    let views: Vec<_> = live
+        .iter()
+        .map(|l| super::status_line::JobView {
+            id: &l.job.id,
+            fed: l.fed,
+            prompt: l.job.prompt.len(),
+            seconds: l.picked.elapsed().as_secs_f64(),
+            generated: l.ids.len(),
+            thinking: l.out.thinking(),
+        })
+        .collect();
+    let queued = metrics.queue_depth.load(Ordering::SeqCst);
+    super::status_line::set(super::status_line::describe(&views, queued, step_seconds));
 }
 
 fn fail(job: &Job, e: &EngineError) {

@@ -19,7 +19,7 @@ pub const LRU_CAPACITY: usize = 4;
 /// Writes one server log line on stderr, stamped with the time (RFC 3339, UTC, ms).
 pub fn log(line: impl std::fmt::Display) {
     let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
-    eprintln!("{now} {line}");
+    super::status_line::print(&format!("{now} {line}"));
 }
 
 /// A chat job: how its reply is read and bounded.
