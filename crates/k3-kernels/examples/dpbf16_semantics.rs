@@ -87,8 +87,11 @@ mod x86 {
         out
     }
 
+    /// What happens to subnormal operands and step results.
+    type Flush = fn(f32) -> f32;
+
     /// A model of one lane: `(c, a, b, flush)`, `flush` applied to every rounded step.
-    type Model = fn(f32, [f32; 2], [f32; 2], fn(f32) -> f32) -> f32;
+    type Model = fn(f32, [f32; 2], [f32; 2], Flush) -> f32;
 
     const MODELS: [(&str, Model); 3] = [
         ("even_then_odd", |c, a, b, f| {
@@ -103,7 +106,7 @@ mod x86 {
     ];
 
     /// How subnormals are treated: not at all; inputs and every step's result flushed to ±0.
-    const FLUSH: [(&str, fn(f32) -> f32); 2] = [("plain", |v| v), ("DAZ+FTZ", daz)];
+    const FLUSH: [(&str, Flush); 2] = [("plain", |v| v), ("DAZ+FTZ", daz)];
 
     pub fn run(samples: usize) {
         let mut rng = Bits(0x9E37_79B9_7F4A_7C15);
