@@ -55,25 +55,50 @@ pub struct BenchComputeArgs {
     pub steps: usize,
 }
 
-/// The model half (`--model DIR`): prefill marginal and compute-bound decode, resident.
+/// The model half (`--model DIR`): prefill marginal against its compute floor, cold-start
+/// cost and compute-bound decode, resident.
 fn bench_model(args: &BenchComputeArgs, dir: &std::path::Path) -> Result<(), String> {
     let threads = args.threads.unwrap_or(2).max(1);
     let [short, long] = args.prompts[..] else {
         return Err("--prompts takes two lengths: SHORT,LONG".into());
     };
     let load0 = bench_util::load_average();
+    let (level, pool) = (active_level(), bench_util::pool(threads)?);
+    let peak0 = fma_peak(level, &pool, args.secs);
     let r = crate::bench_model_compute::measure(dir, threads, short, long, args.steps)?;
+    let peak = peak0.max(fma_peak(level, &pool, args.secs));
+    let marginal = r.prefill_marginal_s();
+    let f = r.flops;
+    let floor = f.total() / (peak * 1e9);
     println!("model: {} ({threads} threads, resident)", dir.display());
     println!("| measure | seconds |\n|---|---:|");
+    println!("| prefill {long} tokens, first (cold) | {:.3} |", r.first_s);
     println!("| prefill {short} tokens | {:.3} |", r.short_s);
     println!("| prefill {long} tokens | {:.3} |", r.long_s);
-    println!(
-        "| prefill marginal s/token | {:.4} |",
-        r.prefill_marginal_s()
-    );
+    println!("| prefill marginal s/token | {marginal:.4} |");
+    println!("| compute floor s/token | {floor:.4} |");
     println!(
         "| decode s/token (median of {}) | {:.4} |",
         args.steps, r.decode_s
+    );
+    println!(
+        "\nprefill marginal / compute floor: {:.2}× ({:.1} GFLOP/s of {peak:.1} GFLOP/s f32 FMA peak, {}, {threads} threads)",
+        marginal / floor,
+        f.total() / marginal / 1e9,
+        level.name()
+    );
+    println!(
+        "one more prompt token: {:.2} GFLOP = trunk {:.2} + experts {:.2} + router {:.3} + KDA recurrence {:.3} + MLA attention {:.3}",
+        f.total() / 1e9,
+        f.trunk / 1e9,
+        f.experts / 1e9,
+        f.router / 1e9,
+        f.kda / 1e9,
+        f.mla / 1e9
+    );
+    println!(
+        "first touches: the cold prefill took {:.3} s more than the warm one",
+        r.first_s - r.long_s
     );
     println!("greedy ids: {:?}", r.ids);
     println!("load average: {load0} → {}", bench_util::load_average());

@@ -4,10 +4,12 @@
 //! slices) or, with `WALL=1` (needed for `THREADS` > 1), per wall-clock second.
 //!
 //! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|bfs|mx|mx8|mxs|q8|hot|all]`
-//! (`bfs`: only the short-row bf16 shape, 7168 × 1536)
+//! (`bfs`: only the short-row bf16 shape, 7168 × 1536; `LEVEL=avx2+fma`: a level below the
+//! detected one; `ROT=1`: one matrix per case instead of
+//! a rotation past the last-level cache)
 
-use k3_kernels::simd::active_level;
-use k3_kernels::{matmul, probe, Matrix};
+use k3_kernels::simd::{active_level, available_levels, Level};
+use k3_kernels::{matmul_at, probe, Matrix};
 use std::hint::black_box;
 
 #[path = "../benches/common/mod.rs"]
@@ -32,7 +34,16 @@ fn best(mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-fn case(name: &str, mats: &[Matrix], t: usize, peak: f64) {
+/// Matrices per case: `default` (past the last-level cache), or `ROT=n` (1: one matrix, whose
+/// weights stay in L3 between calls when it fits).
+fn rotation(default: usize) -> usize {
+    std::env::var("ROT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(default, |n: usize| n.max(1))
+}
+
+fn case(level: Level, name: &str, mats: &[Matrix], t: usize, peak: f64) {
     let (rows, cols) = (mats[0].rows, mats[0].cols);
     let x = vector(t * cols);
     let mut y = vec![0f32; t * rows];
@@ -40,7 +51,7 @@ fn case(name: &str, mats: &[Matrix], t: usize, peak: f64) {
     let reps = (2e9 / (2.0 * (t * rows * cols) as f64)).ceil() as usize;
     let s = best(|| {
         for i in 0..reps {
-            matmul(&mut y, &mats[i % mats.len()], black_box(&x), t);
+            matmul_at(level, &mut y, &mats[i % mats.len()], black_box(&x), t);
         }
     });
     let gf = 2.0 * (reps * t * rows * cols) as f64 / s / 1e9;
@@ -48,6 +59,17 @@ fn case(name: &str, mats: &[Matrix], t: usize, peak: f64) {
         "{name:6} {rows:5}x{cols:<5} T {t:3}: {gf:6.1} GFLOP/s  {:5.1} % of peak",
         100.0 * gf / peak
     );
+}
+
+/// The detected level, or the one `LEVEL` names (`avx2+fma`, `avx512f`, `neon`).
+fn level() -> Level {
+    match std::env::var("LEVEL") {
+        Ok(name) => available_levels()
+            .into_iter()
+            .find(|l| l.name() == name)
+            .unwrap_or_else(|| panic!("LEVEL={name}: not a level this CPU has")),
+        Err(_) => active_level(),
+    }
 }
 
 fn main() {
@@ -58,7 +80,7 @@ fn main() {
         .build()
         .unwrap();
     pool.install(|| {
-        let level = active_level();
+        let level = level();
         let iters = 10_000_000;
         let s = best(|| {
             rayon::broadcast(|_| black_box(probe::fma_loop(level, iters)));
@@ -80,27 +102,29 @@ fn main() {
                 .iter()
                 .map(|w| Matrix::bf16(128, 2048, w).unwrap())
                 .collect();
-            case("bf16", &m, 48, peak);
+            case(level, "bf16", &m, 48, peak);
         }
         if which.starts_with("bf") || which == "all" {
-            let w: Vec<_> = (0..3).map(|_| bf16_data(1536 * 7168)).collect();
+            let w: Vec<_> = (0..rotation(3)).map(|_| bf16_data(1536 * 7168)).collect();
             if which != "bfs" {
                 let m: Vec<_> = w
                     .iter()
                     .map(|w| Matrix::bf16(1536, 7168, w).unwrap())
                     .collect();
-                case("bf16", &m, 32, peak);
-                case("bf16", &m, 64, peak);
+                case(level, "bf16", &m, 32, peak);
+                case(level, "bf16", &m, 64, peak);
             }
             let m: Vec<_> = w
                 .iter()
                 .map(|w| Matrix::bf16(7168, 1536, w).unwrap())
                 .collect();
-            case("bf16", &m, 32, peak);
-            case("bf16", &m, 64, peak);
+            case(level, "bf16", &m, 32, peak);
+            case(level, "bf16", &m, 64, peak);
         }
         if which.starts_with("mx") || which == "all" {
-            let d: Vec<_> = (0..6).map(|e| mx_data(3072, 3584, 11 + e)).collect();
+            let d: Vec<_> = (0..rotation(6) as u64)
+                .map(|e| mx_data(3072, 3584, 11 + e))
+                .collect();
             let m: Vec<_> = d
                 .iter()
                 .map(|(p, s)| Matrix::mxfp4(3072, 3584, p, s).unwrap())
@@ -111,14 +135,14 @@ fn main() {
                 _ => &[8, 16, 32],
             };
             for &t in ts {
-                case("mxfp4", &m, t, peak);
+                case(level, "mxfp4", &m, t, peak);
             }
         }
         if which == "q8" || which == "all" {
             let v: Vec<i8> = bytes(1536 * 7168, 5).into_iter().map(|b| b as i8).collect();
             let sc = vec![0.01f32; 1536];
             let m = [Matrix::q8(1536, 7168, &v, &sc).unwrap()];
-            case("q8", &m, 32, peak);
+            case(level, "q8", &m, 32, peak);
         }
     });
 }

@@ -17,7 +17,7 @@ pub mod probe;
 pub mod quant;
 mod scratch;
 
-pub use matrix::{matmul, matvec, par_matvec, Matrix, MatrixData};
+pub use matrix::{matmul, matmul_at, matvec, par_matvec, Matrix, MatrixData};
 
 /// bf16 → f32 is exact: the bf16 bits become the top half of the f32
 /// (docs/NUMERICS.md#row-dot-contract-v2).

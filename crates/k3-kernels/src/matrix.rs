@@ -195,8 +195,9 @@ pub fn matmul(y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
     matmul_at(active_level(), y, w, x, t);
 }
 
-/// [`matmul`] on a given level. Panics on shape mismatch or an unsupported level.
-pub(crate) fn matmul_at(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
+/// [`matmul`] on a given level (the same bits on every level; benchmarks use it to time a
+/// level below the detected one). Panics on shape mismatch or an unsupported level.
+pub fn matmul_at(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
     assert_eq!(y.len(), t * w.rows, "matmul output length");
     assert_eq!(x.len(), t * w.cols, "matmul input length");
     assert!(

@@ -474,14 +474,11 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     unsafe { store_state(&acc, st, ss) };
 }
 
-/// Most tokens per fused MXFP4 GEMM tile call ([`micro_mx`]).
-pub(super) const MX_TB: usize = 4;
-
 /// The fused MXFP4 GEMM tile: `M` rows decoded in registers by the VBMI decoder (no panel)
 /// and added to the lanes of `N` tokens, as [`micro`] adds panel rows: lane `l` of (row `r`,
 /// token `t`) takes element `32g + l`, then `32g + 16 + l`, group after group, so the same
-/// FMAs in the same order. Each row's group is decoded once per call of up to [`MX_TB`]
-/// tokens; the panel's stores and reloads are gone.
+/// FMAs in the same order. Each row's group is decoded once per call (4 rows × ≤ 4 tokens or
+/// 2 rows × ≤ 8, `M · N ≤ 16` accumulators); the panel's stores and reloads are gone.
 ///
 /// # Safety
 /// The CPU has AVX-512F and VBMI; `16 · groups` bytes readable at every `packed[r]` and

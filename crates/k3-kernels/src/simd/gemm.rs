@@ -24,7 +24,7 @@
 
 mod isa;
 
-use super::{copy_in_layout, layout, prefetch_l2, Kind, Layout, Level};
+use super::{copy_in_layout, layout, prefetch_t0, Kind, Layout, Level};
 use crate::matrix::{Matrix, MatrixData};
 use crate::mxfp4::GROUP;
 use crate::scratch;
@@ -126,7 +126,7 @@ pub(crate) fn matmul(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usiz
     });
 }
 
-/// Byte ranges to prefetch into L2 a few cache lines at a time (a burst of a hundred
+/// Byte ranges to prefetch (into L1, `prefetch_t0`) a few cache lines at a time (a burst of a hundred
 /// prefetches overflows the miss buffers and most are dropped). Addresses are hints only:
 /// never dereferenced.
 #[derive(Default)]
@@ -157,7 +157,7 @@ impl Ahead {
     fn step(&mut self, mut lines: usize) {
         while lines > 0 && self.at.0 < self.n {
             let (base, len) = self.regions[self.at.0];
-            prefetch_l2((base + self.at.1) as *const u8, 1);
+            prefetch_t0((base + self.at.1) as *const u8, 1);
             self.at.1 += 64;
             if self.at.1 >= len {
                 self.at = (self.at.0 + 1, 0);

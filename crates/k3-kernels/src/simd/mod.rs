@@ -271,15 +271,18 @@ pub(crate) fn copy_in_layout(layout: Layout, src: &[f32], dst: &mut [f32]) {
     dst[done..].copy_from_slice(&src[done..]);
 }
 
-/// Asks for `bytes` bytes at `p` to be brought into L2 (a hint: nothing is read or written;
-/// x86-64 only, a no-op elsewhere).
+/// Asks for `bytes` bytes at `p` to be brought into every cache level (`prefetcht0`; a hint:
+/// nothing is read or written; x86-64 only, a no-op elsewhere). The GEMM's next-panel hints
+/// use it: on Zen 4 `prefetcht1` left the panel fill waiting on its weight loads (14 % of
+/// the 1-thread bf16 GEMM's samples in the bf16 widen, 5 % with `t0`; 64–74 → 75–85 % of the
+/// FMA peak; docs/PERFORMANCE.md#session-9-zen-4-prefill-against-its-compute-floor).
 #[inline]
-pub(crate) fn prefetch_l2(p: *const u8, bytes: usize) {
+pub(crate) fn prefetch_t0(p: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     for off in (0..bytes).step_by(64) {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         // SAFETY: SSE is baseline on x86-64; a prefetch never faults or dereferences.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off).cast()) };
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (p, bytes);

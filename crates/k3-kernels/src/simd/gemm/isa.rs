@@ -263,18 +263,43 @@ unsafe fn fused_avx2(tile: &Tile, ahead: &mut Ahead) -> bool {
     true
 }
 
-/// [`Isa::fused_mx`] on AVX-512 with VBMI: the block's rows 4 at a time through
-/// `avx512::micro_mx`, ≤ 4 tokens per call, when `tg <= FUSED_MAX_T`.
+/// [`Isa::fused_mx`] on AVX-512 with VBMI, when `tg <= FUSED_MAX_T`: the block's rows through
+/// `avx512::micro_mx`, 4 rows × ≤ 4 tokens per call for `tg <= 4`, else 2 rows × ≤ 8 tokens
+/// (each row's groups decoded once per 8 tokens instead of per 4).
 ///
 /// # Safety
 /// See [`Isa::fused_mx`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn fused_avx512(tile: &Tile, ahead: &mut Ahead) -> bool {
-    use crate::simd::avx512::{has_vbmi, micro_mx, MX_TB};
+    use crate::simd::avx512::has_vbmi;
     let Some((packed, scales)) = tile.small_mxfp4().filter(|_| has_vbmi()) else {
         return false;
     };
+    // SAFETY: VBMI detected; the caller's guarantees are forwarded.
+    unsafe {
+        if tile.tg <= 4 {
+            fused_rows_avx512::<4, 4>(tile, packed, scales, ahead);
+        } else {
+            fused_rows_avx512::<2, 8>(tile, packed, scales, ahead);
+        }
+    }
+    true
+}
+
+/// [`fused_avx512`] with `R` rows × ≤ `TB` tokens per `micro_mx` call.
+///
+/// # Safety
+/// See [`Isa::fused_mx`]; the CPU has VBMI; `packed` and `scales` are the tile's matrix's.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn fused_rows_avx512<const R: usize, const TB: usize>(
+    tile: &Tile,
+    packed: &[u8],
+    scales: &[u8],
+    ahead: &mut Ahead,
+) {
+    use crate::simd::avx512::micro_mx;
     let Tile {
         rows: (rb, nr),
         x,
@@ -286,36 +311,40 @@ unsafe fn fused_avx512(tile: &Tile, ahead: &mut Ahead) -> bool {
     let groups = tile.cols.1 / GROUP;
     let per = ahead
         .lines()
-        .div_ceil(tg.div_ceil(MX_TB) * nr.div_ceil(4))
+        .div_ceil(tg.div_ceil(TB) * nr.div_ceil(R))
         .max(1);
-    for rg in (0..nr).step_by(4) {
+    for rg in (0..nr).step_by(R) {
         // Rows past `nr` repeat the last (their lanes land in unused slots of the block).
-        let rows: [usize; 4] = std::array::from_fn(|i| rb + (rg + i).min(nr - 1));
+        let rows: [usize; R] = std::array::from_fn(|i| rb + (rg + i).min(nr - 1));
         let p = rows.map(|r| tile.row_mx(packed, scales, r).0.as_ptr());
         let s = rows.map(|r| tile.row_mx(packed, scales, r).1.as_ptr());
         let mut t0 = 0;
         while t0 < tg {
             ahead.step(per);
-            let n = (tg - t0).min(MX_TB);
+            let n = (tg - t0).min(TB);
             let (xp, sp) = (
                 x.wrapping_add(t0 * XS),
                 st.wrapping_add((rg * tg + t0) * 16),
             );
-            // SAFETY: VBMI detected; the slices above hold `groups` groups of every row;
-            // tokens `t0 .. t0 + n <= tg` and rows `rg .. rg + 4 <= RB` are inside the
+            let ss = tg * 16;
+            // SAFETY: VBMI (caller); the slices above hold `groups` groups of every row;
+            // tokens `t0 .. t0 + n <= tg` and rows `rg .. rg + R <= RB` are inside the
             // caller's guarantees (`kc` f32 at every `x + j·XS`, the block's state slots).
             unsafe {
                 match n {
-                    1 => micro_mx::<4, 1>(p, s, groups, xp, XS, sp, tg * 16, fresh),
-                    2 => micro_mx::<4, 2>(p, s, groups, xp, XS, sp, tg * 16, fresh),
-                    3 => micro_mx::<4, 3>(p, s, groups, xp, XS, sp, tg * 16, fresh),
-                    _ => micro_mx::<4, 4>(p, s, groups, xp, XS, sp, tg * 16, fresh),
+                    1 => micro_mx::<R, 1>(p, s, groups, xp, XS, sp, ss, fresh),
+                    2 => micro_mx::<R, 2>(p, s, groups, xp, XS, sp, ss, fresh),
+                    3 => micro_mx::<R, 3>(p, s, groups, xp, XS, sp, ss, fresh),
+                    4 => micro_mx::<R, 4>(p, s, groups, xp, XS, sp, ss, fresh),
+                    5 => micro_mx::<R, 5>(p, s, groups, xp, XS, sp, ss, fresh),
+                    6 => micro_mx::<R, 6>(p, s, groups, xp, XS, sp, ss, fresh),
+                    7 => micro_mx::<R, 7>(p, s, groups, xp, XS, sp, ss, fresh),
+                    _ => micro_mx::<R, 8>(p, s, groups, xp, XS, sp, ss, fresh),
                 }
             }
             t0 += n;
         }
     }
-    true
 }
 
 #[cfg(target_arch = "x86_64")]
