@@ -107,6 +107,10 @@ pub struct EngineOptions {
     pub draft_trunk: Option<PathBuf>,
     /// Whether to load [`EngineOptions::draft_trunk`].
     pub draft_policy: DraftPolicy,
+    /// Run as one rank of a group (docs/DISTRIBUTED.md): trunk rows and routed experts are
+    /// dealt across the group's ranks, logits stay bit-identical. `None`: one process. Every
+    /// rank must open the same model and make the same calls in the same order.
+    pub comm: Option<Arc<dyn k3_model::Comm>>,
 }
 
 /// When an engine loads its draft trunk.
@@ -138,6 +142,7 @@ impl Default for EngineOptions {
             sessions: 1,
             draft_trunk: None,
             draft_policy: DraftPolicy::Auto,
+            comm: None,
         }
     }
 }
@@ -205,7 +210,10 @@ impl Engine {
             });
         }
         let config = K3Config::load(dir.join("config.json"))?;
-        let model = Model::new(&config)?.with_lookahead(options.lookahead);
+        let mut model = Model::new(&config)?.with_lookahead(options.lookahead);
+        if let Some(comm) = &options.comm {
+            model = model.with_comm(Arc::clone(comm));
+        }
         let tokenizer = load_tokenizer(dir, options.tokenizer_dir.as_deref(), config.vocab_size)?;
         let threads = options.threads.unwrap_or_else(default_threads);
         if threads == 0 {

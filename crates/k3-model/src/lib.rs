@@ -19,10 +19,12 @@
 
 pub mod dense;
 pub mod dims;
+pub mod dist;
 pub mod error;
 pub mod forward;
 pub mod kda;
 pub mod layer;
+pub mod local;
 pub mod mla;
 pub mod moe;
 pub mod pass;
@@ -38,8 +40,10 @@ pub mod weights;
 mod tests;
 
 pub use dims::{Dims, LayerKind};
+pub use dist::{Comm, CommError, Dist, Solo};
 pub use error::ModelError;
 pub use forward::{argmax, BatchItem, Logits, LogitsMode, Model, LOOKAHEAD_DEFAULT};
+pub use local::LocalComm;
 pub use mla::MlaPath;
 pub use pass::{Ahead, Pass, Seq};
 pub use state::{KdaState, MlaCache, Snapshot, State};
