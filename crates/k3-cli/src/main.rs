@@ -19,6 +19,7 @@ mod engine_args;
 mod escape;
 mod ids;
 mod interrupt;
+mod mpi_comm; // issue 28: `--features mpi` (docs/DISTRIBUTED.md)
 mod pack;
 mod plan_cmd;
 mod ps;
@@ -124,6 +125,14 @@ impl From<k3_engine::EngineError> for CliError {
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(argv::normalise(std::env::args_os()));
+    // issue 28: one rank of an MPI job under `--features mpi` + mpirun (docs/DISTRIBUTED.md)
+    let _mpi = match mpi_comm::start() {
+        Ok(universe) => universe,
+        Err(e) => {
+            eprintln!("k3: error: {}", e.message);
+            return ExitCode::from(e.code);
+        }
+    };
     let result = match cli.cmd {
         Command::Run(args) => run::run(args),
         Command::Chat(args) => chat_repl::chat(args),

@@ -29,6 +29,7 @@ pub mod draft;
 mod error;
 mod gather;
 mod generate;
+mod group;
 mod hybrid;
 mod layer_view;
 mod logprob;
@@ -47,6 +48,8 @@ pub use constraint::{Constraint, ConstraintSpec, ReplyStart};
 pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
 pub use hybrid::{DraftModel, DraftStats};
 pub use k3_format::K3Config;
+pub use k3_model::dist::check_counts;
+pub use k3_model::{Comm, CommError, LocalComm, Solo};
 pub use k3_plan::{Budget, MemoryPlan, Preset};
 pub use logprob::{token_logprob, TokenLogprob};
 pub use planning::DraftChoice;
@@ -202,6 +205,17 @@ impl Engine {
     /// validates the config, binds every tensor by name and checks shapes and dtypes; with a
     /// budget, plans memory (refusing when it does not fit) and starts the streaming stores.
     pub fn open(dir: &Path, options: EngineOptions) -> Result<Engine, EngineError> {
+        let comm = options.comm.clone();
+        Self::open_rank(dir, options).inspect_err(|err| {
+            // one rank that cannot open its share ends the group (docs/DISTRIBUTED.md#faults)
+            if let Some(c) = comm.filter(|c| c.size() > 1) {
+                c.abort(&format!("cannot open {}: {err}", dir.display()));
+            }
+        })
+    }
+
+    /// [`Engine::open`] on this rank.
+    fn open_rank(dir: &Path, options: EngineOptions) -> Result<Engine, EngineError> {
         if !dir.is_dir() {
             return Err(EngineError::ModelDir {
                 path: dir.to_path_buf(),
@@ -211,8 +225,18 @@ impl Engine {
         }
         let config = K3Config::load(dir.join("config.json"))?;
         let mut model = Model::new(&config)?.with_lookahead(options.lookahead);
-        if let Some(comm) = &options.comm {
-            model = model.with_comm(Arc::clone(comm));
+        let mut options = options;
+        if let Some(comm) = options.comm.clone().filter(|c| c.size() > 1) {
+            // A draft trunk's cache-only experts differ per rank, so its proposals (and the
+            // verify passes' lengths) would differ: not over ranks in this stage.
+            if options.draft_policy == DraftPolicy::On {
+                return Err(EngineError::Invalid(
+                    "--draft hybrid is not supported over MPI ranks (docs/DISTRIBUTED.md): use --draft off or an n-gram length".into(),
+                ));
+            }
+            options.draft_policy = DraftPolicy::Off;
+            group::check_same_model(dir, comm.as_ref())?;
+            model = model.with_comm(comm);
         }
         let tokenizer = load_tokenizer(dir, options.tokenizer_dir.as_deref(), config.vocab_size)?;
         let threads = options.threads.unwrap_or_else(default_threads);
@@ -328,7 +352,13 @@ impl Engine {
             .map(|d| (d.dir(), d.quant().name(), d.bytes()))
     }
 
-    /// The model directory this engine was opened from.
+    /// The group this engine runs in (docs/DISTRIBUTED.md; rank 0 of 1 unless
+    /// [`EngineOptions::comm`]).
+    pub fn comm(&self) -> &Arc<dyn k3_model::Comm> {
+        self.model.comm()
+    }
+
+    /// The model directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -210,10 +210,14 @@ fn a_rank_that_cannot_open_its_share_ends_every_rank_naming_it() {
         let mut it = comms.into_iter();
         let (c0, c1) = (it.next().unwrap(), it.next().unwrap());
         scope.spawn(move || c1.abort("cannot open its share: fixtures/missing: not found"));
-        let follower = scope.spawn(move || {
-            let engine = Engine::open(&d, options(1, None, Some(Arc::new(c0)))).unwrap();
-            engine.new_session(16).unwrap().feed(&PROMPT).unwrap_err()
-        });
+        // rank 0 fails at its open (the fingerprint exchange) or its first pass
+        let follower =
+            scope.spawn(
+                move || match Engine::open(&d, options(1, None, Some(Arc::new(c0)))) {
+                    Err(e) => e,
+                    Ok(engine) => engine.new_session(16).unwrap().feed(&PROMPT).unwrap_err(),
+                },
+            );
         let err = follower.join().unwrap();
         let msg = err.to_string();
         assert_eq!(err.exit_code(), EXIT_RUNTIME, "{msg}");
@@ -274,4 +278,49 @@ fn an_expert_failure_on_one_rank_ends_every_rank_naming_it() {
         "{}",
         errs[0]
     );
+}
+
+/// Copies the files of `src` into a fresh directory.
+fn copy_model(src: &std::path::Path) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), tmp.path().join(entry.file_name())).unwrap();
+        }
+    }
+    tmp
+}
+
+#[test]
+fn ranks_with_different_checkpoints_are_refused_at_open_naming_the_rank() {
+    let same = dir("tiny-k3");
+    let other = copy_model(&same);
+    std::fs::write(other.path().join("extra.safetensors"), b"not the same").unwrap();
+    let comms = LocalComm::group(2);
+    let errs: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let d = if c.rank() == 0 {
+                    same.clone()
+                } else {
+                    other.path().to_path_buf()
+                };
+                scope.spawn(
+                    move || match Engine::open(&d, options(1, None, Some(Arc::new(c)))) {
+                        Ok(_) => "opened".to_string(),
+                        Err(e) => e.to_string(),
+                    },
+                )
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (rank, e) in errs.iter().enumerate() {
+        assert!(
+            e.contains("rank 1") && e.contains("different checkpoint"),
+            "rank {rank}: {e}"
+        );
+    }
 }
