@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # issue 28 (docs/DISTRIBUTED.md#testing): `mpirun -np 2` and `-np 3` on both tiny checkpoints,
-# resident and at a streaming budget, print the same ids and text on stdout and write the same
-# --dump-logits bytes as one process; a rank with a different checkpoint is refused by name;
+# resident and at a streaming budget, generate the same ids and text (the --json report; rank 0's
+# stdout under mpirun is a pty, where k3 escapes control characters as on any terminal) and
+# write the same --dump-logits bytes as one process; a rank with a different checkpoint is refused by name;
 # a rank killed mid-generation ends the job within 30 s. Needs a system MPI (mpirun) and a
 # `k3` built with `--features mpi` (built here unless K3_BIN is set). Every run is bounded.
 set -euo pipefail
@@ -19,7 +20,7 @@ run_case() { # model, np (0 = no mpirun), budget flags...
     local model=$1 np=$2; shift 2
     local tag="$model-np$np-${*// /_}"
     local cmd=("$K3_BIN" run "fixtures/$model" --ids 637,229,263,638,730 -n 12 --temp 0.8 --seed 3
-        -t 1 --print-ids --dump-logits "$tmp/$tag.logits" "$@")
+        -t 1 --print-ids --dump-logits "$tmp/$tag.logits" --json "$tmp/$tag.json" "$@")
     if [ "$np" = 0 ]; then
         timeout 120 "${cmd[@]}" >"$tmp/$tag.out" 2>"$tmp/$tag.err" || fail "$tag: $(tail -3 "$tmp/$tag.err")"
     else
@@ -28,17 +29,21 @@ run_case() { # model, np (0 = no mpirun), budget flags...
     fi
     grep '^generated ids:' "$tmp/$tag.err" >"$tmp/$tag.ids" || fail "$tag: no ids line"
     [ "$(wc -l <"$tmp/$tag.ids")" = 1 ] || fail "$tag: more than one rank printed ids"
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(r["prompt_ids"], r["generated_ids"], repr(r["generated_text"]))' \
+        "$tmp/$tag.json" >"$tmp/$tag.gen" || fail "$tag: no --json report"
     echo "$tag"
 }
 
+# the smallest budget of each (every trunk layer streams through one ring slot)
+declare -A SMALLEST=([tiny-k3]=0.003 [tiny-k3-wide]=0.006)
 for model in tiny-k3 tiny-k3-wide; do
-    for budget in "--resident" "--mem-gb 0.003"; do
+    for budget in "--resident" "--mem-gb ${SMALLEST[$model]}"; do
         # shellcheck disable=SC2086
         one=$(run_case "$model" 0 $budget)
         for np in 2 3; do
             # shellcheck disable=SC2086
             many=$(run_case "$model" "$np" $budget)
-            cmp -s "$tmp/$one.out" "$tmp/$many.out" || fail "$many: stdout differs from one process"
+            cmp -s "$tmp/$one.gen" "$tmp/$many.gen" || fail "$many: ids or text differ from one process"
             cmp -s "$tmp/$one.ids" "$tmp/$many.ids" || fail "$many: ids differ from one process"
             cmp -s "$tmp/$one.logits" "$tmp/$many.logits" || fail "$many: logits bytes differ"
             echo "ok: $many = one process ($(cat "$tmp/$many.ids"))"
@@ -58,6 +63,7 @@ rc=$?
 set -e
 [ "$rc" != 0 ] || fail "different checkpoints were not refused"
 grep -q "rank 1 opened a different checkpoint" "$tmp/fp.err" || fail "refusal does not name rank 1: $(cat "$tmp/fp.err")"
+[ "$rc" = 2 ] || fail "different checkpoints: exit $rc, want 2"
 echo "ok: a rank with a different checkpoint is refused (exit $rc)"
 
 # A rank killed mid-generation ends the job within 30 s, naming that rank.
@@ -65,7 +71,7 @@ set +e
 start=$(date +%s)
 timeout 60 "${MPIRUN[@]}" -np 2 bash -c \
     'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then (sleep 2; kill -9 $$) & fi; exec "$0" "$@"' \
-    "$K3_BIN" run fixtures/tiny-k3 --ids 1 -n 100000 --ctx 200000 -q >"$tmp/kill.out" 2>"$tmp/kill.err"
+    "$K3_BIN" run fixtures/tiny-k3 --ids 1 -n 100000 --ctx 200000 --ignore-eos -q >"$tmp/kill.out" 2>"$tmp/kill.err"
 rc=$?
 set -e
 took=$(( $(date +%s) - start ))

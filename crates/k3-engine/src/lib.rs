@@ -206,6 +206,10 @@ impl Engine {
     /// budget, plans memory (refusing when it does not fit) and starts the streaming stores.
     pub fn open(dir: &Path, options: EngineOptions) -> Result<Engine, EngineError> {
         let comm = options.comm.clone();
+        if let Some(c) = comm.as_ref().filter(|c| c.size() > 1) {
+            // every rank sees every fingerprint and refuses alike (exit 2), no abort needed
+            group::check_same_model(dir, c.as_ref())?;
+        }
         Self::open_rank(dir, options).inspect_err(|err| {
             // one rank that cannot open its share ends the group (docs/DISTRIBUTED.md#faults)
             if let Some(c) = comm.filter(|c| c.size() > 1) {
@@ -235,7 +239,6 @@ impl Engine {
                 ));
             }
             options.draft_policy = DraftPolicy::Off;
-            group::check_same_model(dir, comm.as_ref())?;
             model = model.with_comm(comm);
         }
         let tokenizer = load_tokenizer(dir, options.tokenizer_dir.as_deref(), config.vocab_size)?;
