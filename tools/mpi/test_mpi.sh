@@ -66,6 +66,16 @@ grep -q "rank 1 opened a different checkpoint" "$tmp/fp.err" || fail "refusal do
 [ "$rc" = 2 ] || fail "different checkpoints: exit $rc, want 2"
 echo "ok: a rank with a different checkpoint is refused (exit $rc)"
 
+# A rank that cannot open its share (its model directory is missing) ends every rank, named.
+set +e
+timeout 60 "${MPIRUN[@]}" -np 1 "$K3_BIN" run fixtures/tiny-k3 --ids 1 -n 2 -q : \
+    -np 1 "$K3_BIN" run "$tmp/missing-model" --ids 1 -n 2 -q >"$tmp/open.out" 2>"$tmp/open.err"
+rc=$?
+set -e
+[ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "a rank without its model: exit $rc"
+grep -q "rank 1" "$tmp/open.err" || fail "open failure does not name rank 1: $(cat "$tmp/open.err")"
+echo "ok: a rank that cannot open its model ends the job (exit $rc), naming rank 1"
+
 # A rank killed mid-generation ends the job within 30 s, naming that rank.
 set +e
 start=$(date +%s)

@@ -133,6 +133,10 @@ fn main() -> ExitCode {
             return ExitCode::from(e.code);
         }
     };
+    if mpi_comm::group().is_some() && matches!(cli.cmd, Command::Chat(_) | Command::Serve(_)) {
+        eprintln!("k3: error: `k3 chat` and `k3 serve` do not run over MPI ranks yet (docs/DISTRIBUTED.md): use `k3 run` under mpirun");
+        return ExitCode::from(2);
+    }
     let result = match cli.cmd {
         Command::Run(args) => run::run(args),
         Command::Chat(args) => chat_repl::chat(args),
@@ -154,7 +158,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("k3: error: {}", e.message);
+            eprintln!("k3: error: {}{}", mpi_comm::rank_prefix(), e.message);
+            mpi_comm::end_group(e.code); // issue 28: a failing rank ends every rank, no hang
             ExitCode::from(e.code)
         }
     }

@@ -28,6 +28,25 @@ pub fn share_ids(ids: &mut Vec<u32>) -> Result<(), crate::CliError> {
     }
 }
 
+/// `rank R of N: ` when this process is one rank of several, else nothing.
+pub fn rank_prefix() -> String {
+    GROUP
+        .get()
+        .map(|c| format!("rank {} of {}: ", c.rank(), c.size()))
+        .unwrap_or_default()
+}
+
+/// After this rank's error: ends every rank of the job with exit status `code` (the others
+/// may be waiting in a collective for this one). Nothing to do for one process.
+pub fn end_group(code: u8) {
+    #[cfg(feature = "mpi")]
+    if GROUP.get().is_some() {
+        transport::abort_all(code);
+    }
+    #[cfg(not(feature = "mpi"))]
+    let _ = code;
+}
+
 #[cfg(not(feature = "mpi"))]
 /// Without the `mpi` feature there is nothing to start.
 pub struct Started;
@@ -125,6 +144,11 @@ mod transport {
             // MPI_Abort ends every rank of the job (mpirun reports the aborting rank).
             world().abort(1)
         }
+    }
+
+    /// `MPI_Abort` with `code`: mpirun ends every rank and exits with it.
+    pub fn abort_all(code: u8) {
+        world().abort(i32::from(code))
     }
 
     /// Initializes MPI; under `mpirun -np N` with N > 1 installs the group, sends the

@@ -334,6 +334,11 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
         args.dump_cache_trace = None;
     }
     if run_input::wants_chat(&args) {
+        if crate::mpi_comm::group().is_some() {
+            return Err(CliError::usage(
+                "give a prompt: chat does not run over MPI ranks yet (docs/DISTRIBUTED.md)",
+            ));
+        }
         return crate::chat_repl::chat(crate::chat_repl::ChatArgs::from_run(args));
     }
     let inputs = run_input::resolve(&args, &file)?;

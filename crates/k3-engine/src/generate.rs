@@ -188,10 +188,15 @@ impl<'e> Session<'e> {
         let mut shared = vec![id];
         comm.broadcast_u32(0, &mut shared)
             .map_err(k3_model::ModelError::from)?;
-        shared
-            .first()
-            .copied()
-            .ok_or_else(|| EngineError::Invalid("rank 0 broadcast no sampled id".into()))
+        match shared.first() {
+            // logits are bit-identical on every rank, so a deterministic sampler agrees
+            Some(&s) if s == id => Ok(s),
+            Some(&s) => Err(EngineError::Invalid(format!(
+                "rank {} sampled id {id} where rank 0 sampled {s}: the ranks diverged (same model, seed and flags on every rank?)",
+                comm.rank()
+            ))),
+            None => Err(EngineError::Invalid("rank 0 broadcast no sampled id".into())),
+        }
     }
 
     /// One forward pass per generated token.

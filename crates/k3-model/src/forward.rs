@@ -348,6 +348,11 @@ impl Model {
                 taken: &mut taken,
             };
             if shapes_ok && route(&x[..d.hidden], router, bias, &rp, sc, &mut idx, &mut wts) {
+                // only the experts this rank runs (docs/DISTRIBUTED.md#the-seam)
+                let dist = Dist {
+                    comm: self.comm.as_ref(),
+                };
+                idx.retain(|&e| dist.owns_expert(e));
                 experts.hint(layer, &idx);
             }
         });
