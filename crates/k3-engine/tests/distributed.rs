@@ -324,3 +324,102 @@ fn ranks_with_different_checkpoints_are_refused_at_open_naming_the_rank() {
         );
     }
 }
+
+/// A rank that counts its all-gathers and the bytes it contributes.
+#[derive(Debug)]
+struct Counting {
+    inner: LocalComm,
+    gathers: std::sync::atomic::AtomicUsize,
+    bytes_sent: std::sync::atomic::AtomicUsize,
+}
+
+impl Comm for Counting {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn allgather_f32(
+        &self,
+        mine: &[f32],
+        counts: &[usize],
+        out: &mut [f32],
+    ) -> Result<(), k3_engine::CommError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.gathers.fetch_add(1, Relaxed);
+        self.bytes_sent.fetch_add(mine.len() * 4, Relaxed);
+        self.inner.allgather_f32(mine, counts, out)
+    }
+    fn broadcast_u32(&self, root: usize, ids: &mut Vec<u32>) -> Result<(), k3_engine::CommError> {
+        self.inner.broadcast_u32(root, ids)
+    }
+    fn allgather_u64(&self, mine: u64) -> Result<Vec<u64>, k3_engine::CommError> {
+        self.inner.allgather_u64(mine)
+    }
+    fn barrier(&self) -> Result<(), k3_engine::CommError> {
+        self.inner.barrier()
+    }
+    fn abort(&self, reason: &str) {
+        self.inner.abort(reason)
+    }
+}
+
+/// One decode token costs one all-gather per trunk product (KDA 8, MLA 4 + gate, dense 3,
+/// MoE 5 + the expert slots) plus lm_head (docs/PERFORMANCE.md#distributed), and the ranks
+/// together send exactly the gathered outputs, each its share.
+#[test]
+fn one_decode_token_costs_one_gather_per_trunk_product() {
+    use k3_model::{Dims, LayerKind};
+    use std::sync::atomic::Ordering::Relaxed;
+    let d = dir("tiny-k3");
+    let dims = Dims::new(&K3Config::load(d.join("config.json")).unwrap()).unwrap();
+    let want: usize = 1
+        + (0..dims.n_layers)
+            .map(|l| {
+                let attn = match dims.kinds[l] {
+                    LayerKind::Kda(_) => 8,
+                    LayerKind::Mla(_) => 4 + usize::from(dims.mla_gate),
+                };
+                attn + if dims.dense[l] { 3 } else { 6 }
+            })
+            .sum::<usize>();
+    let comms = LocalComm::group(2);
+    let counts: Vec<(usize, usize)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let d = d.clone();
+                scope.spawn(move || {
+                    let counting = Arc::new(Counting {
+                        inner: c,
+                        gathers: 0.into(),
+                        bytes_sent: 0.into(),
+                    });
+                    let engine =
+                        Engine::open(&d, options(1, None, Some(counting.clone()))).unwrap();
+                    let mut s = engine.new_session(16).unwrap();
+                    s.feed(&PROMPT).unwrap();
+                    let (g0, b0) = (
+                        counting.gathers.load(Relaxed),
+                        counting.bytes_sent.load(Relaxed),
+                    );
+                    s.feed(&[5]).unwrap();
+                    let g = counting.gathers.load(Relaxed) - g0;
+                    (g, counting.bytes_sent.load(Relaxed) - b0)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (rank, &(gathers, _)) in counts.iter().enumerate() {
+        assert_eq!(gathers, want, "rank {rank}: all-gathers per decode token");
+    }
+    let sent: usize = counts.iter().map(|c| c.1).sum();
+    eprintln!("tiny-k3, N=2: {want} all-gathers per decode token, {sent} bytes sent by all ranks");
+    assert!(
+        sent >= 4 * dims.vocab,
+        "the lm_head rows alone are {} bytes",
+        4 * dims.vocab
+    );
+}
