@@ -365,11 +365,11 @@ impl Comm for Counting {
     }
 }
 
-/// One decode token costs one all-gather per trunk product (KDA 8, MLA 4 + gate, dense 3,
-/// MoE 5 + the expert slots) plus lm_head (docs/PERFORMANCE.md#distributed), and the ranks
-/// together send exactly the gathered outputs, each its share.
+/// One decode token costs one all-gather per group of trunk products of one input (KDA 3:
+/// q/k/v/g/b/f_a, f_b, o; MLA 3: q_a/kv_a/gate, q_b, o; dense 2; MoE 4: down/shared gate/
+/// shared up, the expert slots, up, shared down) plus lm_head (docs/PERFORMANCE.md#distributed).
 #[test]
-fn one_decode_token_costs_one_gather_per_trunk_product() {
+fn one_decode_token_costs_one_gather_per_input_of_the_trunk() {
     use k3_model::{Dims, LayerKind};
     use std::sync::atomic::Ordering::Relaxed;
     let d = dir("tiny-k3");
@@ -378,10 +378,9 @@ fn one_decode_token_costs_one_gather_per_trunk_product() {
         + (0..dims.n_layers)
             .map(|l| {
                 let attn = match dims.kinds[l] {
-                    LayerKind::Kda(_) => 8,
-                    LayerKind::Mla(_) => 4 + usize::from(dims.mla_gate),
+                    LayerKind::Kda(_) | LayerKind::Mla(_) => 3,
                 };
-                attn + if dims.dense[l] { 3 } else { 6 }
+                attn + if dims.dense[l] { 2 } else { 4 }
             })
             .sum::<usize>();
     let comms = LocalComm::group(2);

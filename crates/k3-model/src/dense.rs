@@ -65,8 +65,9 @@ pub fn dense_forward(
     check_dense(d, w, Some(l))?;
     sc.ensure(d, t);
     let n = t * d.dense_inter;
-    pass.dist.matmul(&mut sc.g[..n], &w.gate_proj, x, t)?;
-    pass.dist.matmul(&mut sc.u[..n], &w.up_proj, x, t)?;
+    let mut jobs = [(&mut sc.g[..n], &w.gate_proj), (&mut sc.u[..n], &w.up_proj)];
+    pass.dist.matmuls(&mut jobs, x, t)?; // one all-gather over ranks
+
     situ_glu(&mut sc.a[..n], &sc.g[..n], &sc.u[..n], d.situ_b1, d.situ_b2);
     pass.dist
         .matmul(&mut out[..t * d.hidden], &w.down_proj, &sc.a[..n], t)?;

@@ -207,6 +207,58 @@ impl<'a> Dist<'a> {
     }
 }
 
+/// One product of [`Dist::matmuls`]: its output `[t][w.rows]` and its weight.
+pub type Product<'o, 'w> = (&'o mut [f32], &'w Matrix<'w>);
+
+impl Dist<'_> {
+    /// Several products of the SAME input `x` (`[t][cols]`) in one all-gather: each rank
+    /// computes its rows of every product, sends them as one message, and every output is
+    /// bit-identical to [`k3_kernels::matmul`] (one collective instead of one per product).
+    pub fn matmuls(
+        &self,
+        jobs: &mut [Product<'_, '_>],
+        x: &[f32],
+        t: usize,
+    ) -> Result<(), ModelError> {
+        let n = self.comm.size();
+        if n == 1 {
+            jobs.iter_mut().for_each(|(y, w)| matmul(y, w, x, t));
+            return Ok(());
+        }
+        let me = self.comm.rank();
+        let share = |rows: usize, q: usize| {
+            let (a, b) = row_share(rows, q, n);
+            t * (b - a)
+        };
+        let counts: Vec<usize> = (0..n)
+            .map(|q| jobs.iter().map(|(_, w)| share(w.rows, q)).sum())
+            .collect();
+        let mut mine = vec![0f32; counts[me]];
+        let mut off = 0;
+        for (_, w) in jobs.iter() {
+            let (r0, r1) = row_share(w.rows, me, n);
+            let len = t * (r1 - r0);
+            matmul(&mut mine[off..off + len], &row_slice(w, r0, r1), x, t);
+            off += len;
+        }
+        let mut all = vec![0f32; counts.iter().sum()];
+        self.comm.allgather_f32(&mine, &counts, &mut all)?;
+        let mut off = 0;
+        for q in 0..n {
+            for (y, w) in jobs.iter_mut() {
+                let (a, b) = row_share(w.rows, q, n);
+                let width = b - a;
+                for tok in 0..t {
+                    let src = &all[off + tok * width..off + (tok + 1) * width];
+                    y[tok * w.rows + a..tok * w.rows + b].copy_from_slice(src);
+                }
+                off += t * width;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl From<CommError> for ModelError {
     fn from(e: CommError) -> Self {
         ModelError::Dist(e)

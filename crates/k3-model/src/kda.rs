@@ -234,12 +234,16 @@ pub fn kda_forward_batch(
     let (p, h, dd, k) = (d.kda_proj(), d.kda_heads, d.kda_dim, d.conv_k);
     let tp = t * p;
     // 1. projections (one weight pass for all T rows)
-    pass.dist.matmul(&mut sc.q[..tp], &w.q_proj, x, t)?;
-    pass.dist.matmul(&mut sc.k[..tp], &w.k_proj, x, t)?;
-    pass.dist.matmul(&mut sc.v[..tp], &w.v_proj, x, t)?;
-    pass.dist.matmul(&mut sc.g[..tp], &w.g_proj, x, t)?;
-    pass.dist.matmul(&mut sc.braw[..t * h], &w.b_proj, x, t)?;
-    pass.dist.matmul(&mut sc.f[..t * dd], &w.f_a_proj, x, t)?;
+    //    (the six of x in one all-gather over ranks, docs/DISTRIBUTED.md#the-seam)
+    let mut jobs = [
+        (&mut sc.q[..tp], &w.q_proj),
+        (&mut sc.k[..tp], &w.k_proj),
+        (&mut sc.v[..tp], &w.v_proj),
+        (&mut sc.g[..tp], &w.g_proj),
+        (&mut sc.braw[..t * h], &w.b_proj),
+        (&mut sc.f[..t * dd], &w.f_a_proj),
+    ];
+    pass.dist.matmuls(&mut jobs, x, t)?;
     pass.dist
         .matmul(&mut sc.z[..tp], &w.f_b_proj, &sc.f[..t * dd], t)?;
     // 2. causal short convs with each sequence's carried histories

@@ -183,17 +183,23 @@ pub fn mla_forward_batch(
         d.mla_heads * d.v_head,
         d.mla_heads * d.qk_head(),
     );
-    // 1. query: q_a → RMSNorm → q_b
-    pass.dist
-        .matmul(&mut sc.cq[..t * d.q_lora], &w.q_a_proj, x, t)?;
+    // 1. query: q_a → RMSNorm → q_b; with q_a, the latent kv_a and the output gate, which
+    //    read the same input (one all-gather over ranks, docs/DISTRIBUTED.md#the-seam)
+    let mut jobs = vec![
+        (&mut sc.cq[..t * d.q_lora], &w.q_a_proj),
+        (&mut sc.ckv[..t * kvr], &w.kv_a_proj),
+    ];
+    if let Some(g) = &w.g_proj {
+        jobs.push((&mut sc.gate[..t * hv], g));
+    }
+    pass.dist.matmuls(&mut jobs, x, t)?;
+    drop(jobs);
     for row in sc.cq[..t * d.q_lora].chunks_exact_mut(d.q_lora) {
         rmsnorm_inplace(row, w.q_a_norm, d.mla_norm_eps);
     }
     pass.dist
         .matmul(&mut sc.q[..t * qw], &w.q_b_proj, &sc.cq[..t * d.q_lora], t)?;
-    // 2. latent: kv_a → RMSNorm on the latent part only
-    pass.dist
-        .matmul(&mut sc.ckv[..t * kvr], &w.kv_a_proj, x, t)?;
+    // 2. latent: RMSNorm on the latent part only of kv_a's output
     for row in sc.ckv[..t * kvr].chunks_exact_mut(kvr) {
         rmsnorm_inplace(&mut row[..d.kv_lora], w.kv_a_norm, d.mla_norm_eps);
     }
@@ -226,8 +232,7 @@ pub fn mla_forward_batch(
         }
     }
     // 5. output gate on the concatenated heads (no norm), 6. o_proj
-    if let Some(g) = &w.g_proj {
-        pass.dist.matmul(&mut sc.gate[..t * hv], g, x, t)?;
+    if w.g_proj.is_some() {
         sc.o[..t * hv]
             .iter_mut()
             .zip(&sc.gate[..t * hv])

@@ -170,7 +170,13 @@ pub fn moe_forward(
         }
     }
     // 2. latent down-projection
-    pass.dist.matmul(&mut sc.z[..t * lat], &w.down_proj, x, t)?;
+    //    with the shared expert's gate and up (same input; one all-gather over ranks)
+    let mut jobs = [
+        (&mut sc.z[..t * lat], &w.down_proj),
+        (&mut sc.sg[..t * si], &w.shared_gate),
+        (&mut sc.su[..t * si], &w.shared_up),
+    ];
+    pass.dist.matmuls(&mut jobs, x, t)?;
     // 3. experts: union fetched once, each computed for all its tokens as it arrives
     run_experts(pass, layer, x, sc)?;
     if pass.experts.drops_missing() {
@@ -189,12 +195,10 @@ pub fn moe_forward(
             rmsnorm_inplace(acc, w.latent_norm, d.eps);
         }
     }
-    // 5. up-projection, 6. shared experts on the ORIGINAL input, unweighted
+    // 5. up-projection, 6. shared experts (gate and up of the ORIGINAL input, step 2), unweighted
     let out = &mut out[..t * e];
     let dist = pass.dist;
     dist.matmul(out, &w.up_proj, &sc.acc[..t * lat], t)?;
-    dist.matmul(&mut sc.sg[..t * si], &w.shared_gate, x, t)?;
-    dist.matmul(&mut sc.su[..t * si], &w.shared_up, x, t)?;
     situ_glu(
         &mut sc.sa[..t * si],
         &sc.sg[..t * si],
