@@ -53,6 +53,7 @@ impl EngineArgs {
             trunk_dir: self.trunk.clone(),
             lookahead: self.lookahead,
             draft_trunk: self.draft_trunk.clone(),
+            comm: crate::mpi_comm::group(), // issue 28: one rank of an MPI job
             ..EngineOptions::default()
         })
     }

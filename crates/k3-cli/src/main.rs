@@ -20,6 +20,7 @@ mod engine_args;
 mod escape;
 mod ids;
 mod interrupt;
+mod mpi_comm; // issue 28: `--features mpi` (docs/DISTRIBUTED.md)
 mod pack;
 mod plan_cmd;
 mod ps;
@@ -125,6 +126,18 @@ impl From<k3_engine::EngineError> for CliError {
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(argv::normalise(std::env::args_os()));
+    // issue 28: one rank of an MPI job under `--features mpi` + mpirun (docs/DISTRIBUTED.md)
+    let _mpi = match mpi_comm::start() {
+        Ok(universe) => universe,
+        Err(e) => {
+            eprintln!("k3: error: {}", e.message);
+            return ExitCode::from(e.code);
+        }
+    };
+    if mpi_comm::group().is_some() && matches!(cli.cmd, Command::Chat(_) | Command::Serve(_)) {
+        eprintln!("k3: error: `k3 chat` and `k3 serve` do not run over MPI ranks yet (docs/DISTRIBUTED.md): use `k3 run` under mpirun");
+        return ExitCode::from(2);
+    }
     let result = match cli.cmd {
         Command::Run(args) => run::run(args),
         Command::Chat(args) => chat_repl::chat(args),
@@ -146,7 +159,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("k3: error: {}", e.message);
+            eprintln!("k3: error: {}{}", mpi_comm::rank_prefix(), e.message);
+            mpi_comm::end_group(e.code); // issue 28: a failing rank ends every rank, no hang
             ExitCode::from(e.code)
         }
     }

@@ -328,7 +328,18 @@ fn resolve_lengths(args: &mut RunArgs, file: &FileConfig) {
 pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     let file = config_file::load()?;
     resolve_lengths(&mut args, &file);
+    if crate::mpi_comm::is_follower() {
+        // issue 28: rank 0 owns the product; a follower writes no report or file
+        (args.quiet, args.print_ids) = (true, false);
+        (args.json, args.dump_logits, args.save_session) = (None, None, None);
+        args.dump_cache_trace = None;
+    }
     if run_input::wants_chat(&args) {
+        if crate::mpi_comm::group().is_some() {
+            return Err(CliError::usage(
+                "give a prompt: chat does not run over MPI ranks yet (docs/DISTRIBUTED.md)",
+            ));
+        }
         return crate::chat_repl::chat(crate::chat_repl::ChatArgs::from_run(args));
     }
     let inputs = run_input::resolve(&args, &file)?;
@@ -342,13 +353,14 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     let resident = args.engine.resident;
     let engine = crate::engine_args::open_engine(dir, options, resident, !args.quiet)?;
     let structured = run_structured::spec(&args)?;
-    let prompt = match &structured {
+    let mut prompt = match &structured {
         Some(_) => {
             let tok = run_structured::tokenizer(&engine, dir)?;
             run_structured::chat_prompt(tok, &inputs.prompt)?
         }
         None => inputs.prompt.ids(&engine, dir, args.allow_special)?,
     };
+    crate::mpi_comm::share_ids(&mut prompt)?; // issue 28: rank 0's prompt ids
     if prompt.is_empty() {
         return Err(CliError::usage(
             "the prompt is empty: give at least one token",

@@ -172,6 +172,33 @@ impl<'e> Session<'e> {
         Ok(emitter.finish(reason))
     }
 
+    /// Samples the next id; over several ranks (docs/DISTRIBUTED.md) rank 0's choice is
+    /// broadcast and every rank continues with it, so the ranks never diverge.
+    pub(crate) fn sample_shared(
+        &self,
+        sampler: &mut Sampler,
+        logits: &[f32],
+        history: &[u32],
+    ) -> Result<u32, EngineError> {
+        let id = sampler.try_sample(logits, history)?;
+        let comm = self.owner().comm();
+        if comm.size() == 1 {
+            return Ok(id);
+        }
+        let mut shared = vec![id];
+        comm.broadcast_u32(0, &mut shared)
+            .map_err(k3_model::ModelError::from)?;
+        match shared.first() {
+            // logits are bit-identical on every rank, so a deterministic sampler agrees
+            Some(&s) if s == id => Ok(s),
+            Some(&s) => Err(EngineError::Invalid(format!(
+                "rank {} sampled id {id} where rank 0 sampled {s}: the ranks diverged (same model, seed and flags on every rank?)",
+                comm.rank()
+            ))),
+            None => Err(EngineError::Invalid("rank 0 broadcast no sampled id".into())),
+        }
+    }
+
     /// One forward pass per generated token.
     fn generate_plain<F: FnMut(u32) -> bool>(
         &mut self,
@@ -181,7 +208,7 @@ impl<'e> Session<'e> {
         emitter: &mut Emitter<'_, F>,
     ) -> Result<StopReason, EngineError> {
         for i in 0..n {
-            let id = sampler.try_sample(self.logits(), self.history())?;
+            let id = self.sample_shared(sampler, self.logits(), self.history())?;
             let stopped = emitter.push(id);
             if stopped.is_some() || i + 1 == n {
                 self.keep_pending(id)?;

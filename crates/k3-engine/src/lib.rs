@@ -29,6 +29,7 @@ pub mod draft;
 mod error;
 mod gather;
 mod generate;
+mod group;
 mod hybrid;
 mod layer_view;
 mod logprob;
@@ -47,6 +48,8 @@ pub use constraint::{Constraint, ConstraintSpec, ReplyStart};
 pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
 pub use hybrid::{DraftModel, DraftStats};
 pub use k3_format::K3Config;
+pub use k3_model::dist::check_counts;
+pub use k3_model::{Comm, CommError, LocalComm, Solo};
 pub use k3_plan::{Budget, MemoryPlan, Preset};
 pub use logprob::{token_logprob, TokenLogprob};
 pub use planning::DraftChoice;
@@ -107,6 +110,10 @@ pub struct EngineOptions {
     pub draft_trunk: Option<PathBuf>,
     /// Whether to load [`EngineOptions::draft_trunk`].
     pub draft_policy: DraftPolicy,
+    /// Run as one rank of a group (docs/DISTRIBUTED.md): trunk rows and routed experts are
+    /// dealt across the group's ranks, logits stay bit-identical. `None`: one process. Every
+    /// rank must open the same model and make the same calls in the same order.
+    pub comm: Option<Arc<dyn k3_model::Comm>>,
 }
 
 /// When an engine loads its draft trunk.
@@ -138,6 +145,7 @@ impl Default for EngineOptions {
             sessions: 1,
             draft_trunk: None,
             draft_policy: DraftPolicy::Auto,
+            comm: None,
         }
     }
 }
@@ -197,6 +205,21 @@ impl Engine {
     /// validates the config, binds every tensor by name and checks shapes and dtypes; with a
     /// budget, plans memory (refusing when it does not fit) and starts the streaming stores.
     pub fn open(dir: &Path, options: EngineOptions) -> Result<Engine, EngineError> {
+        let comm = options.comm.clone();
+        if let Some(c) = comm.as_ref().filter(|c| c.size() > 1) {
+            // every rank sees every fingerprint and refuses alike (exit 2), no abort needed
+            group::check_same_model(dir, c.as_ref())?;
+        }
+        Self::open_rank(dir, options).inspect_err(|err| {
+            // one rank that cannot open its share ends the group (docs/DISTRIBUTED.md#faults)
+            if let Some(c) = comm.filter(|c| c.size() > 1) {
+                c.abort(&format!("cannot open {}: {err}", dir.display()));
+            }
+        })
+    }
+
+    /// [`Engine::open`] on this rank.
+    fn open_rank(dir: &Path, options: EngineOptions) -> Result<Engine, EngineError> {
         if !dir.is_dir() {
             return Err(EngineError::ModelDir {
                 path: dir.to_path_buf(),
@@ -205,7 +228,19 @@ impl Engine {
             });
         }
         let config = K3Config::load(dir.join("config.json"))?;
-        let model = Model::new(&config)?.with_lookahead(options.lookahead);
+        let mut model = Model::new(&config)?.with_lookahead(options.lookahead);
+        let mut options = options;
+        if let Some(comm) = options.comm.clone().filter(|c| c.size() > 1) {
+            // A draft trunk's cache-only experts differ per rank, so its proposals (and the
+            // verify passes' lengths) would differ: not over ranks in this stage.
+            if options.draft_policy == DraftPolicy::On {
+                return Err(EngineError::Invalid(
+                    "--draft hybrid is not supported over MPI ranks (docs/DISTRIBUTED.md): use --draft off or an n-gram length".into(),
+                ));
+            }
+            options.draft_policy = DraftPolicy::Off;
+            model = model.with_comm(comm);
+        }
         let tokenizer = load_tokenizer(dir, options.tokenizer_dir.as_deref(), config.vocab_size)?;
         let threads = options.threads.unwrap_or_else(default_threads);
         if threads == 0 {
@@ -320,7 +355,13 @@ impl Engine {
             .map(|d| (d.dir(), d.quant().name(), d.bytes()))
     }
 
-    /// The model directory this engine was opened from.
+    /// The group this engine runs in (docs/DISTRIBUTED.md; rank 0 of 1 unless
+    /// [`EngineOptions::comm`]).
+    pub fn comm(&self) -> &Arc<dyn k3_model::Comm> {
+        self.model.comm()
+    }
+
+    /// The model directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

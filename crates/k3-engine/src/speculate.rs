@@ -170,7 +170,7 @@ impl Session<'_> {
         let mut length = DraftLength::new(max_draft);
         // `history` = what one-token decoding would pass the sampler: every token so far.
         let mut history = self.history().to_vec();
-        let first = sampler.try_sample(self.logits(), &history)?;
+        let first = self.sample_shared(sampler, self.logits(), &history)?;
         history.push(first);
         let mut generated = 1;
         if let Some(r) = emitter.push(first) {
@@ -206,7 +206,8 @@ impl Session<'_> {
             let vocab = rows.len() / (k + 1);
             let accepted_before = self.spec_stats.accepted;
             for j in 0..=k {
-                let next = sampler.try_sample(&rows[j * vocab..(j + 1) * vocab], &history)?;
+                let next =
+                    self.sample_shared(sampler, &rows[j * vocab..(j + 1) * vocab], &history)?;
                 history.push(next);
                 generated += 1;
                 let stopped = emitter.push(next);

@@ -6,7 +6,6 @@ use crate::pass::Pass;
 use crate::scratch::grow;
 use crate::weights::DenseWeights;
 use k3_kernels::act::situ_glu;
-use k3_kernels::matmul;
 
 /// Preallocated buffers of one dense-MLP call.
 #[derive(Default)]
@@ -66,9 +65,11 @@ pub fn dense_forward(
     check_dense(d, w, Some(l))?;
     sc.ensure(d, t);
     let n = t * d.dense_inter;
-    matmul(&mut sc.g[..n], &w.gate_proj, x, t);
-    matmul(&mut sc.u[..n], &w.up_proj, x, t);
+    let mut jobs = [(&mut sc.g[..n], &w.gate_proj), (&mut sc.u[..n], &w.up_proj)];
+    pass.dist.matmuls(&mut jobs, x, t)?; // one all-gather over ranks
+
     situ_glu(&mut sc.a[..n], &sc.g[..n], &sc.u[..n], d.situ_b1, d.situ_b2);
-    matmul(&mut out[..t * d.hidden], &w.down_proj, &sc.a[..n], t);
+    pass.dist
+        .matmul(&mut out[..t * d.hidden], &w.down_proj, &sc.a[..n], t)?;
     Ok(())
 }

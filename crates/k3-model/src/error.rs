@@ -72,6 +72,9 @@ pub enum ModelError {
     /// `forward` was called with no tokens.
     #[error("forward called with no tokens")]
     NoTokens,
+    /// A collective across ranks failed (docs/DISTRIBUTED.md#faults): names the rank.
+    #[error("distributed: {0}")]
+    Dist(crate::dist::CommError),
 }
 
 fn layer_name(layer: Option<usize>) -> String {

@@ -9,6 +9,7 @@
 //! single-token call would (row-independent mat-mats, per-token sums in fixed order).
 
 use crate::dims::{Dims, LayerKind};
+use crate::dist::{Comm, Dist, Solo};
 use crate::error::{check_len, check_shape, ModelError};
 use crate::layer::{decoder_layer_batch, AttnState, Residual};
 use crate::mla::MlaPath;
@@ -20,7 +21,7 @@ use crate::state::{KdaState, MlaCache, State};
 use crate::weights::{ExpertProvider, HeadWeights, WeightProvider};
 use k3_format::K3Config;
 use k3_kernels::norm::rmsnorm;
-use k3_kernels::{matmul, par_matvec};
+use std::sync::Arc;
 
 /// Which positions get logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +97,8 @@ pub struct Model {
     dims: Dims,
     mla_path: MlaPath,
     lookahead: bool,
+    /// The ranks this model's rows and experts are dealt over (docs/DISTRIBUTED.md).
+    comm: Arc<dyn Comm>,
 }
 
 impl Model {
@@ -105,6 +108,7 @@ impl Model {
             dims: Dims::new(cfg)?,
             mla_path: MlaPath::Latent,
             lookahead: LOOKAHEAD_DEFAULT,
+            comm: Arc::new(Solo),
         })
     }
     /// The model's dimensions.
@@ -121,6 +125,18 @@ impl Model {
     pub fn with_lookahead(mut self, on: bool) -> Model {
         self.lookahead = on;
         self
+    }
+    /// Runs this model as one rank of `comm`'s group (docs/DISTRIBUTED.md#the-seam): every
+    /// rank computes its share of the trunk rows and routed experts and the results are
+    /// all-gathered, so logits are bit-identical to one process. Every rank must run the
+    /// same calls in the same order.
+    pub fn with_comm(mut self, comm: Arc<dyn Comm>) -> Model {
+        self.comm = comm;
+        self
+    }
+    /// The group this model runs in (rank 0 of 1 unless [`Model::with_comm`]).
+    pub fn comm(&self) -> &Arc<dyn Comm> {
+        &self.comm
     }
     /// A fresh session able to hold `max_ctx` positions.
     pub fn new_state(&self, max_ctx: usize) -> State {
@@ -234,7 +250,9 @@ impl Model {
             batch,
             head_rows: &head_rows,
         };
-        let data = self.run(weights, experts, &call, &mut parts, sc, on_layer)?;
+        let data = self
+            .run(weights, experts, &call, &mut parts, sc, on_layer)
+            .inspect_err(|err| self.abort_group(err))?;
         let vocab = self.dims.vocab;
         let mut out = Vec::with_capacity(items.len());
         let mut row = 0;
@@ -251,6 +269,15 @@ impl Model {
             });
         }
         Ok(out)
+    }
+
+    /// A rank whose pass failed ends the group, so the other ranks' collectives fail
+    /// instead of waiting (docs/DISTRIBUTED.md#faults). A failure that came FROM the group
+    /// is not re-raised.
+    fn abort_group(&self, err: &ModelError) {
+        if self.comm.size() > 1 && !matches!(err, ModelError::Dist(_)) {
+            self.comm.abort(&err.to_string());
+        }
     }
 
     fn check_call(&self, tokens: &[u32], state: &State) -> Result<(), ModelError> {
@@ -321,6 +348,11 @@ impl Model {
                 taken: &mut taken,
             };
             if shapes_ok && route(&x[..d.hidden], router, bias, &rp, sc, &mut idx, &mut wts) {
+                // only the experts this rank runs (docs/DISTRIBUTED.md#the-seam)
+                let dist = Dist {
+                    comm: self.comm.as_ref(),
+                };
+                idx.retain(|&e| dist.owns_expert(e));
                 experts.hint(layer, &idx);
             }
         });
@@ -348,6 +380,9 @@ impl Model {
             mla_path: self.mla_path,
             ahead: self.lookahead.then_some(&predict as Ahead<'_>),
             batch: call.batch,
+            dist: Dist {
+                comm: self.comm.as_ref(),
+            },
         };
         let weights_err = |layer, source| ModelError::Weights { layer, source };
         // 1. embedding rows: h [T][E]
@@ -381,7 +416,7 @@ impl Model {
         // 4.–5. output aggregator, final norm, lm_head: logits [rows][V]
         let mut data = vec![0f32; call.head_rows.len() * d.vocab];
         let hw = weights.head().map_err(|err| weights_err(None, err))?;
-        self.head(&hw, sc, n_blocks, call.head_rows, &mut data)?;
+        self.head(&hw, pass.dist, sc, n_blocks, call.head_rows, &mut data)?;
         Ok(data)
     }
 
@@ -389,6 +424,7 @@ impl Model {
     fn head(
         &self,
         hw: &HeadWeights,
+        dist: Dist<'_>,
         sc: &mut Scratch,
         n_blocks: usize,
         rows: &[usize],
@@ -423,12 +459,7 @@ impl Model {
             rmsnorm(&mut sc.xn_head[r * e..(r + 1) * e], mixed, hw.norm, d.eps);
         }
         let n = rows.len();
-        if n == 1 {
-            par_matvec(out, &hw.lm_head, &sc.xn_head[..e]);
-        } else {
-            matmul(out, &hw.lm_head, &sc.xn_head[..n * e], n);
-        }
-        Ok(())
+        dist.matmul(out, &hw.lm_head, &sc.xn_head[..n * e], n)
     }
 }
 

@@ -13,7 +13,7 @@ use k3_kernels::act::sigmoid;
 use k3_kernels::conv::shortconv_step;
 use k3_kernels::kda::kda_step_head;
 use k3_kernels::norm::{l2norm_inplace, rmsnorm_inplace, L2_EPS};
-use k3_kernels::{matmul, Matrix};
+use k3_kernels::Matrix;
 use rayon::prelude::*;
 
 /// Preallocated buffers of one KDA call (grown to the largest T seen, never shrunk).
@@ -234,13 +234,18 @@ pub fn kda_forward_batch(
     let (p, h, dd, k) = (d.kda_proj(), d.kda_heads, d.kda_dim, d.conv_k);
     let tp = t * p;
     // 1. projections (one weight pass for all T rows)
-    matmul(&mut sc.q[..tp], &w.q_proj, x, t);
-    matmul(&mut sc.k[..tp], &w.k_proj, x, t);
-    matmul(&mut sc.v[..tp], &w.v_proj, x, t);
-    matmul(&mut sc.g[..tp], &w.g_proj, x, t);
-    matmul(&mut sc.braw[..t * h], &w.b_proj, x, t);
-    matmul(&mut sc.f[..t * dd], &w.f_a_proj, x, t);
-    matmul(&mut sc.z[..tp], &w.f_b_proj, &sc.f[..t * dd], t);
+    //    (the six of x in one all-gather over ranks, docs/DISTRIBUTED.md#the-seam)
+    let mut jobs = [
+        (&mut sc.q[..tp], &w.q_proj),
+        (&mut sc.k[..tp], &w.k_proj),
+        (&mut sc.v[..tp], &w.v_proj),
+        (&mut sc.g[..tp], &w.g_proj),
+        (&mut sc.braw[..t * h], &w.b_proj),
+        (&mut sc.f[..t * dd], &w.f_a_proj),
+    ];
+    pass.dist.matmuls(&mut jobs, x, t)?;
+    pass.dist
+        .matmul(&mut sc.z[..tp], &w.f_b_proj, &sc.f[..t * dd], t)?;
     // 2. causal short convs with each sequence's carried histories
     for i in 0..pass.n_seqs() {
         let seq = pass.seq(i);
@@ -328,6 +333,7 @@ pub fn kda_forward_batch(
         }
     }
     // 9. output projection
-    matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..tp], t);
+    pass.dist
+        .matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..tp], t)?;
     Ok(())
 }

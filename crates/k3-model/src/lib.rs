@@ -12,6 +12,12 @@
 //! are bit-identical at any thread count, for prefill vs decode vs recompute, and for any
 //! order in which an expert store delivers experts. Routed experts are computed one at a time
 //! as they arrive (rows in parallel inside each).
+//!
+//! # Distribution
+//! Across processes (or in-process ranks) the same rule holds one level up: [`dist`] deals
+//! trunk rows and routed experts over the ranks of a [`Comm`] and all-gathers in rank order,
+//! never splitting a dot product, so every rank's logits equal one process's
+//! (docs/DISTRIBUTED.md#the-seam).
 
 #![forbid(unsafe_code)]
 // Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
@@ -19,10 +25,12 @@
 
 pub mod dense;
 pub mod dims;
+pub mod dist;
 pub mod error;
 pub mod forward;
 pub mod kda;
 pub mod layer;
+pub mod local;
 pub mod mla;
 pub mod moe;
 pub mod pass;
@@ -38,8 +46,10 @@ pub mod weights;
 mod tests;
 
 pub use dims::{Dims, LayerKind};
+pub use dist::{Comm, CommError, Dist, Solo};
 pub use error::ModelError;
 pub use forward::{argmax, BatchItem, Logits, LogitsMode, Model, LOOKAHEAD_DEFAULT};
+pub use local::LocalComm;
 pub use mla::MlaPath;
 pub use pass::{Ahead, Pass, Seq};
 pub use state::{KdaState, MlaCache, Snapshot, State};

@@ -26,7 +26,7 @@ use k3_kernels::act::sigmoid;
 use k3_kernels::attn::softmax_inplace;
 use k3_kernels::norm::rmsnorm_inplace;
 use k3_kernels::tmatvec::matvec_t_f64;
-use k3_kernels::{matmul, Matrix};
+use k3_kernels::Matrix;
 use rayon::prelude::*;
 
 /// Which attention formulation to run.
@@ -183,14 +183,23 @@ pub fn mla_forward_batch(
         d.mla_heads * d.v_head,
         d.mla_heads * d.qk_head(),
     );
-    // 1. query: q_a → RMSNorm → q_b
-    matmul(&mut sc.cq[..t * d.q_lora], &w.q_a_proj, x, t);
+    // 1. query: q_a → RMSNorm → q_b; with q_a, the latent kv_a and the output gate, which
+    //    read the same input (one all-gather over ranks, docs/DISTRIBUTED.md#the-seam)
+    let mut jobs = vec![
+        (&mut sc.cq[..t * d.q_lora], &w.q_a_proj),
+        (&mut sc.ckv[..t * kvr], &w.kv_a_proj),
+    ];
+    if let Some(g) = &w.g_proj {
+        jobs.push((&mut sc.gate[..t * hv], g));
+    }
+    pass.dist.matmuls(&mut jobs, x, t)?;
+    drop(jobs);
     for row in sc.cq[..t * d.q_lora].chunks_exact_mut(d.q_lora) {
         rmsnorm_inplace(row, w.q_a_norm, d.mla_norm_eps);
     }
-    matmul(&mut sc.q[..t * qw], &w.q_b_proj, &sc.cq[..t * d.q_lora], t);
-    // 2. latent: kv_a → RMSNorm on the latent part only
-    matmul(&mut sc.ckv[..t * kvr], &w.kv_a_proj, x, t);
+    pass.dist
+        .matmul(&mut sc.q[..t * qw], &w.q_b_proj, &sc.cq[..t * d.q_lora], t)?;
+    // 2. latent: RMSNorm on the latent part only of kv_a's output
     for row in sc.ckv[..t * kvr].chunks_exact_mut(kvr) {
         rmsnorm_inplace(&mut row[..d.kv_lora], w.kv_a_norm, d.mla_norm_eps);
     }
@@ -223,14 +232,14 @@ pub fn mla_forward_batch(
         }
     }
     // 5. output gate on the concatenated heads (no norm), 6. o_proj
-    if let Some(g) = &w.g_proj {
-        matmul(&mut sc.gate[..t * hv], g, x, t);
+    if w.g_proj.is_some() {
         sc.o[..t * hv]
             .iter_mut()
             .zip(&sc.gate[..t * hv])
             .for_each(|(o, &g)| *o *= sigmoid(g));
     }
-    matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..t * hv], t);
+    pass.dist
+        .matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..t * hv], t)?;
     Ok(())
 }
 

@@ -170,7 +170,13 @@ pub fn moe_forward(
         }
     }
     // 2. latent down-projection
-    matmul(&mut sc.z[..t * lat], &w.down_proj, x, t);
+    //    with the shared expert's gate and up (same input; one all-gather over ranks)
+    let mut jobs = [
+        (&mut sc.z[..t * lat], &w.down_proj),
+        (&mut sc.sg[..t * si], &w.shared_gate),
+        (&mut sc.su[..t * si], &w.shared_up),
+    ];
+    pass.dist.matmuls(&mut jobs, x, t)?;
     // 3. experts: union fetched once, each computed for all its tokens as it arrives
     run_experts(pass, layer, x, sc)?;
     if pass.experts.drops_missing() {
@@ -189,11 +195,10 @@ pub fn moe_forward(
             rmsnorm_inplace(acc, w.latent_norm, d.eps);
         }
     }
-    // 5. up-projection, 6. shared experts on the ORIGINAL input, unweighted
+    // 5. up-projection, 6. shared experts (gate and up of the ORIGINAL input, step 2), unweighted
     let out = &mut out[..t * e];
-    matmul(out, &w.up_proj, &sc.acc[..t * lat], t);
-    matmul(&mut sc.sg[..t * si], &w.shared_gate, x, t);
-    matmul(&mut sc.su[..t * si], &w.shared_up, x, t);
+    let dist = pass.dist;
+    dist.matmul(out, &w.up_proj, &sc.acc[..t * lat], t)?;
     situ_glu(
         &mut sc.sa[..t * si],
         &sc.sg[..t * si],
@@ -201,7 +206,7 @@ pub fn moe_forward(
         d.situ_b1,
         d.situ_b2,
     );
-    matmul(&mut sc.sd[..t * e], &w.shared_down, &sc.sa[..t * si], t);
+    dist.matmul(&mut sc.sd[..t * e], &w.shared_down, &sc.sa[..t * si], t)?;
     out.iter_mut()
         .zip(&sc.sd[..t * e])
         .for_each(|(o, &s)| *o += s);
@@ -220,7 +225,8 @@ fn run_experts(
     let mut ahead = pass.ahead.filter(|_| layer + 1 < d.n_layers);
     sc.union.clear();
     for &ex in &sc.idx[..t * k] {
-        if !sc.union.contains(&ex) {
+        // each rank fetches and runs only the experts it owns (docs/DISTRIBUTED.md#the-seam)
+        if !sc.union.contains(&ex) && pass.dist.owns_expert(ex) {
             sc.union.push(ex);
         }
     }
@@ -270,6 +276,10 @@ fn run_experts(
     if let Some(err) = failure {
         return Err(err);
     }
+    if pass.dist.is_split() {
+        gather_slots(pass, sc)?;
+    }
+    let MoeScratch { idx, filled, .. } = sc;
     if let Some(s) = (0..t * k).find(|&s| !filled[s] && !pass.experts.drops_missing()) {
         return Err(expert_err(
             layer,
@@ -334,4 +344,41 @@ fn compute_expert(
     for (r, &s) in slots.iter().enumerate() {
         ybuf[s * l..(s + 1) * l].copy_from_slice(&gy[r * l..(r + 1) * l]);
     }
+}
+
+/// All-gathers every slot's expert output from the rank owning its expert: rank `q` sends,
+/// for each of its slots in slot order, a delivered flag and the `[L]` row; every rank then
+/// holds every slot exactly as one process computes it.
+fn gather_slots(pass: &Pass<'_>, sc: &mut MoeScratch) -> Result<(), ModelError> {
+    let (d, t) = (pass.d, pass.t);
+    let (k, lat, dist) = (d.topk, d.latent, pass.dist);
+    let n = dist.comm.size();
+    let slots = 0..t * k;
+    let owner = |s: usize| dist.expert_owner(sc.idx[s]);
+    let mut counts = vec![0usize; n];
+    slots.clone().for_each(|s| counts[owner(s)] += lat + 1);
+    let me = dist.comm.rank();
+    let mut mine = Vec::with_capacity(counts[me]);
+    for s in slots.clone().filter(|&s| owner(s) == me) {
+        mine.push(if sc.filled[s] { 1.0 } else { 0.0 });
+        mine.extend_from_slice(&sc.ybuf[s * lat..(s + 1) * lat]);
+    }
+    let mut all = vec![0f32; counts.iter().sum()];
+    dist.comm.allgather_f32(&mine, &counts, &mut all)?;
+    let mut offset: Vec<usize> = counts
+        .iter()
+        .scan(0, |acc, &c| {
+            let start = *acc;
+            *acc += c;
+            Some(start)
+        })
+        .collect();
+    for s in slots {
+        let q = owner(s);
+        let part = &all[offset[q]..offset[q] + lat + 1];
+        sc.filled[s] = part[0] != 0.0;
+        sc.ybuf[s * lat..(s + 1) * lat].copy_from_slice(&part[1..]);
+        offset[q] += lat + 1;
+    }
+    Ok(())
 }

@@ -4,6 +4,7 @@
 //! signature; the `&mut` things (carried state, outputs, scratch) travel separately.
 
 use crate::dims::Dims;
+use crate::dist::Dist;
 use crate::error::ModelError;
 use crate::mla::MlaPath;
 use crate::weights::ExpertProvider;
@@ -44,6 +45,8 @@ pub struct Pass<'p> {
     pub mla_path: MlaPath,
     /// Next-layer router lookahead, when on.
     pub ahead: Option<Ahead<'p>>,
+    /// Which rank computes which rows and experts (docs/DISTRIBUTED.md#the-seam).
+    pub dist: Dist<'p>,
 }
 
 impl<'p> Pass<'p> {
@@ -57,6 +60,7 @@ impl<'p> Pass<'p> {
             mla_path: MlaPath::Latent,
             ahead: None,
             batch: &[],
+            dist: Dist::solo(),
         }
     }
 

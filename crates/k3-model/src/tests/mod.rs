@@ -1,6 +1,7 @@
 //! Determinism and equivalence tests of the whole model on random weights.
 
 mod batch;
+mod dist;
 mod draft;
 mod ops;
 

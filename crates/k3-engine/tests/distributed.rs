@@ -1,0 +1,424 @@
+//! One model over N ranks (docs/DISTRIBUTED.md), proven in-process: N threads, each an
+//! engine holding one rank of a `LocalComm` group, run the same calls; rank 0 samples and
+//! broadcasts each id. Ids and logits (teacher-forced over the prompt, then after every
+//! sampled id) must be bit-identical to one process, on both tiny checkpoints, resident and
+//! at a streaming budget, at any thread count; batched feeding too. A rank that fails ends
+//! every rank with an error naming it.
+
+use k3_engine::planning::budget_extremes;
+use k3_engine::{
+    shard_readers, BatchFeed, Budget, Engine, EngineOptions, Sampler, SamplingParams, EXIT_RUNTIME,
+};
+use k3_format::{bind_model, Checkpoint, K3Config};
+use k3_model::{Comm, LocalComm};
+use k3_store::io::{Fault, FaultyReader, ReadAt};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+const PROMPT: [u32; 7] = [637, 229, 263, 638, 730, 42, 197];
+const NEW_TOKENS: usize = 5;
+
+fn dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name)
+}
+
+/// The smallest trunk budget (every layer streams) with room for every expert.
+fn streaming(name: &str) -> Budget {
+    match budget_extremes(&dir(name)).unwrap().0 {
+        Budget::Split { trunk, .. } => Budget::Split {
+            trunk,
+            cache: 64 << 20,
+        },
+        other => panic!("the smallest budget is a split: {other:?}"),
+    }
+}
+
+fn options(threads: usize, budget: Option<Budget>, comm: Option<Arc<dyn Comm>>) -> EngineOptions {
+    EngineOptions {
+        threads: Some(threads),
+        budget,
+        ctx: 64,
+        comm,
+        ..EngineOptions::default()
+    }
+}
+
+/// Everything one rank observed: every logit's bits, and the ids it ran.
+#[derive(Clone, Debug, PartialEq)]
+struct Trace {
+    logit_bits: Vec<u32>,
+    ids: Vec<u32>,
+}
+
+fn bits(v: &[f32]) -> impl Iterator<Item = u32> + '_ {
+    v.iter().map(|x| x.to_bits())
+}
+
+/// Teacher-forced prompt, then `NEW_TOKENS` sampled ids: rank 0 samples (temperature 0.8,
+/// fixed seed) and broadcasts; every rank feeds the broadcast id.
+fn trace(engine: &Engine, comm: &dyn Comm) -> Trace {
+    let mut s = engine.new_session(64).unwrap();
+    let mut logit_bits: Vec<u32> = bits(&s.feed_all_logits(&PROMPT).unwrap()).collect();
+    let mut sampler = Sampler::new(SamplingParams {
+        temperature: 0.8,
+        top_k: 20,
+        seed: 7,
+        ..SamplingParams::default()
+    })
+    .unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..NEW_TOKENS {
+        let mut id = vec![sampler.sample(s.logits(), s.history())];
+        comm.broadcast_u32(0, &mut id).unwrap();
+        ids.push(id[0]);
+        s.feed(&id).unwrap();
+        logit_bits.extend(bits(s.logits()));
+    }
+    Trace { logit_bits, ids }
+}
+
+/// One process, resident, 2 threads: the reference every group must match.
+fn reference(name: &str) -> Trace {
+    static CACHE: OnceLock<Mutex<HashMap<String, Trace>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(t) = cache.lock().unwrap().get(name) {
+        return t.clone();
+    }
+    let engine = Engine::open(&dir(name), options(2, None, None)).unwrap();
+    let t = trace(&engine, &k3_model::Solo);
+    cache.lock().unwrap().insert(name.into(), t.clone());
+    t
+}
+
+/// Runs `ranks` ranks as threads (each its own engine with `threads` compute threads) and
+/// returns every rank's trace, rank order.
+fn group(name: &str, ranks: usize, threads: usize, budget: Option<Budget>) -> Vec<Trace> {
+    let comms = LocalComm::group(ranks);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                scope.spawn(move || {
+                    let comm: Arc<dyn Comm> = Arc::new(c);
+                    let o = options(threads, budget, Some(Arc::clone(&comm)));
+                    let engine = Engine::open(&dir(name), o).unwrap();
+                    trace(&engine, comm.as_ref())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn assert_group_matches(name: &str, ranks: usize, threads: usize, budget: Option<Budget>) {
+    let want = reference(name);
+    assert_eq!(want.ids.len(), NEW_TOKENS);
+    for (rank, got) in group(name, ranks, threads, budget).iter().enumerate() {
+        assert_eq!(got.ids, want.ids, "{name} N={ranks} rank {rank}: ids");
+        assert!(
+            got.logit_bits == want.logit_bits,
+            "{name} N={ranks} threads={threads} budget={budget:?} rank {rank}: logits differ"
+        );
+    }
+}
+
+#[test]
+fn two_and_three_ranks_match_one_process_resident_and_streaming() {
+    for name in ["tiny-k3", "tiny-k3-wide"] {
+        for ranks in [1, 2, 3] {
+            assert_group_matches(name, ranks, 1, None);
+            assert_group_matches(name, ranks, 2, Some(streaming(name)));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    #[test]
+    fn any_rank_count_thread_count_and_budget_is_bit_identical(
+        wide in any::<bool>(),
+        ranks in 1usize..=3,
+        threads in 1usize..=3,
+        stream in any::<bool>(),
+    ) {
+        let name = if wide { "tiny-k3-wide" } else { "tiny-k3" };
+        let budget = stream.then(|| streaming(name));
+        assert_group_matches(name, ranks, threads, budget);
+    }
+}
+
+/// Two sessions fed together (prompt, then one id each) on every rank.
+fn batched(engine: &Engine) -> Vec<Vec<u32>> {
+    let prompts: [&[u32]; 2] = [&PROMPT[..4], &PROMPT[2..]];
+    let mut sessions: Vec<_> = (0..2).map(|_| engine.new_session(64).unwrap()).collect();
+    let mut out = vec![Vec::new(); 2];
+    for round in 0..2 {
+        let ids: Vec<Vec<u32>> = if round == 0 {
+            prompts.iter().map(|p| p.to_vec()).collect()
+        } else {
+            vec![vec![11], vec![12]]
+        };
+        let mut feeds: Vec<BatchFeed<'_, '_>> = sessions
+            .iter_mut()
+            .zip(&ids)
+            .map(|(session, ids)| BatchFeed { session, ids })
+            .collect();
+        engine.feed_batch(&mut feeds).unwrap();
+        drop(feeds);
+        for (o, s) in out.iter_mut().zip(&sessions) {
+            o.extend(bits(s.logits()));
+        }
+    }
+    out
+}
+
+#[test]
+fn batched_feeding_over_ranks_matches_one_process() {
+    let d = dir("tiny-k3");
+    let want = batched(&Engine::open(&d, options(2, None, None)).unwrap());
+    let comms = LocalComm::group(2);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let d = d.clone();
+                scope.spawn(move || {
+                    let o = options(1, None, Some(Arc::new(c)));
+                    batched(&Engine::open(&d, o).unwrap())
+                })
+            })
+            .collect();
+        for (rank, h) in handles.into_iter().enumerate() {
+            assert!(
+                h.join().unwrap() == want,
+                "rank {rank}: batched logits differ"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_rank_that_cannot_open_its_share_ends_every_rank_naming_it() {
+    let comms = LocalComm::group(2);
+    let d = dir("tiny-k3");
+    std::thread::scope(|scope| {
+        let mut it = comms.into_iter();
+        let (c0, c1) = (it.next().unwrap(), it.next().unwrap());
+        scope.spawn(move || c1.abort("cannot open its share: fixtures/missing: not found"));
+        // rank 0 fails at its open (the fingerprint exchange) or its first pass
+        let follower =
+            scope.spawn(
+                move || match Engine::open(&d, options(1, None, Some(Arc::new(c0)))) {
+                    Err(e) => e,
+                    Ok(engine) => engine.new_session(16).unwrap().feed(&PROMPT).unwrap_err(),
+                },
+            );
+        let err = follower.join().unwrap();
+        let msg = err.to_string();
+        assert_eq!(err.exit_code(), EXIT_RUNTIME, "{msg}");
+        assert!(
+            msg.contains("rank 1") && msg.contains("cannot open its share"),
+            "{msg}"
+        );
+    });
+}
+
+/// Rank 1's expert reads of layer 1 fail; rank 0 never reads them (the experts it owns
+/// differ) but must still stop, with an error naming rank 1 and the expert failure.
+#[test]
+fn an_expert_failure_on_one_rank_ends_every_rank_naming_it() {
+    let d = dir("tiny-k3");
+    let cfg = K3Config::load(d.join("config.json")).unwrap();
+    let binding = bind_model(&Checkpoint::open(&d).unwrap(), &cfg).unwrap();
+    let wrapped: Vec<Arc<FaultyReader>> = shard_readers(&d, false)
+        .unwrap()
+        .into_iter()
+        .map(|r| Arc::new(FaultyReader::new(r)))
+        .collect();
+    for e in 0..cfg.num_experts {
+        let loc = binding.expert(1, e).unwrap();
+        for &(off, len) in &loc.reads {
+            wrapped[loc.shard].inject(off..off + len, Fault::Eio);
+        }
+    }
+    let readers: Vec<Arc<dyn ReadAt>> = wrapped.iter().map(|w| w.clone() as _).collect();
+    let budget = budget_extremes(&d).unwrap().0;
+    let comms = LocalComm::group(2);
+    let errs: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let rank = c.rank();
+                let mut o = options(1, Some(budget), Some(Arc::new(c)));
+                if rank == 1 {
+                    o.readers = Some(readers.clone());
+                }
+                let d = d.clone();
+                scope.spawn(move || {
+                    let engine = Engine::open(&d, o).unwrap();
+                    let err = engine.new_session(16).unwrap().feed(&PROMPT).unwrap_err();
+                    err.to_string()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(
+        errs[1].contains("expert") && errs[1].contains("layer 1"),
+        "{}",
+        errs[1]
+    );
+    assert!(
+        errs[0].contains("rank 1") && errs[0].contains("layer 1"),
+        "{}",
+        errs[0]
+    );
+}
+
+/// Copies the files of `src` into a fresh directory.
+fn copy_model(src: &std::path::Path) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), tmp.path().join(entry.file_name())).unwrap();
+        }
+    }
+    tmp
+}
+
+#[test]
+fn ranks_with_different_checkpoints_are_refused_at_open_naming_the_rank() {
+    let same = dir("tiny-k3");
+    let other = copy_model(&same);
+    std::fs::write(other.path().join("extra.safetensors"), b"not the same").unwrap();
+    let comms = LocalComm::group(2);
+    let errs: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let d = if c.rank() == 0 {
+                    same.clone()
+                } else {
+                    other.path().to_path_buf()
+                };
+                scope.spawn(
+                    move || match Engine::open(&d, options(1, None, Some(Arc::new(c)))) {
+                        Ok(_) => "opened".to_string(),
+                        Err(e) => e.to_string(),
+                    },
+                )
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (rank, e) in errs.iter().enumerate() {
+        assert!(
+            e.contains("rank 1") && e.contains("different checkpoint"),
+            "rank {rank}: {e}"
+        );
+    }
+}
+
+/// A rank that counts its all-gathers and the bytes it contributes.
+#[derive(Debug)]
+struct Counting {
+    inner: LocalComm,
+    gathers: std::sync::atomic::AtomicUsize,
+    bytes_sent: std::sync::atomic::AtomicUsize,
+}
+
+impl Comm for Counting {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn allgather_f32(
+        &self,
+        mine: &[f32],
+        counts: &[usize],
+        out: &mut [f32],
+    ) -> Result<(), k3_engine::CommError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.gathers.fetch_add(1, Relaxed);
+        self.bytes_sent.fetch_add(mine.len() * 4, Relaxed);
+        self.inner.allgather_f32(mine, counts, out)
+    }
+    fn broadcast_u32(&self, root: usize, ids: &mut Vec<u32>) -> Result<(), k3_engine::CommError> {
+        self.inner.broadcast_u32(root, ids)
+    }
+    fn allgather_u64(&self, mine: u64) -> Result<Vec<u64>, k3_engine::CommError> {
+        self.inner.allgather_u64(mine)
+    }
+    fn barrier(&self) -> Result<(), k3_engine::CommError> {
+        self.inner.barrier()
+    }
+    fn abort(&self, reason: &str) {
+        self.inner.abort(reason)
+    }
+}
+
+/// One decode token costs one all-gather per group of trunk products of one input (KDA 3:
+/// q/k/v/g/b/f_a, f_b, o; MLA 3: q_a/kv_a/gate, q_b, o; dense 2; MoE 4: down/shared gate/
+/// shared up, the expert slots, up, shared down) plus lm_head (docs/PERFORMANCE.md#distributed).
+#[test]
+fn one_decode_token_costs_one_gather_per_input_of_the_trunk() {
+    use k3_model::{Dims, LayerKind};
+    use std::sync::atomic::Ordering::Relaxed;
+    let d = dir("tiny-k3");
+    let dims = Dims::new(&K3Config::load(d.join("config.json")).unwrap()).unwrap();
+    let want: usize = 1
+        + (0..dims.n_layers)
+            .map(|l| {
+                let attn = match dims.kinds[l] {
+                    LayerKind::Kda(_) | LayerKind::Mla(_) => 3,
+                };
+                attn + if dims.dense[l] { 2 } else { 4 }
+            })
+            .sum::<usize>();
+    let comms = LocalComm::group(2);
+    let counts: Vec<(usize, usize)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let d = d.clone();
+                scope.spawn(move || {
+                    let counting = Arc::new(Counting {
+                        inner: c,
+                        gathers: 0.into(),
+                        bytes_sent: 0.into(),
+                    });
+                    let engine =
+                        Engine::open(&d, options(1, None, Some(counting.clone()))).unwrap();
+                    let mut s = engine.new_session(16).unwrap();
+                    s.feed(&PROMPT).unwrap();
+                    let (g0, b0) = (
+                        counting.gathers.load(Relaxed),
+                        counting.bytes_sent.load(Relaxed),
+                    );
+                    s.feed(&[5]).unwrap();
+                    let g = counting.gathers.load(Relaxed) - g0;
+                    (g, counting.bytes_sent.load(Relaxed) - b0)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (rank, &(gathers, _)) in counts.iter().enumerate() {
+        assert_eq!(gathers, want, "rank {rank}: all-gathers per decode token");
+    }
+    let sent: usize = counts.iter().map(|c| c.1).sum();
+    eprintln!("tiny-k3, N=2: {want} all-gathers per decode token, {sent} bytes sent by all ranks");
+    assert!(
+        sent >= 4 * dims.vocab,
+        "the lm_head rows alone are {} bytes",
+        4 * dims.vocab
+    );
+}

@@ -1,0 +1,266 @@
+//! The distribution seam (docs/DISTRIBUTED.md#the-seam): which rank computes which rows.
+//!
+//! One model runs over `N` ranks (threads of one process with [`crate::local::LocalComm`],
+//! or processes with an MPI transport in the `k3` binary). Every rank holds the same residual
+//! stream; only two kinds of work are dealt out, and both keep every dot product whole on one
+//! rank, so ids and logits are bit-identical to one process at any `N`:
+//!
+//! * **Trunk rows**: every trunk mat-vec / mat-mat goes through [`Dist::matmul`], which
+//!   computes rows `[r0, r1)` of this rank ([`row_share`]) and all-gathers the slices in rank
+//!   order. A row's output is one row dot of the kernel contract, whichever rows run beside
+//!   it (docs/NUMERICS.md#matvec-and-matmul), so the gathered result equals the whole product.
+//! * **Routed experts**: expert `e` of every layer is owned by rank `e % N`
+//!   ([`Dist::owns_expert`]); each rank fetches and runs only its own experts of the tokens'
+//!   top-k, the per-slot outputs are all-gathered, and every rank sums them in top-k order
+//!   exactly as one process does (crate::moe).
+//!
+//! Everything else (norms, routing, the KDA recurrence, MLA attention, the residual mix) is
+//! replicated: every rank computes it on identical inputs, with identical results.
+
+use crate::error::ModelError;
+use k3_kernels::{matmul, Matrix, MatrixData};
+use std::fmt;
+
+/// A collective failed: a rank aborted, died, timed out or disagreed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CommError {
+    /// Rank `rank` gave up (its error is `reason`); every other rank stops with this.
+    #[error("rank {rank} failed: {reason}")]
+    Aborted {
+        /// The rank that failed first.
+        rank: usize,
+        /// What it reported.
+        reason: String,
+    },
+    /// A collective got inconsistent contributions (a caller's bug or mismatched ranks).
+    #[error("collective mismatch: {0}")]
+    Mismatch(String),
+    /// The transport itself failed.
+    #[error("transport: {0}")]
+    Transport(String),
+}
+
+/// The collectives one model needs across ranks. Every rank calls the same collectives in the
+/// same order (the model's control flow is identical on every rank); a rank that fails calls
+/// [`Comm::abort`] so that the others' pending and later collectives fail instead of waiting.
+pub trait Comm: Send + Sync + fmt::Debug {
+    /// This rank, `0..size()`.
+    fn rank(&self) -> usize;
+    /// Ranks in the group (≥ 1).
+    fn size(&self) -> usize;
+    /// All-gather with fixed per-rank counts: rank `q` contributes `counts[q]` values
+    /// (`mine.len() == counts[rank]`), and `out` (`Σ counts` long) receives every rank's values
+    /// concatenated in rank order. Every rank passes the same `counts`.
+    fn allgather_f32(
+        &self,
+        mine: &[f32],
+        counts: &[usize],
+        out: &mut [f32],
+    ) -> Result<(), CommError>;
+    /// Replaces `ids` on every rank by rank `root`'s `ids` (any length).
+    fn broadcast_u32(&self, root: usize, ids: &mut Vec<u32>) -> Result<(), CommError>;
+    /// One `u64` from every rank, in rank order (fingerprints, flags).
+    fn allgather_u64(&self, mine: u64) -> Result<Vec<u64>, CommError>;
+    /// Waits until every rank has arrived.
+    fn barrier(&self) -> Result<(), CommError>;
+    /// This rank failed with `reason`: ends the group (the others' collectives return
+    /// [`CommError::Aborted`] naming this rank; an MPI transport may end the processes).
+    fn abort(&self, reason: &str);
+}
+
+/// The group of one: every collective is the identity.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Solo;
+
+impl Comm for Solo {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn size(&self) -> usize {
+        1
+    }
+    fn allgather_f32(
+        &self,
+        mine: &[f32],
+        counts: &[usize],
+        out: &mut [f32],
+    ) -> Result<(), CommError> {
+        check_counts(0, mine.len(), counts, out.len())?;
+        out.copy_from_slice(mine);
+        Ok(())
+    }
+    fn broadcast_u32(&self, _root: usize, _ids: &mut Vec<u32>) -> Result<(), CommError> {
+        Ok(())
+    }
+    fn allgather_u64(&self, mine: u64) -> Result<Vec<u64>, CommError> {
+        Ok(vec![mine])
+    }
+    fn barrier(&self) -> Result<(), CommError> {
+        Ok(())
+    }
+    fn abort(&self, _reason: &str) {}
+}
+
+/// The one group of one, for passes that run on a single rank.
+pub static SOLO: Solo = Solo;
+
+/// Refuses an all-gather whose lengths disagree with its counts.
+pub fn check_counts(
+    rank: usize,
+    mine: usize,
+    counts: &[usize],
+    out: usize,
+) -> Result<(), CommError> {
+    let total: usize = counts.iter().sum();
+    if counts.get(rank) != Some(&mine) || total != out {
+        return Err(CommError::Mismatch(format!(
+            "rank {rank}: contributes {mine} values, counts {counts:?}, output {out}"
+        )));
+    }
+    Ok(())
+}
+
+/// Rows `[r0, r1)` of a `rows`-row matrix computed by `rank` of `size`: contiguous, in rank
+/// order, sizes differing by at most one.
+pub fn row_share(rows: usize, rank: usize, size: usize) -> (usize, usize) {
+    (rows * rank / size, rows * (rank + 1) / size)
+}
+
+/// Rows `[r0, r1)` of `w` as a matrix of their own (the same bytes, borrowed).
+pub fn row_slice<'a>(w: &Matrix<'a>, r0: usize, r1: usize) -> Matrix<'a> {
+    let c = w.cols;
+    let data = match w.data {
+        MatrixData::Bf16(d) => MatrixData::Bf16(&d[r0 * c..r1 * c]),
+        MatrixData::F32(d) => MatrixData::F32(&d[r0 * c..r1 * c]),
+        MatrixData::Mxfp4 { packed, scales } => MatrixData::Mxfp4 {
+            packed: &packed[r0 * c / 2..r1 * c / 2],
+            scales: &scales[r0 * c / 32..r1 * c / 32],
+        },
+        MatrixData::Q8 { values, scales } => MatrixData::Q8 {
+            values: &values[r0 * c..r1 * c],
+            scales: &scales[r0..r1],
+        },
+    };
+    Matrix {
+        rows: r1 - r0,
+        cols: c,
+        data,
+    }
+}
+
+/// This rank's view of the group, carried by every pass (crate::pass::Pass).
+#[derive(Clone, Copy)]
+pub struct Dist<'a> {
+    /// The transport.
+    pub comm: &'a dyn Comm,
+}
+
+impl<'a> Dist<'a> {
+    /// The group of one.
+    pub fn solo() -> Dist<'static> {
+        Dist { comm: &SOLO }
+    }
+    /// More than one rank.
+    pub fn is_split(&self) -> bool {
+        self.comm.size() > 1
+    }
+    /// Whether this rank runs routed expert `expert` (owner `expert % N`).
+    pub fn owns_expert(&self, expert: u32) -> bool {
+        expert as usize % self.comm.size() == self.comm.rank()
+    }
+    /// Owner rank of routed expert `expert`.
+    pub fn expert_owner(&self, expert: u32) -> usize {
+        expert as usize % self.comm.size()
+    }
+
+    /// `Y[t] = W·X[t]` for `t` tokens (`x` `[t][cols]`, `y` `[t][rows]`), bit-identical to
+    /// [`k3_kernels::matmul`]: this rank computes its rows, the slices are all-gathered in
+    /// rank order and scattered back into `[t][rows]`.
+    pub fn matmul(&self, y: &mut [f32], w: &Matrix, x: &[f32], t: usize) -> Result<(), ModelError> {
+        let n = self.comm.size();
+        if n == 1 {
+            matmul(y, w, x, t);
+            return Ok(());
+        }
+        let (r0, r1) = row_share(w.rows, self.comm.rank(), n);
+        let mut mine = vec![0f32; t * (r1 - r0)];
+        matmul(&mut mine, &row_slice(w, r0, r1), x, t);
+        let counts: Vec<usize> = (0..n)
+            .map(|q| {
+                let (a, b) = row_share(w.rows, q, n);
+                t * (b - a)
+            })
+            .collect();
+        let mut all = vec![0f32; t * w.rows];
+        self.comm.allgather_f32(&mine, &counts, &mut all)?;
+        let mut off = 0;
+        for q in 0..n {
+            let (a, b) = row_share(w.rows, q, n);
+            let width = b - a;
+            for tok in 0..t {
+                let src = &all[off + tok * width..off + (tok + 1) * width];
+                y[tok * w.rows + a..tok * w.rows + b].copy_from_slice(src);
+            }
+            off += t * width;
+        }
+        Ok(())
+    }
+}
+
+/// One product of [`Dist::matmuls`]: its output `[t][w.rows]` and its weight.
+pub type Product<'o, 'w> = (&'o mut [f32], &'w Matrix<'w>);
+
+impl Dist<'_> {
+    /// Several products of the SAME input `x` (`[t][cols]`) in one all-gather: each rank
+    /// computes its rows of every product, sends them as one message, and every output is
+    /// bit-identical to [`k3_kernels::matmul`] (one collective instead of one per product).
+    pub fn matmuls(
+        &self,
+        jobs: &mut [Product<'_, '_>],
+        x: &[f32],
+        t: usize,
+    ) -> Result<(), ModelError> {
+        let n = self.comm.size();
+        if n == 1 {
+            jobs.iter_mut().for_each(|(y, w)| matmul(y, w, x, t));
+            return Ok(());
+        }
+        let me = self.comm.rank();
+        let share = |rows: usize, q: usize| {
+            let (a, b) = row_share(rows, q, n);
+            t * (b - a)
+        };
+        let counts: Vec<usize> = (0..n)
+            .map(|q| jobs.iter().map(|(_, w)| share(w.rows, q)).sum())
+            .collect();
+        let mut mine = vec![0f32; counts[me]];
+        let mut off = 0;
+        for (_, w) in jobs.iter() {
+            let (r0, r1) = row_share(w.rows, me, n);
+            let len = t * (r1 - r0);
+            matmul(&mut mine[off..off + len], &row_slice(w, r0, r1), x, t);
+            off += len;
+        }
+        let mut all = vec![0f32; counts.iter().sum()];
+        self.comm.allgather_f32(&mine, &counts, &mut all)?;
+        let mut off = 0;
+        for q in 0..n {
+            for (y, w) in jobs.iter_mut() {
+                let (a, b) = row_share(w.rows, q, n);
+                let width = b - a;
+                for tok in 0..t {
+                    let src = &all[off + tok * width..off + (tok + 1) * width];
+                    y[tok * w.rows + a..tok * w.rows + b].copy_from_slice(src);
+                }
+                off += t * width;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl From<CommError> for ModelError {
+    fn from(e: CommError) -> Self {
+        ModelError::Dist(e)
+    }
+}
