@@ -177,33 +177,7 @@ impl<'a> Dist<'a> {
     /// [`k3_kernels::matmul`]: this rank computes its rows, the slices are all-gathered in
     /// rank order and scattered back into `[t][rows]`.
     pub fn matmul(&self, y: &mut [f32], w: &Matrix, x: &[f32], t: usize) -> Result<(), ModelError> {
-        let n = self.comm.size();
-        if n == 1 {
-            matmul(y, w, x, t);
-            return Ok(());
-        }
-        let (r0, r1) = row_share(w.rows, self.comm.rank(), n);
-        let mut mine = vec![0f32; t * (r1 - r0)];
-        matmul(&mut mine, &row_slice(w, r0, r1), x, t);
-        let counts: Vec<usize> = (0..n)
-            .map(|q| {
-                let (a, b) = row_share(w.rows, q, n);
-                t * (b - a)
-            })
-            .collect();
-        let mut all = vec![0f32; t * w.rows];
-        self.comm.allgather_f32(&mine, &counts, &mut all)?;
-        let mut off = 0;
-        for q in 0..n {
-            let (a, b) = row_share(w.rows, q, n);
-            let width = b - a;
-            for tok in 0..t {
-                let src = &all[off + tok * width..off + (tok + 1) * width];
-                y[tok * w.rows + a..tok * w.rows + b].copy_from_slice(src);
-            }
-            off += t * width;
-        }
-        Ok(())
+        self.matmuls(&mut [(y, w)], x, t)
     }
 }
 
