@@ -166,7 +166,7 @@ impl<'a> Dist<'a> {
     }
     /// Whether this rank runs routed expert `expert` (owner `expert % N`).
     pub fn owns_expert(&self, expert: u32) -> bool {
-        expert as usize % self.comm.size() == self.comm.rank()
+        crate::share::owns_expert(expert, self.comm.rank(), self.comm.size())
     }
     /// Owner rank of routed expert `expert`.
     pub fn expert_owner(&self, expert: u32) -> usize {

@@ -37,6 +37,7 @@ pub mod pass;
 pub mod residual;
 pub mod router;
 pub mod scratch;
+pub mod share;
 pub mod state;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
