@@ -59,6 +59,36 @@ pub trait Comm: Send + Sync + fmt::Debug {
     ) -> Result<(), CommError>;
     /// Replaces `ids` on every rank by rank `root`'s `ids` (any length).
     fn broadcast_u32(&self, root: usize, ids: &mut Vec<u32>) -> Result<(), CommError>;
+    /// Replaces `bytes` on every rank by rank `root`'s (any length): events of a replicated
+    /// loop (a server's admitted requests, a chat's input lines). The default packs them into
+    /// `u32` words (length first) over [`Comm::broadcast_u32`].
+    fn broadcast_bytes(&self, root: usize, bytes: &mut Vec<u8>) -> Result<(), CommError> {
+        let len = bytes.len() as u64;
+        let mut words = vec![len as u32, (len >> 32) as u32];
+        words.extend(
+            bytes
+                .chunks(4)
+                .map(|c| c.iter().rev().fold(0u32, |w, &b| (w << 8) | b as u32)),
+        );
+        self.broadcast_u32(root, &mut words)?;
+        let got = match words.get(..2) {
+            Some(&[lo, hi]) => (lo as u64 | (hi as u64) << 32) as usize,
+            _ => {
+                return Err(CommError::Mismatch(
+                    "byte broadcast without a length".into(),
+                ))
+            }
+        };
+        let body: Vec<u8> = words[2..].iter().flat_map(|w| w.to_le_bytes()).collect();
+        if body.len() < got || body.len() > got + 3 {
+            return Err(CommError::Mismatch(format!(
+                "byte broadcast: length {got}, {} bytes received",
+                body.len()
+            )));
+        }
+        *bytes = body[..got].to_vec();
+        Ok(())
+    }
     /// One `u64` from every rank, in rank order (fingerprints, flags).
     fn allgather_u64(&self, mine: u64) -> Result<Vec<u64>, CommError>;
     /// Waits until every rank has arrived.

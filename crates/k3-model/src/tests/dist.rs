@@ -94,3 +94,26 @@ fn the_random_model_over_ranks_gives_every_rank_one_process_logits() {
         });
     }
 }
+
+#[test]
+fn byte_broadcast_delivers_the_roots_bytes_of_any_length() {
+    for len in [0usize, 1, 3, 4, 5, 1000] {
+        let group = crate::LocalComm::group(3);
+        let sent: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
+        let got: Vec<Vec<u8>> = std::thread::scope(|s| {
+            let handles: Vec<_> = group
+                .iter()
+                .map(|c| {
+                    let sent = sent.clone();
+                    s.spawn(move || {
+                        let mut mine = if c.rank() == 1 { sent } else { vec![9; 2] };
+                        c.broadcast_bytes(1, &mut mine).unwrap();
+                        mine
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(got.iter().all(|g| *g == sent), "len {len}: {got:?}");
+    }
+}
