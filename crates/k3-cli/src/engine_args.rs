@@ -128,6 +128,7 @@ pub fn open_engine(
 ) -> Result<Engine, CliError> {
     use std::io::IsTerminal;
     crate::auto_budget::apply(dir, &mut options, resident, !progress)?;
+    use_stored_trunk(dir, &mut options, progress);
     let bar =
         (progress && options.budget.is_some() && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::new(0);
@@ -167,6 +168,49 @@ pub fn open_engine(
         }
     }
     Ok(engine)
+}
+
+/// A streaming run of a model whose directory holds a packed trunk (`k3 pull` packs one into
+/// `NAME/trunk`) reads the trunk from it without `--trunk` (contiguous layer runs instead of
+/// scattered shard reads, docs/MODELS.md#names-stand-for-directories), when the pack matches
+/// these very shards and this config; otherwise the shards, saying why on stderr.
+fn use_stored_trunk(dir: &std::path::Path, options: &mut EngineOptions, progress: bool) {
+    let pack_dir = dir.join(crate::store::TRUNK_SUBDIR);
+    if options.trunk_dir.is_some()
+        || options.budget.is_none()
+        || !pack_dir.join("trunk.json").is_file()
+    {
+        return;
+    }
+    match stored_trunk_matches(dir, &pack_dir) {
+        Ok(()) => {
+            if progress {
+                eprintln!(
+                    "reading the trunk from the packed trunk {} (as --trunk)",
+                    pack_dir.display()
+                );
+            }
+            options.trunk_dir = Some(pack_dir);
+        }
+        Err(why) if progress => eprintln!(
+            "k3: note: not using the packed trunk {}: {why}; reading the shards (repack with `k3 pack {} {}`)",
+            pack_dir.display(),
+            dir.display(),
+            pack_dir.display()
+        ),
+        Err(_) => {}
+    }
+}
+
+/// Whether the pack in `pack_dir` was made from `dir`'s shards for its config.
+fn stored_trunk_matches(dir: &std::path::Path, pack_dir: &std::path::Path) -> Result<(), String> {
+    let ckpt = k3_format::Checkpoint::open(dir).map_err(|e| e.to_string())?;
+    let config = k3_format::K3Config::load(dir.join("config.json")).map_err(|e| e.to_string())?;
+    let binding = k3_format::bind_model(&ckpt, &config).map_err(|e| e.to_string())?;
+    let pack = k3_format::TrunkPack::open(pack_dir).map_err(|e| e.to_string())?;
+    pack.check_against(&binding, &config)
+        .map_err(|e| e.to_string())?;
+    pack.check_source(&ckpt).map_err(|e| e.to_string())
 }
 
 /// Warns when `-t` asks for more threads than the CPUs this process may use: they take turns

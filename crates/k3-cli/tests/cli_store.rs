@@ -125,6 +125,41 @@ fn pull_list_show_run_rm() {
     ]);
     ok(&packed);
     assert_eq!(stdout(&packed), stdout(&by_dir));
+    // Streaming `run NAME` reads NAME/trunk by itself: same tokens, and it really reads the pack
+    // (a flipped byte in trunk.bin fails the run), while a pack that does not match is skipped
+    // with a note.
+    let auto = env.k3(&[
+        "run", "tiny-k3", "--ids", "1,2,3", "-n", "8", "--mem-gb", "0.005",
+    ]);
+    ok(&auto);
+    assert_eq!(stdout(&auto), stdout(&by_dir));
+    assert!(
+        stderr(&auto).contains("reading the trunk from the packed trunk"),
+        "{}",
+        stderr(&auto)
+    );
+    let bin = trunk.join("trunk.bin");
+    let original = std::fs::read(&bin).unwrap();
+    let mut flipped = original.clone();
+    flipped[0] ^= 0x40;
+    std::fs::write(&bin, &flipped).unwrap();
+    let bad = env.k3(&[
+        "run", "tiny-k3", "--ids", "1,2,3", "-n", "8", "--mem-gb", "0.005",
+    ]);
+    assert_ne!(bad.status.code(), Some(0), "{}", stderr(&bad));
+    std::fs::write(&bin, &original).unwrap();
+    let json = trunk.join("trunk.json");
+    std::fs::write(&json, "{}").unwrap();
+    let skipped = env.k3(&[
+        "run", "tiny-k3", "--ids", "1,2,3", "-n", "8", "--mem-gb", "0.005",
+    ]);
+    ok(&skipped);
+    assert_eq!(stdout(&skipped), stdout(&by_dir));
+    assert!(
+        stderr(&skipped).contains("not using the packed trunk"),
+        "{}",
+        stderr(&skipped)
+    );
 
     let rm = env.k3(&["rm", "tiny-k3"]);
     ok(&rm);
