@@ -84,6 +84,17 @@ fn pack_trunk(dir: &Path) -> Result<bool, CliError> {
         eprintln!("{}: packed trunk already up to date", out.display());
         return Ok(true);
     }
+    if let Some((need, free)) = pack_room(dir).filter(|(need, free)| need > free) {
+        eprintln!(
+            "k3: note: not packing the trunk: it needs {:.2} GB and {} has {:.2} GB free; the model runs from its shards (pack it later with `k3 pack {} {}`)",
+            need as f64 / 1e9,
+            dir.display(),
+            free as f64 / 1e9,
+            dir.display(),
+            out.display()
+        );
+        return Ok(false);
+    }
     crate::pack::pack(crate::pack::PackArgs {
         model_dir: dir.to_path_buf(),
         out_dir: Some(out),
@@ -93,6 +104,20 @@ fn pack_trunk(dir: &Path) -> Result<bool, CliError> {
         draft_quant: None,
     })?;
     Ok(true)
+}
+
+/// Bytes a trunk pack of `dir` takes (its layers' runs, each padded to 4096) and the free
+/// bytes of its filesystem; `None` when either cannot be told (packing then goes ahead).
+fn pack_room(dir: &Path) -> Option<(u64, u64)> {
+    let ck = k3_format::Checkpoint::open(dir).ok()?;
+    let cfg = k3_format::K3Config::load(dir.join("config.json")).ok()?;
+    let binding = k3_format::bind_model(&ck, &cfg).ok()?;
+    let need = binding
+        .layers
+        .iter()
+        .map(|lt| lt.trunk_bytes().div_ceil(4096) * 4096)
+        .sum();
+    Some((need, crate::doctor::free_disk(dir)?))
 }
 
 fn now_secs() -> u64 {
@@ -246,4 +271,32 @@ pub fn rm(args: RmArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::runtime(format!("{}: {e}", dir.display())))?;
     eprintln!("removed {} ({} freed)", args.name, fmt_bytes(bytes));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_room_counts_what_a_pack_writes() {
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3");
+        let (need, free) = pack_room(&model).expect("tiny-k3 binds");
+        assert!(free > 0);
+        let out = std::env::temp_dir().join(format!("k3-pack-room-{}", std::process::id()));
+        crate::pack::pack(crate::pack::PackArgs {
+            model_dir: model,
+            out_dir: Some(out.clone()),
+            adopt: None,
+            overwrite: true,
+            verify: false,
+            draft_quant: None,
+        })
+        .unwrap_or_else(|e| panic!("packs: {}", e.message));
+        let written = std::fs::metadata(out.join("trunk.bin")).unwrap().len();
+        std::fs::remove_dir_all(&out).unwrap();
+        assert!(
+            written <= need && need - written < 4096,
+            "estimate {need}, pack wrote {written}"
+        );
+    }
 }
