@@ -140,8 +140,18 @@ impl Model {
         &self.comm
     }
     /// A fresh session able to hold `max_ctx` positions.
+    /// Over ranks it holds this rank's KDA heads only (docs/DISTRIBUTED.md#the-seam).
     pub fn new_state(&self, max_ctx: usize) -> State {
-        State::new(&self.dims, max_ctx)
+        State::with_kda_heads(&self.dims, max_ctx, self.kda_heads())
+    }
+    /// The KDA heads this rank runs (and its states hold): `0..H` on one process.
+    pub fn kda_heads(&self) -> std::ops::Range<usize> {
+        self.dist().heads(self.dims.kda_heads)
+    }
+    fn dist(&self) -> Dist<'_> {
+        Dist {
+            comm: self.comm.as_ref(),
+        }
     }
 
     /// One decode step: `token` at position `state.pos()`, logits of that position (`[V]`).
@@ -287,6 +297,13 @@ impl Model {
             return Err(ModelError::StateMismatch(
                 "state built for another geometry".into(),
             ));
+        }
+        if state.kda_heads() != self.kda_heads() {
+            return Err(ModelError::StateMismatch(format!(
+                "state holds KDA heads {:?}, this rank runs heads {:?}",
+                state.kda_heads(),
+                self.kda_heads()
+            )));
         }
         if state.poisoned {
             return Err(ModelError::StatePoisoned);

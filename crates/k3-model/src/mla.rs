@@ -46,8 +46,9 @@ pub struct MlaScratch {
     cq: Vec<f32>,     // [T][q_lora] query low-rank code (normed in place)
     q: Vec<f32>,      // [T][H][nope+rope]
     ckv: Vec<f32>,    // [T][kv_lora+rope] latent + rope (latent normed in place)
-    gate: Vec<f32>,   // [T][H·v] output-gate pre-activation
-    o: Vec<f32>,      // [T][H·v] concatenated head outputs
+    gate: Vec<f32>,   // [T][H_r·v] output-gate pre-activation of this rank's heads
+    o_mine: Vec<f32>, // [T][H_r·v] this rank's heads' outputs
+    o: Vec<f32>,      // [T][H·v] every head's output, concatenated
     q_lat: Vec<f64>,  // [H][kv_lora] absorbed query
     ctx: Vec<f32>,    // [H][kv_lora] probability-weighted latent
     scores: Vec<f32>, // [H][ctx] scores, then probabilities
@@ -58,7 +59,7 @@ impl MlaScratch {
     /// the `[H][ctx]` scores are planned with the context).
     pub fn bytes_per_token(d: &Dims) -> u64 {
         let hv = d.mla_heads * d.v_head;
-        (d.q_lora + d.mla_heads * d.qk_head() + d.kv_row() + 2 * hv) as u64 * 4
+        (d.q_lora + d.mla_heads * d.qk_head() + d.kv_row() + 3 * hv) as u64 * 4
     }
 
     /// Grows every buffer for `t` tokens attending over at most `ctx` positions.
@@ -68,6 +69,7 @@ impl MlaScratch {
         grow(&mut self.q, t * h * d.qk_head());
         grow(&mut self.ckv, t * d.kv_row());
         grow(&mut self.gate, t * hv);
+        grow(&mut self.o_mine, t * hv);
         grow(&mut self.o, t * hv);
         if self.q_lat.len() < h * d.kv_lora {
             self.q_lat.resize(h * d.kv_lora, 0.0);
@@ -164,6 +166,11 @@ fn seq_cache<'a>(
 /// [`mla_forward`] over the sequences of `pass` (`states[i]` carries `pass.seq(i)`): the
 /// projections, gate and `o_proj` run over all rows at once; each sequence's latent rows go
 /// to its own cache and its queries attend over that cache only.
+///
+/// Over ranks (docs/DISTRIBUTED.md#the-seam) `q_a` and the latent `kv_a` are row-dealt and
+/// gathered (every rank keeps the whole latent cache, shared by every head); this rank runs
+/// only its heads ([`Dist::heads`]): their `q_b` and gate rows, their `kv_b` blocks and their
+/// attention; the gated head outputs are all-gathered in head order, `o_proj` is row-dealt.
 pub fn mla_forward_batch(
     pass: &Pass<'_>,
     l: usize,
@@ -173,8 +180,8 @@ pub fn mla_forward_batch(
     out: &mut [f32],
     sc: &mut MlaScratch,
 ) -> Result<(), ModelError> {
-    let (d, t) = (pass.d, pass.t);
-    check_mla(d, &pass.dist, w, Some(l))?;
+    let (d, t, dist) = (pass.d, pass.t, &pass.dist);
+    check_mla(d, dist, w, Some(l))?;
     pass.check_states(l, states.len())?;
     let mut longest = 0;
     for i in 0..pass.n_seqs() {
@@ -183,33 +190,41 @@ pub fn mla_forward_batch(
         longest = longest.max(seq.pos + seq.len);
     }
     sc.ensure(d, t, longest);
-    let (kvr, hv, qw) = (
-        d.kv_row(),
-        d.mla_heads * d.v_head,
-        d.mla_heads * d.qk_head(),
-    );
-    // 1. query: q_a → RMSNorm → q_b; with q_a, the latent kv_a and the output gate, which
-    //    read the same input (one all-gather over ranks, docs/DISTRIBUTED.md#the-seam)
-    let mut jobs = vec![
+    let h = d.mla_heads;
+    let split = mla_split(h);
+    let hl = dist.heads(h).len();
+    let (kvr, hv, qw) = (d.kv_row(), h * d.v_head, h * d.qk_head());
+    let (hvl, qwl) = (hl * d.v_head, hl * d.qk_head());
+    // 1. query: q_a → RMSNorm → q_b (this rank's heads); q_a and the latent kv_a read the
+    //    same input (one all-gather over ranks), the gate rows of this rank's heads stay local
+    let mut jobs = [
         (&mut sc.cq[..t * d.q_lora], &w.q_a_proj),
         (&mut sc.ckv[..t * kvr], &w.kv_a_proj),
     ];
+    dist.matmuls(&mut jobs, x, t)?;
     if let Some(g) = &w.g_proj {
-        jobs.push((&mut sc.gate[..t * hv], g));
+        dist.local_matmuls(&mut [(&mut sc.gate[..t * hvl], g, hv, split.g)], x, t)?;
     }
-    pass.dist.matmuls(&mut jobs, x, t)?;
-    drop(jobs);
     for row in sc.cq[..t * d.q_lora].chunks_exact_mut(d.q_lora) {
         rmsnorm_inplace(row, w.q_a_norm, d.mla_norm_eps);
     }
-    pass.dist
-        .matmul(&mut sc.q[..t * qw], &w.q_b_proj, &sc.cq[..t * d.q_lora], t)?;
+    let mut q = [(&mut sc.q[..t * qwl], &w.q_b_proj, qw, split.q_b)];
+    dist.local_matmuls(&mut q, &sc.cq[..t * d.q_lora], t)?;
+    let kv_rows = h * (d.nope + d.v_head);
+    let kv_b = dist
+        .share_of(&w.kv_b_proj, kv_rows, split.kv_b)
+        .ok_or(ModelError::Shape {
+            layer: Some(l),
+            what: "mla kv_b_proj",
+            got: format!("[{}, {}]", w.kv_b_proj.rows, w.kv_b_proj.cols),
+            want: format!("[{kv_rows}, {}] or this rank's heads' rows", d.kv_lora),
+        })?;
     // 2. latent: RMSNorm on the latent part only of kv_a's output
     for row in sc.ckv[..t * kvr].chunks_exact_mut(kvr) {
         rmsnorm_inplace(&mut row[..d.kv_lora], w.kv_a_norm, d.mla_norm_eps);
     }
     // 3.–4. per sequence: its rows into its cache at pos..pos+len, then causal attention,
-    //       token by token, heads in parallel
+    //       token by token, this rank's heads in parallel
     for i in 0..pass.n_seqs() {
         let seq = pass.seq(i);
         let (pos, n) = (seq.pos, seq.len);
@@ -219,8 +234,8 @@ pub fn mla_forward_batch(
         let rows = cache.rows(pos + n);
         for j in 0..n {
             let (tok, p) = (seq.start + j, pos + j);
-            let q_t = &sc.q[tok * qw..(tok + 1) * qw];
-            let o_t = &mut sc.o[tok * hv..(tok + 1) * hv];
+            let q_t = &sc.q[tok * qwl..(tok + 1) * qwl];
+            let o_t = &mut sc.o_mine[tok * hvl..(tok + 1) * hvl];
             match pass.mla_path {
                 MlaPath::Latent => {
                     let scratch = LatentScratch {
@@ -228,23 +243,21 @@ pub fn mla_forward_batch(
                         ctx: &mut sc.ctx,
                         scores: &mut sc.scores,
                     };
-                    attend_latent(d, &w.kv_b_proj, &rows[..(p + 1) * kvr], q_t, o_t, scratch)
+                    attend_latent(d, &kv_b, &rows[..(p + 1) * kvr], q_t, o_t, scratch)
                 }
-                MlaPath::Expanded => {
-                    attend_expanded(d, &w.kv_b_proj, &rows[..(p + 1) * kvr], q_t, o_t)
-                }
+                MlaPath::Expanded => attend_expanded(d, &kv_b, &rows[..(p + 1) * kvr], q_t, o_t),
             }
         }
     }
-    // 5. output gate on the concatenated heads (no norm), 6. o_proj
+    // 5. output gate on this rank's heads (no norm), 6. every head in order, o_proj
     if w.g_proj.is_some() {
-        sc.o[..t * hv]
+        sc.o_mine[..t * hvl]
             .iter_mut()
-            .zip(&sc.gate[..t * hv])
+            .zip(&sc.gate[..t * hvl])
             .for_each(|(o, &g)| *o *= sigmoid(g));
     }
-    pass.dist
-        .matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..t * hv], t)?;
+    dist.allgather_cols(&sc.o_mine[..t * hvl], hv, split.g, &mut sc.o[..t * hv], t)?;
+    dist.matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..t * hv], t)?;
     Ok(())
 }
 
@@ -258,8 +271,9 @@ pub struct LatentScratch<'a> {
     pub scores: &'a mut [f32],
 }
 
-/// Latent attention of one query over `rows` (`[S][kv_lora+rope]`), all heads in parallel.
-/// `q_t` is `[H][nope+rope]`, `o_t` receives `[H][v]`.
+/// Latent attention of one query over `rows` (`[S][kv_lora+rope]`), heads in parallel.
+/// `q_t` is `[H'][nope+rope]`, `o_t` receives `[H'][v]` and `kv_b` holds those `H'` heads'
+/// blocks (all heads, or one rank's).
 pub fn attend_latent(
     d: &Dims,
     kv_b: &Matrix,
@@ -271,7 +285,7 @@ pub fn attend_latent(
     let LatentScratch { q_lat, ctx, scores } = sc;
     let (kl, kvr, qh, vh) = (d.kv_lora, d.kv_row(), d.qk_head(), d.v_head);
     let n = rows.len() / kvr;
-    let stride = scores.len() / d.mla_heads;
+    let stride = scores.len() / (o_t.len() / vh).max(1);
     let scale = mla_scale(d);
     o_t.par_chunks_mut(vh)
         .zip(q_lat.par_chunks_mut(kl))

@@ -1,7 +1,8 @@
 //! Per-session state: what a conversation carries from one call to the next.
 //!
 //! * KDA layers: the recurrent state `S` (`[H][D][D]` f32, row-major `S[h][k][v]`) and the
-//!   short-conv histories (`[q|k|v][P][K−1]`, each channel's values oldest first).
+//!   short-conv histories (`[q|k|v][P][K−1]`, each channel's values oldest first); over ranks
+//!   each rank holds only its heads (`H` = its heads, `P` = their channels).
 //! * MLA layers: the LATENT KV cache, `[max_ctx][kv_lora + rope]` f32 per layer: per position
 //!   the RMS-normalised latent followed by the (never rotated) shared rope slots.
 //! * The position counter (tokens already consumed).
@@ -11,6 +12,7 @@
 
 use crate::dims::Dims;
 use crate::scratch::Scratch;
+use std::ops::Range;
 
 /// The carried state one sequence's token mixer reads and updates in one layer.
 pub enum AttnState<'s> {
@@ -124,6 +126,9 @@ impl Snapshot {
 /// Everything one session carries, plus its preallocated scratch.
 pub struct State {
     pub(crate) dims: Dims,
+    /// The KDA heads every [`KdaState`] holds (all of them on one process; a rank's own
+    /// heads over ranks, docs/DISTRIBUTED.md#the-seam).
+    kda_heads: Range<usize>,
     kda: Vec<KdaState>,
     mla: Vec<MlaCache>,
     pos: usize,
@@ -136,14 +141,21 @@ impl State {
     /// A fresh session able to hold `max_ctx` positions. Allocates every carried buffer now
     /// (latent KV: `n_mla · max_ctx · (kv_lora + rope)` floats) and the single-token scratch.
     pub fn new(dims: &Dims, max_ctx: usize) -> Self {
+        State::with_kda_heads(dims, max_ctx, 0..dims.kda_heads)
+    }
+    /// [`State::new`] holding only KDA heads `kda_heads` (a rank's heads,
+    /// [`crate::Dist::heads`]): its recurrent states and conv histories are those heads'.
+    /// The latent MLA caches are whole (shared by every head).
+    pub fn with_kda_heads(dims: &Dims, max_ctx: usize, kda_heads: Range<usize>) -> Self {
         let kda = (0..dims.n_kda())
-            .map(|_| KdaState::new(dims.kda_heads, dims.kda_dim, dims.conv_k))
+            .map(|_| KdaState::new(kda_heads.len(), dims.kda_dim, dims.conv_k))
             .collect();
         let mla = (0..dims.n_mla())
             .map(|_| MlaCache::new(max_ctx, dims.kv_row()))
             .collect();
         State {
             dims: dims.clone(),
+            kda_heads,
             kda,
             mla,
             pos: 0,
@@ -190,6 +202,10 @@ impl State {
     /// The geometry this state was built for.
     pub fn dims(&self) -> &Dims {
         &self.dims
+    }
+    /// The KDA heads this state holds (`0..H` unless it belongs to one rank of several).
+    pub fn kda_heads(&self) -> Range<usize> {
+        self.kda_heads.clone()
     }
     /// KDA layer states, in layer order (index = `LayerKind::Kda` slot).
     pub fn kda_states(&self) -> &[KdaState] {
