@@ -61,6 +61,39 @@ impl KdaState {
         self.s.fill(0.0);
         self.conv.fill(0.0);
     }
+    /// Copies heads `heads` of a whole state (every head: `whole_s` `[H][D][D]`,
+    /// `whole_conv` `[q|k|v][P][K−1]`) into this state, which holds exactly those heads of
+    /// width `dim` (a session saved by one process, loaded by one rank of several).
+    pub fn load_heads(
+        &mut self,
+        whole_s: &[f32],
+        whole_conv: &[f32],
+        heads: Range<usize>,
+        dim: usize,
+    ) -> Result<(), crate::ModelError> {
+        let per_head = dim * dim;
+        let (part, whole_part) = (self.conv.len() / 3, whole_conv.len() / 3);
+        let hist = part / (heads.len() * dim).max(1); // K − 1 values per channel
+        let c0 = heads.start * dim * hist;
+        let fits = whole_s.len() >= heads.end * per_head
+            && self.s.len() == heads.len() * per_head
+            && whole_conv.len() % 3 == 0
+            && whole_part >= c0 + part;
+        if !fits {
+            return Err(crate::ModelError::StateMismatch(format!(
+                "KDA heads {heads:?} of width {dim} are not inside a state of {} + {} values",
+                whole_s.len(),
+                whole_conv.len()
+            )));
+        }
+        self.s
+            .copy_from_slice(&whole_s[heads.start * per_head..heads.end * per_head]);
+        for (j, mine) in self.conv.chunks_exact_mut(part.max(1)).enumerate() {
+            let src = j * whole_part + c0;
+            mine.copy_from_slice(&whole_conv[src..src + part]);
+        }
+        Ok(())
+    }
     /// `(S, q_hist, k_hist, v_hist)` borrowed at once.
     pub(crate) fn parts_mut(&mut self) -> (&mut [f32], &mut [f32], &mut [f32], &mut [f32]) {
         let n = self.conv.len() / 3;
