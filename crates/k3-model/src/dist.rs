@@ -2,20 +2,27 @@
 //!
 //! One model runs over `N` ranks (threads of one process with [`crate::local::LocalComm`],
 //! or processes with an MPI transport in the `k3` binary). Every rank holds the same residual
-//! stream; only two kinds of work are dealt out, and both keep every dot product whole on one
-//! rank, so ids and logits are bit-identical to one process at any `N`:
+//! stream; three kinds of work are dealt out, all keeping every dot product and every
+//! per-head sum whole on one rank, so ids and logits are bit-identical to one process at any
+//! `N`:
 //!
-//! * **Trunk rows**: every trunk mat-vec / mat-mat goes through [`Dist::matmul`], which
-//!   computes rows `[r0, r1)` of this rank ([`row_share`]) and all-gathers the slices in rank
-//!   order. A row's output is one row dot of the kernel contract, whichever rows run beside
-//!   it (docs/NUMERICS.md#matvec-and-matmul), so the gathered result equals the whole product.
+//! * **Trunk rows**: every trunk mat-vec / mat-mat that is not per head goes through
+//!   [`Dist::matmul`], which computes rows `[r0, r1)` of this rank ([`row_share`]) and
+//!   all-gathers the slices in rank order. A row's output is one row dot of the kernel
+//!   contract, whichever rows run beside it (docs/NUMERICS.md#matvec-and-matmul), so the
+//!   gathered result equals the whole product.
+//! * **Heads**: KDA and MLA heads are dealt contiguously ([`Dist::heads`]); a rank computes
+//!   its heads' projection rows locally ([`Dist::local_matmuls`]), runs their recurrence or
+//!   attention and gathers their outputs in head order ([`Dist::allgather_cols`]).
 //! * **Routed experts**: expert `e` of every layer is owned by rank `e % N`
 //!   ([`Dist::owns_expert`]); each rank fetches and runs only its own experts of the tokens'
 //!   top-k, the per-slot outputs are all-gathered, and every rank sums them in top-k order
 //!   exactly as one process does (crate::moe).
 //!
-//! Everything else (norms, routing, the KDA recurrence, MLA attention, the residual mix) is
-//! replicated: every rank computes it on identical inputs, with identical results.
+//! Everything else (norms, routing, the MLA latent cache, the residual mix) is replicated:
+//! every rank computes it on identical inputs, with identical results. Which rows of each
+//! tensor a rank reads is stated once, in [`crate::share`]; every dealt tensor may be handed
+//! over whole or as exactly this rank's rows ([`Dist::share_of`]).
 
 use crate::error::ModelError;
 use crate::share::Split;

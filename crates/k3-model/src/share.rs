@@ -172,7 +172,7 @@ pub fn heads_of(lt: &LayerTensors) -> Heads {
             let h_rope = dim(&a.q_b_proj, 0).saturating_sub(h_nope);
             let mla = match rope {
                 0 => 1,
-                r if h_rope % r == 0 && h_rope > 0 => h_rope / r,
+                r if h_rope.is_multiple_of(r) && h_rope > 0 => h_rope / r,
                 _ => 1,
             };
             Heads { kda: 1, mla }

@@ -77,7 +77,7 @@ impl KdaState {
         let c0 = heads.start * dim * hist;
         let fits = whole_s.len() >= heads.end * per_head
             && self.s.len() == heads.len() * per_head
-            && whole_conv.len() % 3 == 0
+            && whole_conv.len().is_multiple_of(3)
             && whole_part >= c0 + part;
         if !fits {
             return Err(crate::ModelError::StateMismatch(format!(
