@@ -21,27 +21,26 @@ use rayon::prelude::*;
 /// Preallocated buffers of one KDA call (grown to the largest T seen, never shrunk).
 #[derive(Default)]
 pub struct KdaScratch {
-    q: Vec<f32>,      // [T][P] q projection
-    k: Vec<f32>,      // [T][P]
-    v: Vec<f32>,      // [T][P]
-    g: Vec<f32>,      // [T][P] output-gate pre-activation
-    z: Vec<f32>,      // [T][P] decay pre-activation (f_b · f_a · x)
-    qc: Vec<f32>,     // [T][P] conv(q), then L2-normed and scaled
-    kc: Vec<f32>,     // [T][P] conv(k), then L2-normed
-    vc: Vec<f32>,     // [T][P] conv(v)
-    braw: Vec<f32>,   // [T][H] beta pre-activation, then beta
-    f: Vec<f32>,      // [T][D] decay low-rank code
-    alpha: Vec<f32>,  // [T][P] per-channel decay
-    o_hm: Vec<f32>,   // [H][T][D] recurrence output, head-major
-    o_mine: Vec<f32>, // [T][P_r] gated, normed output of this rank's heads (token-major)
-    o: Vec<f32>,      // [T][P] every rank's heads' outputs (token-major)
-    u: Vec<f32>,      // [H][D] per-head read scratch
+    q: Vec<f32>,     // [T][P] q projection, then the gated outputs of this rank's heads
+    k: Vec<f32>,     // [T][P]
+    v: Vec<f32>,     // [T][P]
+    g: Vec<f32>,     // [T][P] output-gate pre-activation
+    z: Vec<f32>,     // [T][P] decay pre-activation (f_b · f_a · x)
+    qc: Vec<f32>,    // [T][P] conv(q), then L2-normed and scaled
+    kc: Vec<f32>,    // [T][P] conv(k), then L2-normed
+    vc: Vec<f32>,    // [T][P] conv(v)
+    braw: Vec<f32>,  // [T][H] beta pre-activation, then beta
+    f: Vec<f32>,     // [T][D] decay low-rank code
+    alpha: Vec<f32>, // [T][P] per-channel decay
+    o_hm: Vec<f32>,  // [H][T][D] recurrence output, head-major
+    o: Vec<f32>,     // [T][P] every rank's heads' outputs (token-major)
+    u: Vec<f32>,     // [H][D] per-head read scratch
 }
 
 impl KdaScratch {
     /// Bytes each further token adds (the `[T]`-sized buffers of [`KdaScratch::ensure`]).
     pub fn bytes_per_token(d: &Dims) -> u64 {
-        (12 * d.kda_proj() + d.kda_heads + d.kda_dim) as u64 * 4
+        (11 * d.kda_proj() + d.kda_heads + d.kda_dim) as u64 * 4
     }
 
     /// Grows every buffer to hold `t` tokens.
@@ -58,7 +57,6 @@ impl KdaScratch {
             &mut self.vc,
             &mut self.alpha,
             &mut self.o_hm,
-            &mut self.o_mine,
             &mut self.o,
         ] {
             grow(b, t * p);
@@ -357,6 +355,8 @@ pub fn kda_forward_batch(
         kda_recurrence(s, &inputs, &mut sc.o_hm[r], &mut sc.u[..pl]);
     }
     // 7. head-wise RMSNorm, 8. sigmoid gate (after the norm), into this rank's `[T][P_r]`
+    //    (held in `q`, whose projections the convs have consumed)
+    let o_mine = &mut sc.q;
     for i in 0..pass.n_seqs() {
         let seq = pass.seq(i);
         let base = seq.start * pl;
@@ -364,7 +364,7 @@ pub fn kda_forward_batch(
             let tok = seq.start + j;
             for head in 0..hl {
                 let cols = tok * pl + head * dd..tok * pl + (head + 1) * dd;
-                let o = &mut sc.o_mine[cols.clone()];
+                let o = &mut o_mine[cols.clone()];
                 let src = base + (head * seq.len + j) * dd;
                 o.copy_from_slice(&sc.o_hm[src..src + dd]);
                 rmsnorm_inplace(o, w.o_norm, d.eps);
@@ -374,7 +374,7 @@ pub fn kda_forward_batch(
         }
     }
     // 9. every rank's heads in head order, then the output projection (rows dealt)
-    dist.allgather_cols(&sc.o_mine[..tpl], p, split.qkvg, &mut sc.o[..tp], t)?;
+    dist.allgather_cols(&sc.q[..tpl], p, split.qkvg, &mut sc.o[..tp], t)?;
     dist.matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..tp], t)?;
     Ok(())
 }

@@ -43,12 +43,13 @@ pub enum MlaPath {
 /// Preallocated buffers of one MLA call.
 #[derive(Default)]
 pub struct MlaScratch {
-    cq: Vec<f32>,     // [T][q_lora] query low-rank code (normed in place)
-    q: Vec<f32>,      // [T][H][nope+rope]
-    ckv: Vec<f32>,    // [T][kv_lora+rope] latent + rope (latent normed in place)
-    gate: Vec<f32>,   // [T][H_r·v] output-gate pre-activation of this rank's heads
-    o_mine: Vec<f32>, // [T][H_r·v] this rank's heads' outputs
-    o: Vec<f32>,      // [T][H·v] every head's output, concatenated
+    cq: Vec<f32>,  // [T][q_lora] query low-rank code (normed in place)
+    q: Vec<f32>,   // [T][H][nope+rope]
+    ckv: Vec<f32>, // [T][kv_lora+rope] latent + rope (latent normed in place)
+    /// `[T][H_r·v]` gate pre-activation of this rank's heads, then `[T][H·v]` every head's
+    /// gated output (gathered)
+    gate: Vec<f32>,
+    o: Vec<f32>,      // [T][H_r·v] this rank's heads' outputs
     q_lat: Vec<f64>,  // [H][kv_lora] absorbed query
     ctx: Vec<f32>,    // [H][kv_lora] probability-weighted latent
     scores: Vec<f32>, // [H][ctx] scores, then probabilities
@@ -59,7 +60,7 @@ impl MlaScratch {
     /// the `[H][ctx]` scores are planned with the context).
     pub fn bytes_per_token(d: &Dims) -> u64 {
         let hv = d.mla_heads * d.v_head;
-        (d.q_lora + d.mla_heads * d.qk_head() + d.kv_row() + 3 * hv) as u64 * 4
+        (d.q_lora + d.mla_heads * d.qk_head() + d.kv_row() + 2 * hv) as u64 * 4
     }
 
     /// Grows every buffer for `t` tokens attending over at most `ctx` positions.
@@ -69,7 +70,6 @@ impl MlaScratch {
         grow(&mut self.q, t * h * d.qk_head());
         grow(&mut self.ckv, t * d.kv_row());
         grow(&mut self.gate, t * hv);
-        grow(&mut self.o_mine, t * hv);
         grow(&mut self.o, t * hv);
         if self.q_lat.len() < h * d.kv_lora {
             self.q_lat.resize(h * d.kv_lora, 0.0);
@@ -232,10 +232,17 @@ pub fn mla_forward_batch(
         let new_rows = &sc.ckv[seq.start * kvr..(seq.start + n) * kvr];
         cache.rows_mut(pos + n)[pos * kvr..].copy_from_slice(new_rows);
         let rows = cache.rows(pos + n);
+        if pass.mla_path == MlaPath::Latent && n > 1 {
+            // a prefill chunk: every query of the chunk per head at once (issue 29)
+            let q = &sc.q[seq.start * qwl..(seq.start + n) * qwl];
+            let o = &mut sc.o[seq.start * hvl..(seq.start + n) * hvl];
+            attend_latent_chunk(d, &kv_b, rows, pos, q, o);
+            continue;
+        }
         for j in 0..n {
             let (tok, p) = (seq.start + j, pos + j);
             let q_t = &sc.q[tok * qwl..(tok + 1) * qwl];
-            let o_t = &mut sc.o_mine[tok * hvl..(tok + 1) * hvl];
+            let o_t = &mut sc.o[tok * hvl..(tok + 1) * hvl];
             match pass.mla_path {
                 MlaPath::Latent => {
                     let scratch = LatentScratch {
@@ -251,13 +258,14 @@ pub fn mla_forward_batch(
     }
     // 5. output gate on this rank's heads (no norm), 6. every head in order, o_proj
     if w.g_proj.is_some() {
-        sc.o_mine[..t * hvl]
+        sc.o[..t * hvl]
             .iter_mut()
             .zip(&sc.gate[..t * hvl])
             .for_each(|(o, &g)| *o *= sigmoid(g));
     }
-    dist.allgather_cols(&sc.o_mine[..t * hvl], hv, split.g, &mut sc.o[..t * hv], t)?;
-    dist.matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..t * hv], t)?;
+    //    (the gate's pre-activations are spent: the gathered outputs go there)
+    dist.allgather_cols(&sc.o[..t * hvl], hv, split.g, &mut sc.gate[..t * hv], t)?;
+    dist.matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.gate[..t * hv], t)?;
     Ok(())
 }
 
@@ -319,6 +327,147 @@ pub fn attend_latent(
                 *oj = kv_b.row_dot(kv0 + d.nope + j, cx);
             }
         });
+}
+
+/// Most queries per tile of [`attend_latent_chunk`]: each thread holds `[tile][S]` scores.
+const CHUNK_TILE: usize = 16;
+
+/// One thread's buffers of [`attend_latent_chunk`] for one tile of queries.
+struct ChunkTile {
+    q_lat: Vec<f64>,  // [TILE][kv_lora]
+    ctx: Vec<f32>,    // [TILE][kv_lora]
+    scores: Vec<f32>, // [TILE][S]
+}
+
+/// [`attend_latent`] of the `n` consecutive queries of one sequence at positions
+/// `pos..pos + n` over `rows` (`[pos + n][kv_lora + rope]`, causal): `q` is
+/// `[n][H'][nope + rope]`, `o` receives `[n][H'][v]`, `kv_b` holds those `H'` heads' blocks.
+/// Heads run in parallel; within a head the queries go in tiles of up to [`CHUNK_TILE`] and
+/// each latent row is read once per tile for all its queries. Every (query, head) result is made
+/// of exactly the sums of [`attend_latent`], in the same order (the key loop is outside the
+/// query loop, but each query's accumulators still see keys in ascending order), so the
+/// bits are those of attending token by token. Allocates (prefill only) the head-major
+/// outputs, `[H'][n][v]`, and one tile per worker thread, whose scores together stay within
+/// the `[H][S]` of the planned decode scratch (a tile size never changes a bit).
+pub fn attend_latent_chunk(
+    d: &Dims,
+    kv_b: &Matrix,
+    rows: &[f32],
+    pos: usize,
+    q: &[f32],
+    o: &mut [f32],
+) {
+    let (kl, vh) = (d.kv_lora, d.v_head);
+    let n = rows.len() / d.kv_row() - pos;
+    let heads = o.len() / (n * vh).max(1);
+    // [H'][n][v] head-major outputs
+    let mut o_hm = vec![0f32; heads * n * vh];
+    // the threads' tiles of scores together stay within `[H][S]` (the decode scratch's)
+    let keys = pos + n;
+    let room = d.mla_heads / rayon::current_num_threads().max(1);
+    let per_tile = room.clamp(1, CHUNK_TILE);
+    let tile = || ChunkTile {
+        q_lat: vec![0.0; per_tile * kl],
+        ctx: vec![0.0; per_tile * kl],
+        scores: vec![0.0; per_tile * keys],
+    };
+    o_hm.par_chunks_mut((n * vh).max(1))
+        .enumerate()
+        .for_each_init(tile, |t, (h, oh)| {
+            for start in (0..n).step_by(per_tile) {
+                let m = per_tile.min(n - start);
+                let head = HeadQueries {
+                    d,
+                    kv_b,
+                    rows,
+                    q,
+                    heads,
+                    h,
+                    pos,
+                    start,
+                };
+                head.attend(t, m, &mut oh[start * vh..(start + m) * vh]);
+            }
+        });
+    for (h, oh) in o_hm.chunks_exact(n * vh).enumerate() {
+        for j in 0..n {
+            let dst = (j * heads + h) * vh;
+            o[dst..dst + vh].copy_from_slice(&oh[j * vh..(j + 1) * vh]);
+        }
+    }
+}
+
+/// A tile of one head's queries of [`attend_latent_chunk`]: the call's queries
+/// `start..start + m`, at absolute positions `pos + start..`.
+struct HeadQueries<'a> {
+    d: &'a Dims,
+    kv_b: &'a Matrix<'a>,
+    rows: &'a [f32],
+    q: &'a [f32],
+    heads: usize,
+    h: usize,
+    pos: usize,
+    start: usize,
+}
+
+impl HeadQueries<'_> {
+    /// Query `j` of the tile, this head's `[nope + rope]`.
+    fn query(&self, j: usize) -> &[f32] {
+        let (qh, at) = (self.d.qk_head(), (self.start + j) * self.heads + self.h);
+        &self.q[at * qh..(at + 1) * qh]
+    }
+
+    /// Attends the tile's `m` queries (the sums and orders of [`attend_latent`]); `oh`
+    /// receives `[m][v]`.
+    fn attend(&self, t: &mut ChunkTile, m: usize, oh: &mut [f32]) {
+        let d = self.d;
+        let (kl, kvr, vh, nope) = (d.kv_lora, d.kv_row(), d.v_head, d.nope);
+        let first = self.pos + self.start; // position of the tile's first query
+        let keys = first + m; // the last query sees keys 0..keys
+        let stride = t.scores.len() / (t.ctx.len() / kl).max(1);
+        let kv0 = self.h * (nope + vh);
+        let scale = mla_scale(d);
+        for j in 0..m {
+            let ql = &mut t.q_lat[j * kl..(j + 1) * kl];
+            matvec_t_f64(ql, self.kv_b, kv0, &self.query(j)[..nope]);
+        }
+        // scores: each latent row once, for every query of the tile that sees it
+        for s in 0..keys {
+            let c = &self.rows[s * kvr..(s + 1) * kvr];
+            for j in s.saturating_sub(first)..m {
+                let (ql, q) = (&t.q_lat[j * kl..(j + 1) * kl], self.query(j));
+                let mut acc = 0f64;
+                for (&a, &b) in ql.iter().zip(&c[..kl]) {
+                    acc += a * b as f64;
+                }
+                for (&a, &b) in q[nope..].iter().zip(&c[kl..]) {
+                    acc += a as f64 * b as f64;
+                }
+                t.scores[j * stride + s] = acc as f32 * scale;
+            }
+        }
+        for j in 0..m {
+            softmax_inplace(&mut t.scores[j * stride..j * stride + first + j + 1]);
+        }
+        // context: each query's sum over its keys in ascending order
+        t.ctx[..m * kl].fill(0.0);
+        for s in 0..keys {
+            let c = &self.rows[s * kvr..s * kvr + kl];
+            for j in s.saturating_sub(first)..m {
+                let p = t.scores[j * stride + s];
+                let cx = &mut t.ctx[j * kl..(j + 1) * kl];
+                for (a, &c) in cx.iter_mut().zip(c) {
+                    *a += p * c;
+                }
+            }
+        }
+        for j in 0..m {
+            let cx = &t.ctx[j * kl..(j + 1) * kl];
+            for (jj, oj) in oh[j * vh..(j + 1) * vh].iter_mut().enumerate() {
+                *oj = self.kv_b.row_dot(kv0 + nope + jj, cx);
+            }
+        }
+    }
 }
 
 /// Expanded attention (docs/MODEL.md#mla-attention literally): per position, `k_nope = W_kb_h·c`, `v = W_vb_h·c`;
