@@ -368,9 +368,9 @@ impl Comm for Counting {
 /// One decode token costs one all-gather per group of trunk products of one input (KDA 3:
 /// f_a, the gated outputs of every rank's heads, o_proj; MLA 3: q_a/kv_a, the heads'
 /// outputs, o_proj; dense 2; MoE 4: down/shared gate/shared up, the expert slots, up, shared
-/// down) plus lm_head (docs/PERFORMANCE.md#distributed). With heads split (docs/DISTRIBUTED.md
-/// #the-seam) q/k/v/g/β/decay and q_b/gate stay on their rank: the count is unchanged, the
-/// bytes drop.
+/// down) plus lm_head (docs/PERFORMANCE.md#distributed). With heads split
+/// (docs/DISTRIBUTED.md#the-seam) q/k/v/g/β/decay and q_b/gate stay on their rank: the count
+/// is unchanged, the bytes drop (35,104 bytes per token on tiny-k3 at N=2, from 46,000).
 #[test]
 fn one_decode_token_costs_one_gather_per_input_of_the_trunk() {
     use k3_model::{Dims, LayerKind};
