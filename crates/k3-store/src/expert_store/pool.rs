@@ -1,6 +1,9 @@
-//! The expert store's I/O pool: a few plain threads (never rayon) fed by one queue.
+//! The expert store's I/O pool: a few plain threads (never rayon) fed by one queue, and one
+//! short-lived thread that pre-faults the cache's slots at open
+//! (docs/PERFORMANCE.md#cold-start).
 
 use super::{lock, ExpertLoc, Shared};
+use crate::io::BufferPolicy;
 use crate::StoreError;
 use k3_plan::ExpertKey;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,6 +59,8 @@ type Queued = (Job, Sender<Done>);
 pub(crate) struct Pool {
     queue: Option<Sender<Queued>>,
     threads: Vec<JoinHandle<()>>,
+    /// Set on drop: the pre-fault thread stops at its next slot.
+    stop: Arc<AtomicBool>,
 }
 
 impl Pool {
@@ -65,8 +70,17 @@ impl Pool {
         let rx = Arc::new(Mutex::new(rx));
         let mut pool = Pool {
             queue: Some(tx),
-            threads: Vec::with_capacity(n),
+            threads: Vec::with_capacity(n + 1),
+            stop: Arc::new(AtomicBool::new(false)),
         };
+        if BufferPolicy::current().prefault {
+            let (shared, stop) = (Arc::clone(&shared), Arc::clone(&pool.stop));
+            let handle = std::thread::Builder::new()
+                .name("k3-expert-prefault".into())
+                .spawn(move || prefault_slots(&shared, &stop))
+                .map_err(StoreError::Spawn)?;
+            pool.threads.push(handle);
+        }
         for i in 0..n {
             let (shared, rx) = (Arc::clone(&shared), Arc::clone(&rx));
             let handle = std::thread::Builder::new()
@@ -99,6 +113,7 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
         self.queue = None;
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -142,6 +157,20 @@ fn gone((slot, want, key): (usize, usize, ExpertKey)) -> Done {
         result: Err(StoreError::IoPoolGone(what)),
         seconds: 0.0,
         skipped: false,
+    }
+}
+
+/// Faults in every cache slot's pages in slot order (the order an empty cache hands slots
+/// out), so the first reads into them do not stop on page faults. A slot whose lock an I/O
+/// thread holds is skipped: that read faults its own pages, as without pre-faulting.
+fn prefault_slots(shared: &Shared, stop: &AtomicBool) {
+    for buf in &shared.bufs {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Ok(slot) = buf.try_lock() {
+            slot.prefault();
+        }
     }
 }
 
