@@ -55,6 +55,9 @@ pub(crate) struct Done {
 
 type Queued = (Job, Sender<Done>);
 
+/// Stack of the pre-fault thread (it only loops over the slots).
+const PREFAULT_STACK: usize = 64 << 10;
+
 /// Plain I/O threads sharing one job queue.
 pub(crate) struct Pool {
     queue: Option<Sender<Queued>>,
@@ -77,6 +80,9 @@ impl Pool {
             let (shared, stop) = (Arc::clone(&shared), Arc::clone(&pool.stop));
             let handle = std::thread::Builder::new()
                 .name("k3-expert-prefault".into())
+                // It calls one madvise per slot: a small stack keeps the address space of a
+                // capped run (`prlimit --as`, k3-cli's mem_cap test) as it was.
+                .stack_size(PREFAULT_STACK)
                 .spawn(move || prefault_slots(&shared, &stop))
                 .map_err(StoreError::Spawn)?;
             pool.threads.push(handle);
