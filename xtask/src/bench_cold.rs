@@ -119,9 +119,11 @@ fn parse_policy(name: &str) -> Result<BufferPolicy, String> {
         "heap" => (false, false),
         "map" => (true, false),
         "huge" => (true, true),
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "--cold-policies: unknown policy {name:?} (heap, map, huge, each optionally +prefault)"
-        )),
+        ))
+        }
     };
     Ok(BufferPolicy {
         anon_map,
@@ -215,8 +217,8 @@ pub fn bench_cold(
             let run = one_run(dir, opts, long, steps)?;
             let p = &run.phases;
             eprintln!(
-                "round {round} {name}: open {:.2} s, prefill cold {:.2} / warm {:.2} s, {:.0} / {:.0} / {:.0} minflt",
-                p[0].wall, p[1].wall, p[3].wall, p[0].minflt, p[1].minflt, p[3].minflt
+                "round {round} {name}: open {:.2} s (sys {:.2}), prefill cold {:.2} (sys {:.2}) / warm {:.2} s, {:.0} / {:.0} / {:.0} minflt",
+                p[0].wall, p[0].sys_s, p[1].wall, p[1].sys_s, p[3].wall, p[0].minflt, p[1].minflt, p[3].minflt
             );
             runs[i].push(run);
         }
