@@ -267,3 +267,40 @@ fn print_table(policies: &[(String, BufferPolicy)], runs: &[Vec<Run>]) -> Result
     println!("greedy ids (identical under every policy): {first_ids:?}");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_parse_and_unknown_names_are_refused() {
+        let p = parse_policy("huge+prefault").unwrap();
+        assert!(p.anon_map && p.huge_pages && p.prefault);
+        assert_eq!(
+            parse_policy("heap").unwrap(),
+            BufferPolicy {
+                anon_map: false,
+                huge_pages: false,
+                prefault: false
+            }
+        );
+        let e = parse_policy("hugepages").unwrap_err();
+        assert!(
+            e.contains("hugepages") && e.contains("heap, map, huge"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn counters_see_this_process_fault() {
+        let t0 = Instant::now();
+        let a = counters(t0);
+        // 64 MiB of fresh pages, written: at least 16,384 faults of 4 KiB (or 32 of 2 MiB).
+        let v = std::hint::black_box(vec![1u8; 64 << 20]);
+        let b = counters(t0);
+        assert!(v[12345] == 1);
+        assert!(b.minflt - a.minflt >= 32.0, "{a:?} → {b:?}");
+        assert!(b.wall >= a.wall);
+    }
+}

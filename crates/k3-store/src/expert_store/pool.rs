@@ -78,14 +78,17 @@ impl Pool {
         };
         if BufferPolicy::current().prefault {
             let (shared, stop) = (Arc::clone(&shared), Arc::clone(&pool.stop));
-            let handle = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name("k3-expert-prefault".into())
                 // It calls one madvise per slot: a small stack keeps the address space of a
                 // capped run (`prlimit --as`, k3-cli's mem_cap test) as it was.
                 .stack_size(PREFAULT_STACK)
-                .spawn(move || prefault_slots(&shared, &stop))
-                .map_err(StoreError::Spawn)?;
-            pool.threads.push(handle);
+                .spawn(move || prefault_slots(&shared, &stop));
+            // Pre-faulting only moves work earlier: where no thread can be made for it, the
+            // slots fault on first use as before, and the I/O threads below report the error.
+            if let Ok(handle) = spawned {
+                pool.threads.push(handle);
+            }
         }
         for i in 0..n {
             let (shared, rx) = (Arc::clone(&shared), Arc::clone(&rx));
