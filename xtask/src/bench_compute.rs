@@ -53,6 +53,9 @@ pub struct BenchComputeArgs {
     /// Decode steps timed after the long prompt.
     #[arg(long, default_value_t = 6)]
     pub steps: usize,
+    /// Cold start per buffer policy (`--cold`, docs/PERFORMANCE.md#cold-start).
+    #[command(flatten)]
+    pub cold: crate::bench_cold::ColdArgs,
 }
 
 /// The model half (`--model DIR`): prefill marginal against its compute floor, cold-start
@@ -277,6 +280,16 @@ fn dram(buf: &[u64], pool: &rayon::ThreadPool, secs: f64) -> f64 {
 
 fn bench(args: &BenchComputeArgs) -> Result<(), String> {
     if let Some(dir) = &args.model {
+        if args.cold.cold {
+            let threads = args.threads.unwrap_or(2).max(1);
+            return crate::bench_cold::bench_cold(
+                &args.cold,
+                dir,
+                threads,
+                &args.prompts,
+                args.steps,
+            );
+        }
         return bench_model(args, dir);
     }
     let all = args

@@ -86,7 +86,8 @@ struct Row {
     open_s: f64,
 }
 
-fn budgets(m: &ModelInfo, dir: &Path) -> Result<Vec<(&'static str, Budget)>, String> {
+/// The four budgets of the table (also `bench-compute --model DIR --cold --cold-budget`).
+pub(crate) fn budgets(m: &ModelInfo, dir: &Path) -> Result<Vec<(&'static str, Budget)>, String> {
     let s = &m.sizes;
     let slot = s.expert_slot_bytes();
     let (smallest, everything) =

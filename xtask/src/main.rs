@@ -1,5 +1,6 @@
 //! `cargo xtask <command>`: project automation (conformance, generators, benchmarks).
 
+mod bench_cold;
 mod bench_compute;
 mod bench_constraint;
 mod bench_decode;

@@ -21,6 +21,8 @@ pub mod trunk_store;
 
 pub use avail::{available_memory, available_memory_at, memory_cgroup};
 pub use expert_store::{ExpertLoc, ExpertStats, ExpertStore, LocateFn};
-pub use io::{AlignedBuf, Fault, FaultyReader, ReadAt, ShardFile};
+pub use io::{
+    thp_mode, AlignedBuf, BufferPolicy, Fault, FaultyReader, Prefault, ReadAt, ShardFile,
+};
 pub use store_error::{ExpertFetchFailure, StoreError};
 pub use trunk_store::{LayerBytes, RunLoc, TrunkStats, TrunkStore};

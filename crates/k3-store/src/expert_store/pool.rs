@@ -1,6 +1,9 @@
-//! The expert store's I/O pool: a few plain threads (never rayon) fed by one queue.
+//! The expert store's I/O pool: a few plain threads (never rayon) fed by one queue, and one
+//! short-lived thread that pre-faults the cache's slots at open
+//! (docs/PERFORMANCE.md#cold-start).
 
 use super::{lock, ExpertLoc, Shared};
+use crate::io::BufferPolicy;
 use crate::StoreError;
 use k3_plan::ExpertKey;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,10 +55,15 @@ pub(crate) struct Done {
 
 type Queued = (Job, Sender<Done>);
 
+/// Stack of the pre-fault thread (it only loops over the slots).
+const PREFAULT_STACK: usize = 64 << 10;
+
 /// Plain I/O threads sharing one job queue.
 pub(crate) struct Pool {
     queue: Option<Sender<Queued>>,
     threads: Vec<JoinHandle<()>>,
+    /// Set on drop: the pre-fault thread stops at its next slot.
+    stop: Arc<AtomicBool>,
 }
 
 impl Pool {
@@ -65,8 +73,23 @@ impl Pool {
         let rx = Arc::new(Mutex::new(rx));
         let mut pool = Pool {
             queue: Some(tx),
-            threads: Vec::with_capacity(n),
+            threads: Vec::with_capacity(n + 1),
+            stop: Arc::new(AtomicBool::new(false)),
         };
+        if BufferPolicy::current().prefault {
+            let (shared, stop) = (Arc::clone(&shared), Arc::clone(&pool.stop));
+            let spawned = std::thread::Builder::new()
+                .name("k3-expert-prefault".into())
+                // It calls one madvise per slot: a small stack keeps the address space of a
+                // capped run (`prlimit --as`, k3-cli's mem_cap test) as it was.
+                .stack_size(PREFAULT_STACK)
+                .spawn(move || prefault_slots(&shared, &stop));
+            // Pre-faulting only moves work earlier: where no thread can be made for it, the
+            // slots fault on first use as before, and the I/O threads below report the error.
+            if let Ok(handle) = spawned {
+                pool.threads.push(handle);
+            }
+        }
         for i in 0..n {
             let (shared, rx) = (Arc::clone(&shared), Arc::clone(&rx));
             let handle = std::thread::Builder::new()
@@ -99,6 +122,7 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
         self.queue = None;
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -142,6 +166,20 @@ fn gone((slot, want, key): (usize, usize, ExpertKey)) -> Done {
         result: Err(StoreError::IoPoolGone(what)),
         seconds: 0.0,
         skipped: false,
+    }
+}
+
+/// Faults in every cache slot's pages in slot order (the order an empty cache hands slots
+/// out), so the first reads into them do not stop on page faults. A slot whose lock an I/O
+/// thread holds is skipped: that read faults its own pages, as without pre-faulting.
+fn prefault_slots(shared: &Shared, stop: &AtomicBool) {
+    for buf in &shared.bufs {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Ok(slot) = buf.try_lock() {
+            slot.prefault();
+        }
     }
 }
 

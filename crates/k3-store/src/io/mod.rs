@@ -24,6 +24,7 @@ use std::io;
 use std::ops::{Deref, DerefMut};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The O_DIRECT granularity: offsets, lengths and buffer addresses are multiples of this.
 pub const ALIGN: usize = 4096;
@@ -102,26 +103,119 @@ fn check_aligned_dst(dst: &[u8], offset: u64, len: usize) -> io::Result<usize> {
     Ok((offset % ALIGN as u64) as usize)
 }
 
-/// A heap byte buffer whose first byte sits on a 4096-byte boundary (O_DIRECT's rule).
+/// A zeroed byte buffer whose first byte sits on a 4096-byte boundary (O_DIRECT's rule).
 ///
-/// Safe code only: a zeroed `Vec` is over-allocated by 4096 bytes and the buffer starts at
-/// the first aligned address inside it. The `Vec` is never resized, so the address is
-/// stable for the buffer's life (moving the `AlignedBuf` moves only the handle). Zeroed
-/// allocation is lazy for large sizes (fresh pages), so a 2.4 GB ring slot costs nothing
-/// until read into.
+/// Backed by an anonymous memory map (safe `memmap2` calls, no unsafe here): `mmap` returns
+/// page-aligned addresses and every page size is a multiple of 4096. Pages are zero-filled
+/// by the kernel on first touch, so a 2.4 GB ring slot costs nothing until read into.
+/// Buffers of at least [`HUGE_PAGE`] bytes are advised for transparent huge pages
+/// (`MADV_HUGEPAGE`, unless [`BufferPolicy`] says otherwise; the kernel honours it when
+/// `/sys/kernel/mm/transparent_hugepage/enabled` is `madvise` or `always`), so their first
+/// touch costs one fault per 2 MiB instead of one per 4 KiB (docs/PERFORMANCE.md#cold-start).
+/// [`AlignedBuf::prefault`] populates the pages ahead of their first use. Where an anonymous
+/// map cannot be made, a zeroed `Vec` over-allocated by 4096 bytes stands in (never resized,
+/// so its address is stable for the buffer's life).
 pub struct AlignedBuf {
-    raw: Vec<u8>,
-    start: usize,
+    backing: Backing,
     len: usize,
 }
 
+/// Where an [`AlignedBuf`]'s bytes live.
+enum Backing {
+    /// An anonymous map of exactly the buffer's length; `huge`: the kernel accepted
+    /// `MADV_HUGEPAGE` for it.
+    Map { map: memmap2::MmapMut, huge: bool },
+    /// A `Vec` whose first aligned byte is at `start`.
+    Heap { raw: Vec<u8>, start: usize },
+}
+
+/// Size of a transparent huge page on x86-64 and 4 KiB-page arm64: buffers this large or
+/// larger are advised for huge pages.
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// How [`AlignedBuf::prefault`] populated a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prefault {
+    /// `MADV_POPULATE_WRITE` (Linux 5.14+): the kernel faulted every page in one call.
+    Populated,
+    /// The kernel refused the advice; nothing was populated (the pages fault on first use).
+    Refused,
+    /// A zero-length or heap-backed buffer: nothing to do.
+    Nothing,
+}
+
+/// How new [`AlignedBuf`]s are backed and whether the stores pre-fault them: a process-wide
+/// setting so a benchmark can compare the ways in one binary (`cargo xtask bench-compute
+/// --model DIR --cold`); the default (all `true`) is what k3 runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferPolicy {
+    /// Anonymous maps (`false`: the zeroed-`Vec` stand-in, k3's backing before the maps).
+    pub anon_map: bool,
+    /// Advise maps of at least [`HUGE_PAGE`] bytes for transparent huge pages.
+    pub huge_pages: bool,
+    /// Let the stores pre-fault buffers ahead of use (the expert cache's slots on a
+    /// background thread at open, docs/PERFORMANCE.md#cold-start).
+    pub prefault: bool,
+}
+
+impl Default for BufferPolicy {
+    fn default() -> Self {
+        BufferPolicy {
+            anon_map: true,
+            huge_pages: true,
+            prefault: true,
+        }
+    }
+}
+
+static NO_ANON_MAP: AtomicBool = AtomicBool::new(false);
+static NO_HUGE_PAGES: AtomicBool = AtomicBool::new(false);
+static NO_PREFAULT: AtomicBool = AtomicBool::new(false);
+
+impl BufferPolicy {
+    /// The policy new buffers and stores follow now.
+    pub fn current() -> BufferPolicy {
+        BufferPolicy {
+            anon_map: !NO_ANON_MAP.load(Ordering::Relaxed),
+            huge_pages: !NO_HUGE_PAGES.load(Ordering::Relaxed),
+            prefault: !NO_PREFAULT.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Makes `self` the policy of buffers and stores created from now on.
+    pub fn install(self) {
+        NO_ANON_MAP.store(!self.anon_map, Ordering::Relaxed);
+        NO_HUGE_PAGES.store(!self.huge_pages, Ordering::Relaxed);
+        NO_PREFAULT.store(!self.prefault, Ordering::Relaxed);
+    }
+}
+
 impl AlignedBuf {
-    /// A zeroed, 4096-aligned buffer of `len` bytes.
+    /// A zeroed, 4096-aligned buffer of `len` bytes (pages untouched until used), backed as
+    /// [`BufferPolicy::current`] says.
     pub fn new(len: usize) -> Self {
+        let policy = BufferPolicy::current();
+        if !policy.anon_map {
+            return Self::on_heap(len);
+        }
+        match anon_map(len, policy.huge_pages) {
+            Some((map, huge)) => Self {
+                backing: Backing::Map { map, huge },
+                len,
+            },
+            None => Self::on_heap(len),
+        }
+    }
+
+    /// The `Vec` stand-in: zeroed, over-allocated by 4096 bytes, started at the first aligned
+    /// address inside.
+    fn on_heap(len: usize) -> Self {
         let raw = vec![0u8; len + ALIGN];
-        let addr = raw.as_ptr() as usize;
-        let start = (ALIGN - addr % ALIGN) % ALIGN;
-        Self { raw, start, len }
+        let start = (ALIGN - raw.as_ptr() as usize % ALIGN) % ALIGN;
+        Self {
+            backing: Backing::Heap { raw, start },
+            len,
+        }
     }
 
     /// Length in bytes.
@@ -133,18 +227,85 @@ impl AlignedBuf {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// True when the buffer is an anonymous map advised for transparent huge pages.
+    pub fn huge_page_advised(&self) -> bool {
+        matches!(self.backing, Backing::Map { huge: true, .. })
+    }
+
+    /// Faults every page of the buffer in now (zero-filled, writable), so that a later read
+    /// into it does not stop on page faults. Takes `&self`: the contents do not change (they
+    /// are zero or already written). Costs the kernel's zeroing of the untouched pages.
+    pub fn prefault(&self) -> Prefault {
+        match &self.backing {
+            Backing::Map { map, .. } if self.len > 0 => populate_write(map),
+            _ => Prefault::Nothing,
+        }
+    }
+}
+
+/// An anonymous map of `len` bytes and whether it is huge-page advised (from [`HUGE_PAGE`]
+/// up); `None` when the map cannot be made or (never on Linux) is not 4096-aligned.
+fn anon_map(len: usize, huge_pages: bool) -> Option<(memmap2::MmapMut, bool)> {
+    let map = memmap2::MmapMut::map_anon(len).ok()?;
+    if !(map.as_ptr() as usize).is_multiple_of(ALIGN) {
+        return None;
+    }
+    let huge = huge_pages && len >= HUGE_PAGE && advise_huge(&map);
+    Some((map, huge))
+}
+
+/// `MADV_HUGEPAGE`: advice only; a kernel without THP refuses it and the map keeps 4 KiB
+/// pages.
+#[cfg(target_os = "linux")]
+fn advise_huge(map: &memmap2::MmapMut) -> bool {
+    map.advise(memmap2::Advice::HugePage).is_ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge(_map: &memmap2::MmapMut) -> bool {
+    false
+}
+
+#[cfg(target_os = "linux")]
+fn populate_write(m: &memmap2::MmapMut) -> Prefault {
+    match m.advise(memmap2::Advice::PopulateWrite) {
+        Ok(()) => Prefault::Populated,
+        Err(_) => Prefault::Refused,
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn populate_write(_m: &memmap2::MmapMut) -> Prefault {
+    Prefault::Refused
+}
+
+/// The kernel's transparent-huge-page mode, the bracketed word of
+/// `/sys/kernel/mm/transparent_hugepage/enabled` (`always`, `madvise` or `never`); `None`
+/// where the file is absent (not Linux, or no THP in the kernel).
+pub fn thp_mode() -> Option<String> {
+    let s = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
+    let start = s.find('[')? + 1;
+    let end = start + s[start..].find(']')?;
+    Some(s[start..end].to_string())
 }
 
 impl Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.raw[self.start..self.start + self.len]
+        match &self.backing {
+            Backing::Map { map, .. } => &map[..self.len],
+            Backing::Heap { raw, start } => &raw[*start..*start + self.len],
+        }
     }
 }
 
 impl DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.raw[self.start..self.start + self.len]
+        match &mut self.backing {
+            Backing::Map { map, .. } => &mut map[..self.len],
+            Backing::Heap { raw, start } => &mut raw[*start..*start + self.len],
+        }
     }
 }
 
