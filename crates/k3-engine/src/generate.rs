@@ -201,7 +201,11 @@ impl<'e> Session<'e> {
         };
         let (root_id, root_verdict) = match shared[..] {
             [i, v] => (i, v),
-            _ => return Err(EngineError::Invalid("rank 0 broadcast no sampled id".into())),
+            _ => {
+                return Err(EngineError::Invalid(
+                    "rank 0 broadcast no sampled id".into(),
+                ))
+            }
         };
         if root_id != id {
             // logits are bit-identical on every rank, so a deterministic sampler agrees

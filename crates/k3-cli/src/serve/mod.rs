@@ -11,6 +11,8 @@
 mod http_anthropic;
 mod http_openai;
 mod replica;
+#[cfg(test)]
+mod replica_tests;
 mod routes;
 mod scheduler;
 mod status_line;
@@ -294,11 +296,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         let served = match replicated {
             // Over ranks SIGINT/SIGTERM stop every rank cleanly: the scheduler's next tick
             // tells the followers, live requests fail, then the server closes.
-            true => {
-                serving
-                    .with_graceful_shutdown(on_signal(shutdown))
-                    .await
-            }
+            true => serving.with_graceful_shutdown(on_signal(shutdown)).await,
             false => serving.await,
         };
         served.map_err(|e| CliError::runtime(format!("server error: {e}")))

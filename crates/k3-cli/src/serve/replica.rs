@@ -167,8 +167,9 @@ fn follower_tick(comm: &dyn Comm, tok: &Tokenizer) -> Result<Tick, String> {
     let mut bytes = Vec::new();
     comm.broadcast_bytes(0, &mut bytes)
         .map_err(|e| format!("receiving a tick from rank 0: {e}"))?;
-    let wire: WireTick = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("rank 0 sent a tick this rank cannot read (same k3 build on every rank?): {e}"))?;
+    let wire: WireTick = serde_json::from_slice(&bytes).map_err(|e| {
+        format!("rank 0 sent a tick this rank cannot read (same k3 build on every rank?): {e}")
+    })?;
     let jobs = (wire.jobs.into_iter())
         .map(|w| w.into_job(tok))
         .collect::<Result<_, _>>()?;
@@ -265,11 +266,9 @@ const NAMES: [&str; 5] = [
 ];
 
 fn known(name: &str) -> Result<&'static str, String> {
-    NAMES
-        .iter()
-        .find(|n| **n == name)
-        .copied()
-        .ok_or_else(|| format!("rank 0 sent an unknown name `{name}` (same k3 build on every rank?)"))
+    NAMES.iter().find(|n| **n == name).copied().ok_or_else(|| {
+        format!("rank 0 sent an unknown name `{name}` (same k3 build on every rank?)")
+    })
 }
 
 fn params_bits(p: &SamplingParams) -> [u64; 9] {

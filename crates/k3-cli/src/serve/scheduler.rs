@@ -148,7 +148,9 @@ pub fn run(
             }
         }
         if let Some(comm) = inbox.comm() {
-            let views = live.iter().map(|l| (l.ids.len(), l.ids.last().copied(), l.next, l.out.cancelled));
+            let views = live
+                .iter()
+                .map(|l| (l.ids.len(), l.ids.last().copied(), l.next, l.out.cancelled));
             super::replica::check_agreement(comm.as_ref(), super::replica::agreement_hash(views))?;
         }
         for l in live.iter_mut().filter(|l| l.save_prompt) {

@@ -8,7 +8,10 @@
 
 use super::types::GenSettings;
 use k3_engine::chat_template::{Channel, ReplyEvent, ReplyParser, ReplyStream, Template, Thinking};
-use k3_engine::{Constraint, ConstraintSpec, EngineError, ReplyStart, StopReason, StopScanner, TokenLogprob, Tokenizer};
+use k3_engine::{
+    Constraint, ConstraintSpec, EngineError, ReplyStart, StopReason, StopScanner, TokenLogprob,
+    Tokenizer,
+};
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 use tokio::sync::mpsc;
