@@ -118,7 +118,10 @@ fn outcome(mut rx: mpsc::UnboundedReceiver<Event>) -> Outcome {
 
 /// Serves `phases` (each phase's jobs queued together, the next phase after they finish;
 /// a phase may build on the previous outcomes) over `ranks` ranks; rank 0's outcomes.
-fn serve(ranks: usize, phases: &[&dyn Fn(&[Outcome]) -> Vec<Req>]) -> Vec<Outcome> {
+/// A phase's requests, given the outcomes so far.
+type Phase<'a> = &'a dyn Fn(&[Outcome]) -> Vec<Req>;
+
+fn serve(ranks: usize, phases: &[Phase<'_>]) -> Vec<Outcome> {
     let lim = Limits {
         ctx: CTX,
         parallel: 4,
@@ -267,7 +270,7 @@ fn third_phase(before: &[Outcome]) -> Vec<Req> {
 
 #[test]
 fn concurrent_streaming_jobs_over_two_and_three_ranks_match_one_process() {
-    let phases: [&dyn Fn(&[Outcome]) -> Vec<Req>; 3] = [&first_phase, &second_phase, &third_phase];
+    let phases: [Phase<'_>; 3] = [&first_phase, &second_phase, &third_phase];
     let one = serve(1, &phases);
     assert_eq!(one.len(), 7);
     assert_eq!(one[0].ids.len(), 12, "greedy completion runs to its length");
