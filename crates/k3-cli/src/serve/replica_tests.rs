@@ -44,6 +44,8 @@ struct Req {
     stop: Vec<String>,
     tools: Option<ConstraintSpec>,
     max_new: usize,
+    /// The client leaves after its first event.
+    leaves: bool,
 }
 
 /// What rank 0 streamed for a job.
@@ -161,7 +163,8 @@ fn serve(ranks: usize, phases: &[Phase<'_>]) -> Vec<Outcome> {
     };
     let mut done: Vec<Outcome> = Vec::new();
     for phase in phases {
-        let receivers: Vec<_> = (phase(&done).iter().enumerate())
+        let reqs = phase(&done);
+        let receivers: Vec<_> = (reqs.iter().enumerate())
             .map(|(i, r)| {
                 let (job, rx) = job(&engine, r, done.len() + i);
                 metrics
@@ -171,7 +174,26 @@ fn serve(ranks: usize, phases: &[Phase<'_>]) -> Vec<Outcome> {
                 rx
             })
             .collect();
-        done.extend(receivers.into_iter().map(outcome));
+        let mut receivers: Vec<_> = receivers.into_iter().map(Some).collect();
+        for (_, rx) in reqs
+            .iter()
+            .zip(receivers.iter_mut())
+            .filter(|(r, _)| r.leaves)
+        {
+            if let Some(mut rx) = rx.take() {
+                rx.blocking_recv(); // then the client leaves: every rank cancels the job
+            }
+        }
+        done.extend(receivers.into_iter().map(|rx| match rx {
+            Some(rx) => outcome(rx),
+            None => Outcome {
+                ids: Vec::new(),
+                text: String::new(),
+                calls: Vec::new(),
+                finish: Finish::Cancelled,
+                reused: 0,
+            },
+        }));
     }
     drop(tx); // the handlers are gone: every rank shuts down
     worker.join().unwrap().unwrap();
@@ -190,7 +212,7 @@ fn sampled(temperature: f32, seed: u64) -> SamplingParams {
     }
 }
 
-/// Phase 1: four concurrent jobs, streamed.
+/// Phase 1: five concurrent jobs, streamed; the client of the last leaves early.
 fn first_phase(_: &[Outcome]) -> Vec<Req> {
     let engine = open(None);
     let tok = engine.tokenizer().unwrap();
@@ -220,6 +242,7 @@ fn first_phase(_: &[Outcome]) -> Vec<Req> {
             stop: Vec::new(),
             tools: None,
             max_new: 12,
+            leaves: false,
         },
         Req {
             kind: completion,
@@ -228,6 +251,7 @@ fn first_phase(_: &[Outcome]) -> Vec<Req> {
             stop: vec!["e".into()],
             tools: None,
             max_new: 24,
+            leaves: false,
         },
         Req {
             kind: chat,
@@ -240,6 +264,7 @@ fn first_phase(_: &[Outcome]) -> Vec<Req> {
                 parallel: false,
             }),
             max_new: 400,
+            leaves: false,
         },
         Req {
             kind: completion,
@@ -248,6 +273,16 @@ fn first_phase(_: &[Outcome]) -> Vec<Req> {
             stop: Vec::new(),
             tools: None,
             max_new: 16,
+            leaves: false,
+        },
+        Req {
+            kind: JobKind::Completion { ignore_eos: true },
+            prompt: text("A long story"),
+            params: sampled(0.0, 0),
+            stop: Vec::new(),
+            tools: None,
+            max_new: 600,
+            leaves: true,
         },
     ]
 }
@@ -262,7 +297,7 @@ fn second_phase(before: &[Outcome]) -> Vec<Req> {
 fn third_phase(before: &[Outcome]) -> Vec<Req> {
     let mut reqs = first_phase(before);
     let mut prompt = reqs[0].prompt.clone();
-    prompt.extend(&before[4].ids);
+    prompt.extend(&before[5].ids);
     prompt.extend(&reqs[3].prompt);
     reqs[0].prompt = prompt;
     vec![reqs.swap_remove(0), reqs.swap_remove(1)]
@@ -272,7 +307,7 @@ fn third_phase(before: &[Outcome]) -> Vec<Req> {
 fn concurrent_streaming_jobs_over_two_and_three_ranks_match_one_process() {
     let phases: [Phase<'_>; 3] = [&first_phase, &second_phase, &third_phase];
     let one = serve(1, &phases);
-    assert_eq!(one.len(), 7);
+    assert_eq!(one.len(), 8);
     assert_eq!(one[0].ids.len(), 12, "greedy completion runs to its length");
     assert!(
         matches!(one[1].finish, Finish::StopSequence(_)),
@@ -284,9 +319,9 @@ fn concurrent_streaming_jobs_over_two_and_three_ranks_match_one_process() {
     let args: serde_json::Value = serde_json::from_str(&one[2].calls[0].1).unwrap();
     assert!(args["city"].is_string(), "constrained arguments: {args}");
     assert!(
-        one[5].reused > one[4].ids.len(),
+        one[6].reused > one[5].ids.len(),
         "the continued conversation reuses the saved state: {:?}",
-        one[5]
+        one[6]
     );
     for ranks in [2, 3] {
         let group = serve(ranks, &phases);
