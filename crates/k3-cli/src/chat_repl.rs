@@ -21,6 +21,7 @@
 
 pub use crate::chat_args::ChatArgs;
 use crate::chat_input::{ChatInput, Input};
+use crate::chat_ranks::Said;
 use crate::chat_tools::pending_calls;
 use crate::CliError;
 use k3_engine::chat_template::{self as chat, ChatMessage, Template, Thinking, ToolSpec};
@@ -111,6 +112,10 @@ struct Chat<'e> {
     tool_choice: Option<Constraint>,
     /// From --think-budget.
     think_budget: Option<usize>,
+    /// The MPI group this chat is one rank of (docs/DISTRIBUTED.md#chat-over-ranks).
+    group: Option<std::sync::Arc<dyn k3_engine::Comm>>,
+    /// What rank 0 read for the next `/load` (over ranks), instead of reading the file here.
+    preloaded: Option<Result<Vec<ChatMessage>, String>>,
 }
 
 pub fn chat(args: ChatArgs) -> Result<(), CliError> {
@@ -168,6 +173,8 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         tools,
         tool_choice,
         think_budget: args.think_budget,
+        group: None,
+        preloaded: None,
     };
     c.carry = c.header()?;
     let what = format!(
@@ -177,8 +184,13 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
     let need = c.carry.len() + max_new + TAIL_RESERVE;
     crate::context::check_trained(&model_dir, trained, need, explicit_ctx, &what)?;
     check_reply_room(c.carry.len(), max_new, ctx)?;
-    ctrlc::set_handler(|| {
-        if GENERATING.load(Ordering::SeqCst) {
+    let group = crate::mpi_comm::group();
+    let follower = crate::mpi_comm::is_follower();
+    c.group = group.clone();
+    ctrlc::set_handler(move || {
+        if follower {
+            // rank 0's Ctrl-C is broadcast (docs/DISTRIBUTED.md#chat-over-ranks)
+        } else if GENERATING.load(Ordering::SeqCst) {
             CANCEL.store(true, Ordering::SeqCst);
         } else if IDLE_INTERRUPTS.fetch_add(1, Ordering::SeqCst) >= 1 {
             std::process::exit(130);
@@ -187,7 +199,7 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         }
     })
     .map_err(|e| CliError::runtime(format!("cannot install the Ctrl-C handler: {e}")))?;
-    let interactive = std::io::stdin().is_terminal();
+    let interactive = !follower && std::io::stdin().is_terminal();
     if interactive {
         eprintln!(
             "k3 chat: {} (thinking {}). {HELP}",
@@ -200,28 +212,31 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         (false, Some(path)) => Some(path),
         (false, None) => crate::chat_input::default_history(),
     };
-    let mut input = ChatInput::new(interactive, history)?;
+    // A follower reads nothing: every input is rank 0's, broadcast (crate::chat_ranks).
+    let mut input = match follower {
+        true => None,
+        false => Some(ChatInput::new(interactive, history)?),
+    };
     loop {
-        let line = match input.read()? {
-            Input::Line(line) => line,
-            Input::Eof => {
-                if interactive {
-                    println!();
-                }
-                return Ok(());
-            }
-            Input::Interrupted => {
-                if IDLE_INTERRUPTS.fetch_add(1, Ordering::SeqCst) >= 1 {
-                    std::process::exit(130);
-                }
-                eprintln!("(Ctrl-C again quits; /exit or Ctrl-D leaves cleanly)");
-                continue;
+        let said = match input.as_mut() {
+            Some(input) => match read_line(input, interactive)? {
+                Some(said) => said,
+                None => continue,
+            },
+            None => Said::Eof, // replaced by rank 0's
+        };
+        let said = match group.as_ref() {
+            Some(comm) => crate::chat_ranks::share(comm, (!follower).then_some(said))?,
+            None => said,
+        };
+        let line = match said {
+            Said::Eof => return Ok(()),
+            Said::Line(line) => line,
+            Said::Load { line, messages } => {
+                c.preloaded = Some(messages);
+                line
             }
         };
-        IDLE_INTERRUPTS.store(0, Ordering::SeqCst);
-        if line.trim().is_empty() {
-            continue;
-        }
         if let Some(cmd) = line.strip_prefix('/') {
             if !c.command(cmd.trim())? {
                 return Ok(());
@@ -230,6 +245,35 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
         }
         c.user_turn(&line)?;
     }
+}
+
+/// The next input on rank 0 (or one process): `None` for nothing to act on (an empty line,
+/// a first Ctrl-C at the prompt); a second Ctrl-C in a row exits 130.
+fn read_line(input: &mut ChatInput, interactive: bool) -> Result<Option<Said>, CliError> {
+    let line = match input.read()? {
+        Input::Line(line) => line,
+        Input::Eof => {
+            if interactive {
+                println!();
+            }
+            return Ok(Some(Said::Eof));
+        }
+        Input::Interrupted => {
+            if IDLE_INTERRUPTS.fetch_add(1, Ordering::SeqCst) >= 1 {
+                std::process::exit(130);
+            }
+            eprintln!("(Ctrl-C again quits; /exit or Ctrl-D leaves cleanly)");
+            return Ok(None);
+        }
+    };
+    IDLE_INTERRUPTS.store(0, Ordering::SeqCst);
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(match crate::mpi_comm::group() {
+        Some(_) => crate::chat_ranks::said_of(line),
+        None => Said::Line(line),
+    }))
 }
 
 /// Refuses an `-n` that no reply could ever reach: the header, one reply of `max_new` tokens
@@ -295,6 +339,8 @@ impl<'e> Chat<'e> {
                 println!("(conversation cleared; system message kept)");
             }
             ("undo", _) => self.undo()?,
+            // rank 0 alone writes files
+            ("save", false) if crate::mpi_comm::is_follower() => {}
             ("save", false) => match chat::save_history(Path::new(arg), &self.messages) {
                 Ok(()) => println!("(saved {} messages to {arg})", self.messages.len()),
                 Err(e) => println!("k3: error: {e}"),
@@ -336,7 +382,11 @@ impl<'e> Chat<'e> {
     }
 
     fn load(&mut self, path: &Path) -> Result<(), CliError> {
-        let msgs = match chat::load_history(path) {
+        let loaded = match self.preloaded.take() {
+            Some(loaded) => loaded,
+            None => chat::load_history(path).map_err(|e| e.to_string()),
+        };
+        let msgs = match loaded {
             Ok(m) => m,
             Err(e) => {
                 println!("k3: error: {e}");

@@ -227,6 +227,8 @@ impl<'e> Chat<'e> {
                     !over_budget && !CANCEL.load(Ordering::SeqCst)
                 })?;
             generated += generation.ids.len();
+            // Over ranks every rank takes rank 0's Ctrl-C (docs/DISTRIBUTED.md#chat-over-ranks).
+            let cancelled = shared_cancel(self.group.as_ref())?;
             // `close(think) open(response)`, less any start of it the model already wrote.
             let mut forced = self.tpl.think_to_response();
             let held = view.parser.held();
@@ -237,7 +239,7 @@ impl<'e> Chat<'e> {
                     0
                 },
             );
-            if !over_budget || CANCEL.load(Ordering::SeqCst) || view.ids.len() + forced.len() > n {
+            if !over_budget || cancelled || view.ids.len() + forced.len() > n {
                 break;
             }
             // The think budget is spent: close the think channel as the model would have.
@@ -329,4 +331,13 @@ fn find_last(hay: &[u32], needle: &[u32]) -> Option<usize> {
     (0..=hay.len() - needle.len())
         .rev()
         .find(|&i| hay[i..i + needle.len()] == *needle)
+}
+
+/// Rank 0's Ctrl-C flag, stored on every rank (one process: its own).
+fn shared_cancel(group: Option<&std::sync::Arc<dyn k3_engine::Comm>>) -> Result<bool, EngineError> {
+    let mine = CANCEL.load(Ordering::SeqCst);
+    let shared =
+        crate::chat_ranks::share_flag(group, mine).map_err(|e| EngineError::Invalid(e.message))?;
+    CANCEL.store(shared, Ordering::SeqCst);
+    Ok(shared)
 }

@@ -10,6 +10,7 @@ mod auto_budget;
 mod budget;
 mod chat_args;
 mod chat_input;
+mod chat_ranks; // issue 28: chat over MPI ranks (docs/DISTRIBUTED.md)
 mod chat_repl;
 mod chat_tools;
 mod config_file;
@@ -134,10 +135,6 @@ fn main() -> ExitCode {
             return ExitCode::from(e.code);
         }
     };
-    if mpi_comm::group().is_some() && matches!(cli.cmd, Command::Chat(_) | Command::Serve(_)) {
-        eprintln!("k3: error: `k3 chat` and `k3 serve` do not run over MPI ranks yet (docs/DISTRIBUTED.md): use `k3 run` under mpirun");
-        return ExitCode::from(2);
-    }
     let result = match cli.cmd {
         Command::Run(args) => run::run(args),
         Command::Chat(args) => chat_repl::chat(args),

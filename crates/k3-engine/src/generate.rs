@@ -172,30 +172,56 @@ impl<'e> Session<'e> {
         Ok(emitter.finish(reason))
     }
 
-    /// Samples the next id; over several ranks (docs/DISTRIBUTED.md) rank 0's choice is
-    /// broadcast and every rank continues with it, so the ranks never diverge.
-    pub(crate) fn sample_shared(
+    /// Samples the next id and hands it to `emitter` (the caller's callback, end ids, stop
+    /// strings). Over several ranks (docs/DISTRIBUTED.md) rank 0's id AND rank 0's verdict
+    /// (go on, or stop and why) are broadcast and every rank continues with them, so a
+    /// callback that only rank 0 can answer (Ctrl-C, a client that left) stops every rank at
+    /// the same token and the ranks never diverge.
+    pub(crate) fn sample_emit<F: FnMut(u32) -> bool>(
         &self,
         sampler: &mut Sampler,
         logits: &[f32],
         history: &[u32],
-    ) -> Result<u32, EngineError> {
+        emitter: &mut Emitter<'_, F>,
+    ) -> Result<(u32, Option<StopReason>), EngineError> {
         let id = sampler.try_sample(logits, history)?;
+        let stopped = emitter.push(id);
         let comm = self.owner().comm();
         if comm.size() == 1 {
-            return Ok(id);
+            return Ok((id, stopped));
         }
-        let mut shared = vec![id];
+        let mut shared = vec![id, verdict_code(&stopped)];
         comm.broadcast_u32(0, &mut shared)
             .map_err(k3_model::ModelError::from)?;
-        match shared.first() {
+        let rank = comm.rank();
+        let diverged = |what: String| {
+            EngineError::Invalid(format!(
+                "rank {rank} {what}: the ranks diverged (same model, seed and flags on every rank?)"
+            ))
+        };
+        let (root_id, root_verdict) = match shared[..] {
+            [i, v] => (i, v),
+            _ => {
+                return Err(EngineError::Invalid(
+                    "rank 0 broadcast no sampled id".into(),
+                ))
+            }
+        };
+        if root_id != id {
             // logits are bit-identical on every rank, so a deterministic sampler agrees
-            Some(&s) if s == id => Ok(s),
-            Some(&s) => Err(EngineError::Invalid(format!(
-                "rank {} sampled id {id} where rank 0 sampled {s}: the ranks diverged (same model, seed and flags on every rank?)",
-                comm.rank()
+            return Err(diverged(format!(
+                "sampled id {id} where rank 0 sampled {root_id}"
+            )));
+        }
+        // A follower's own callback is not consulted: rank 0 owns the product.
+        let local = stopped.filter(|r| !matches!(r, StopReason::Callback));
+        match (root_verdict, local) {
+            (VERDICT_GO_ON, None) => Ok((id, None)),
+            (VERDICT_CALLBACK, None) => Ok((id, Some(StopReason::Callback))),
+            (v, Some(r)) if v == verdict_code(&Some(r.clone())) => Ok((id, Some(r))),
+            (v, r) => Err(diverged(format!(
+                "stopped as {r:?} at id {id} where rank 0's verdict was {v}"
             ))),
-            None => Err(EngineError::Invalid("rank 0 broadcast no sampled id".into())),
         }
     }
 
@@ -208,8 +234,8 @@ impl<'e> Session<'e> {
         emitter: &mut Emitter<'_, F>,
     ) -> Result<StopReason, EngineError> {
         for i in 0..n {
-            let id = self.sample_shared(sampler, self.logits(), self.history())?;
-            let stopped = emitter.push(id);
+            let (id, stopped) =
+                self.sample_emit(sampler, self.logits(), self.history(), emitter)?;
             if stopped.is_some() || i + 1 == n {
                 self.keep_pending(id)?;
                 return Ok(stopped.unwrap_or(StopReason::Length));
@@ -217,5 +243,19 @@ impl<'e> Session<'e> {
             self.step(id, mode)?;
         }
         Ok(StopReason::Length)
+    }
+}
+
+/// Rank 0's verdict on a generated id, as broadcast: go on, or which stop.
+const VERDICT_GO_ON: u32 = 0;
+const VERDICT_CALLBACK: u32 = 3;
+
+fn verdict_code(stopped: &Option<StopReason>) -> u32 {
+    match stopped {
+        None => VERDICT_GO_ON,
+        Some(StopReason::EndToken(_)) => 1,
+        Some(StopReason::StopText(_)) => 2,
+        Some(StopReason::Callback) => VERDICT_CALLBACK,
+        Some(_) => 4,
     }
 }

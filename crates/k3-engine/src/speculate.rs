@@ -170,10 +170,10 @@ impl Session<'_> {
         let mut length = DraftLength::new(max_draft);
         // `history` = what one-token decoding would pass the sampler: every token so far.
         let mut history = self.history().to_vec();
-        let first = self.sample_shared(sampler, self.logits(), &history)?;
+        let (first, stopped) = self.sample_emit(sampler, self.logits(), &history, emitter)?;
         history.push(first);
         let mut generated = 1;
-        if let Some(r) = emitter.push(first) {
+        if let Some(r) = stopped {
             self.keep_pending(first)?;
             return Ok(r);
         }
@@ -206,11 +206,10 @@ impl Session<'_> {
             let vocab = rows.len() / (k + 1);
             let accepted_before = self.spec_stats.accepted;
             for j in 0..=k {
-                let next =
-                    self.sample_shared(sampler, &rows[j * vocab..(j + 1) * vocab], &history)?;
+                let row = &rows[j * vocab..(j + 1) * vocab];
+                let (next, stopped) = self.sample_emit(sampler, row, &history, emitter)?;
                 history.push(next);
                 generated += 1;
-                let stopped = emitter.push(next);
                 let ended = stopped.is_some() || generated == n;
                 if j < k && next == drafts[j] && !ended {
                     self.spec_stats.accepted += 1;

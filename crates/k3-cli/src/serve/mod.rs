@@ -10,6 +10,9 @@
 
 mod http_anthropic;
 mod http_openai;
+mod replica;
+#[cfg(test)]
+mod replica_tests;
 mod routes;
 mod scheduler;
 mod status_line;
@@ -201,22 +204,47 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         .unwrap_or_else(|_| model_dir.clone())
         .file_name()
         .map_or_else(|| "k3".to_string(), |n| n.to_string_lossy().into_owned());
-    // `k3 ps` record, published once listening (docs/MODELS.md#k3-ps; crate::ps).
-    let ps_record = crate::ps::Announcement::new(&model_dir, &engine);
-    let metrics = Arc::new(worker::Metrics::default());
-    // Admission is counted by `Shared::admission`; the channel holds every admitted job.
-    let admitted = args.parallel + args.queue;
-    let (tx, rx) = mpsc::channel(admitted);
     let limits = scheduler::Limits {
         ctx,
         parallel: args.parallel,
         ubatch: args.ubatch,
         reuse: !args.no_reuse,
     };
+    let group = crate::mpi_comm::group();
+    if let Some(comm) = group.as_ref().filter(|c| c.rank() > 0) {
+        // A follower: the same scheduler loop on rank 0's ticks, no HTTP (docs/DISTRIBUTED.md).
+        let inbox = replica::Inbox::Follower(comm.clone());
+        let metrics = Arc::new(worker::Metrics::default());
+        return scheduler::run(engine, inbox, metrics, limits).map_err(CliError::runtime);
+    }
+    // `k3 ps` record, published once listening (docs/MODELS.md#k3-ps; crate::ps).
+    let ps_record = crate::ps::Announcement::new(&model_dir, &engine);
+    let metrics = Arc::new(worker::Metrics::default());
+    // Admission is counted by `Shared::admission`; the channel holds every admitted job.
+    let admitted = args.parallel + args.queue;
+    let (tx, rx) = mpsc::channel(admitted);
+    let shutdown = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let inbox = match group {
+        Some(comm) => replica::Inbox::Leader {
+            jobs: rx,
+            comm,
+            shutdown: shutdown.clone(),
+        },
+        None => replica::Inbox::Local(rx),
+    };
+    let replicated = inbox.replicated();
     let (w_engine, w_metrics) = (engine.clone(), metrics.clone());
-    std::thread::Builder::new()
+    let worker = std::thread::Builder::new()
         .name("k3-engine".into())
-        .spawn(move || scheduler::run(w_engine, rx, w_metrics, limits))
+        .spawn(move || {
+            let result = scheduler::run(w_engine, inbox, w_metrics, limits);
+            if let Err(e) = &result {
+                // The group cannot go on: end every rank (docs/DISTRIBUTED.md#faults).
+                eprintln!("k3: error: {}{e}", crate::mpi_comm::rank_prefix());
+                crate::mpi_comm::end_group(k3_engine::EXIT_RUNTIME);
+            }
+            result
+        })
         .map_err(|e| CliError::runtime(format!("cannot start the engine thread: {e}")))?;
     let shared = Arc::new(Shared {
         engine,
@@ -253,7 +281,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         .enable_time()
         .build()
         .map_err(|e| CliError::runtime(format!("cannot start the HTTP runtime: {e}")))?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let addr = format!("{}:{port}", args.host);
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
@@ -264,8 +292,40 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         worker::log(format_args!("k3: listening on http://{local}"));
         status_line::start();
         let _ps_record = ps_record.publish(local.port()); // removed when serve returns
-        axum::serve(listener, app)
-            .await
-            .map_err(|e| CliError::runtime(format!("server error: {e}")))
-    })
+        let serving = axum::serve(listener, app);
+        let served = match replicated {
+            // Over ranks SIGINT/SIGTERM stop every rank cleanly: the scheduler's next tick
+            // tells the followers, live requests fail, then the server closes.
+            true => serving.with_graceful_shutdown(on_signal(shutdown)).await,
+            false => serving.await,
+        };
+        served.map_err(|e| CliError::runtime(format!("server error: {e}")))
+    });
+    drop(runtime);
+    if replicated {
+        // The followers wait for the scheduler's shutdown tick.
+        match worker.join() {
+            Ok(r) => r.map_err(CliError::runtime)?,
+            Err(_) => return Err(CliError::runtime("the engine thread panicked")),
+        }
+    }
+    served
+}
+
+/// Resolves at SIGINT or SIGTERM, after setting `shutdown` (the scheduler's next tick
+/// carries it to every rank).
+async fn on_signal(shutdown: Arc<std::sync::atomic::AtomicBool>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {},
+        _ = term.recv() => {},
+    }
+    worker::log("k3: shutting down (every rank)");
+    shutdown.store(true, std::sync::atomic::Ordering::SeqCst);
 }

@@ -5,7 +5,7 @@
 
 use super::types::neutral::Request;
 use super::types::{ApiError, GenSettings};
-use super::worker::{ChatJob, Event, Job, JobKind, Metrics, Summary};
+use super::worker::{ChatJob, Event, Job, JobConstraint, JobKind, Metrics, Summary};
 use super::Shared;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -86,7 +86,7 @@ pub fn render_chat(
     shared: &Shared,
     request: &Request,
     endpoint: &'static str,
-) -> Result<(Vec<u32>, JobKind, Option<Constraint>), ApiError> {
+) -> Result<(Vec<u32>, JobKind, Option<JobConstraint>), ApiError> {
     let messages = request.to_template()?;
     let tok = shared
         .engine
@@ -106,9 +106,13 @@ pub fn render_chat(
                 ConstraintSpec::ToolCalls { .. } => "tools",
                 _ => "response_format",
             };
-            let c = Constraint::new(tok, &spec, start)
+            let compiled = Constraint::new(tok, &spec, start)
                 .map_err(|e| ApiError::invalid(param, format!("{param}: {e}")))?;
-            Some(c)
+            Some(JobConstraint {
+                compiled,
+                spec,
+                start,
+            })
         }
         None => None,
     };
@@ -149,7 +153,7 @@ pub fn submit(
     kind: JobKind,
     prompt: Vec<u32>,
     settings: GenSettings,
-    constraint: Option<Constraint>,
+    constraint: Option<JobConstraint>,
 ) -> Result<mpsc::UnboundedReceiver<(usize, Event)>, ApiError> {
     let ctx = shared.ctx;
     let param = match kind {

@@ -12,12 +12,12 @@
 
 mod spec_step;
 
+use super::replica::Inbox;
 use super::worker::{log, Event, Job, JobKind, Lru, Metrics, Output, Summary};
 use k3_engine::{token_logprob, BatchFeed, Engine, EngineError, Sampler, Session, StopReason};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::mpsc;
 
 /// How the scheduler batches.
 #[derive(Clone, Copy, Debug)]
@@ -95,9 +95,20 @@ impl Live<'_> {
     }
 }
 
-/// Runs jobs until every sender is gone and no session is live.
-pub fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>, metrics: Arc<Metrics>, lim: Limits) {
+/// Runs jobs until every sender is gone and no session is live, or a shutdown tick. Over
+/// ranks (`inbox` not [`Inbox::Local`]) every rank runs this loop on the same ticks
+/// (docs/DISTRIBUTED.md#serve-over-ranks); an error is one the group cannot go on from (a
+/// failed collective, ranks that diverged).
+pub fn run(
+    engine: Arc<Engine>,
+    mut inbox: Inbox,
+    metrics: Arc<Metrics>,
+    lim: Limits,
+) -> Result<(), String> {
     let engine: &Engine = &engine;
+    let tok = engine
+        .tokenizer()
+        .ok_or_else(|| "the model has no tokenizer".to_string())?;
     let mut lru = Lru::new(if lim.reuse {
         super::worker::LRU_CAPACITY
     } else {
@@ -105,20 +116,25 @@ pub fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>, metrics: Arc<Metr
     });
     let mut live: Vec<Live<'_>> = Vec::new();
     loop {
-        while live.len() < lim.parallel.max(1) {
-            let job = if live.is_empty() {
-                match jobs.blocking_recv() {
-                    Some(j) => j,
-                    None => return,
-                }
-            } else {
-                match jobs.try_recv() {
-                    Ok(j) => j,
-                    Err(_) => break,
-                }
-            };
-            metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
-            if let Some(l) = admit(engine, &mut lru, lim.ctx, job) {
+        let room = lim.parallel.max(1).saturating_sub(live.len());
+        let queued: Vec<&Job> = live.iter().map(|l| &l.job).collect();
+        let tick = inbox.next(&queued, room, tok)?;
+        for &i in &tick.cancel {
+            if let Some(l) = live.get_mut(i) {
+                l.out.cancelled = true;
+            }
+        }
+        if tick.shutdown {
+            let why = EngineError::Invalid("the server is shutting down".into());
+            live.drain(..).for_each(|l| fail(&l.job, &why));
+            return Ok(());
+        }
+        for job in tick.jobs {
+            if !inbox.follower() {
+                metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+            }
+            if let Some(mut l) = admit(engine, &mut lru, lim.ctx, job, inbox.replicated()) {
+                l.out.local_cancel = !inbox.replicated();
                 live.push(l);
             }
         }
@@ -126,10 +142,16 @@ pub fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>, metrics: Arc<Metr
             .active_sessions
             .store(live.len() as u64, Ordering::SeqCst);
         let stepped = Instant::now();
-        if let Err(e) = step(engine, &mut live, lim) {
+        if let Err(e) = step(engine, &mut live, lim, inbox.replicated()) {
             for l in live.drain(..) {
                 fail(&l.job, &e);
             }
+        }
+        if let Some(comm) = inbox.comm() {
+            let views = live
+                .iter()
+                .map(|l| (l.ids.len(), l.ids.last().copied(), l.next, l.out.cancelled));
+            super::replica::check_agreement(comm.as_ref(), super::replica::agreement_hash(views))?;
         }
         for l in live.iter_mut().filter(|l| l.save_prompt) {
             l.save_prompt = false;
@@ -145,7 +167,9 @@ pub fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>, metrics: Arc<Metr
         for l in done {
             retire(engine, &mut lru, &metrics, l);
         }
-        show_status(&live, &metrics, stepped.elapsed().as_secs_f64());
+        if !inbox.follower() {
+            show_status(&live, &metrics, stepped.elapsed().as_secs_f64());
+        }
         metrics
             .active_sessions
             .store(live.len() as u64, Ordering::SeqCst);
@@ -180,8 +204,15 @@ fn fail(job: &Job, e: &EngineError) {
 
 /// A job's session, restored from the longest saved prefix of its prompt or fresh; `None`
 /// when the client already left or the job cannot start (reported to it).
-fn admit<'e>(engine: &'e Engine, lru: &mut Lru, ctx: usize, mut job: Job) -> Option<Live<'e>> {
-    if job.events.is_closed() {
+fn admit<'e>(
+    engine: &'e Engine,
+    lru: &mut Lru,
+    ctx: usize,
+    mut job: Job,
+    replicated: bool,
+) -> Option<Live<'e>> {
+    // Over ranks rank 0 drops a job whose client left before broadcasting it.
+    if job.events.is_closed() && !replicated {
         log(format_args!(
             "k3: request {} {}: cancelled while queued",
             job.id,
@@ -195,7 +226,7 @@ fn admit<'e>(engine: &'e Engine, lru: &mut Lru, ctx: usize, mut job: Job) -> Opt
             .ok_or_else(|| EngineError::Invalid("the model has no tokenizer".into()))?;
         let mut sampler = Sampler::new(job.settings.params.clone())?;
         if let Some(constraint) = job.constraint.take() {
-            sampler = sampler.with_constraint(constraint);
+            sampler = sampler.with_constraint(constraint.compiled);
         }
         Ok((session, reused, sampler, Output::new(tok, &job)?))
     });
@@ -274,8 +305,14 @@ fn step_ids(live: &[Live<'_>], chunk: usize, ubatch: usize) -> Vec<Vec<u32>> {
 
 /// One batched pass over the live sessions, then sampling and streaming for each that has
 /// fresh logits. Sessions whose client left are marked cancelled and fed nothing.
-fn step(engine: &Engine, live: &mut [Live<'_>], lim: Limits) -> Result<(), EngineError> {
-    for l in live.iter_mut() {
+fn step(
+    engine: &Engine,
+    live: &mut [Live<'_>],
+    lim: Limits,
+    replicated: bool,
+) -> Result<(), EngineError> {
+    // Over ranks a client that left is rank 0's tick's news, not this rank's channel's.
+    for l in live.iter_mut().filter(|_| !replicated) {
         if l.job.events.is_closed() {
             l.out.cancelled = true;
         }

@@ -8,7 +8,10 @@
 
 use super::types::GenSettings;
 use k3_engine::chat_template::{Channel, ReplyEvent, ReplyParser, ReplyStream, Template, Thinking};
-use k3_engine::{Constraint, EngineError, StopReason, StopScanner, TokenLogprob, Tokenizer};
+use k3_engine::{
+    Constraint, ConstraintSpec, EngineError, ReplyStart, StopReason, StopScanner, TokenLogprob,
+    Tokenizer,
+};
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -17,7 +20,11 @@ use tokio::sync::mpsc;
 pub const LRU_CAPACITY: usize = 4;
 
 /// Writes one server log line on stderr, stamped with the time (RFC 3339, UTC, ms).
+/// A follower rank of an MPI job logs nothing (rank 0 logs every request).
 pub fn log(line: impl std::fmt::Display) {
+    if crate::mpi_comm::is_follower() {
+        return;
+    }
     let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
     super::status_line::print(&format!("{now} {line}"));
 }
@@ -101,7 +108,7 @@ pub struct Job {
     pub prompt: Vec<u32>,
     pub settings: GenSettings,
     /// What the sampler enforces (docs/SERVER.md "Tools"): each choice's own copy.
-    pub constraint: Option<Constraint>,
+    pub constraint: Option<JobConstraint>,
     /// New tokens to generate at most (already clamped to the context).
     pub max_new: usize,
     /// Which choice of the request this job generates (`n` > 1 queues one job per choice).
@@ -109,6 +116,15 @@ pub struct Job {
     pub events: mpsc::UnboundedSender<Event>,
     /// Its place among the `--parallel` + `--queue` admitted jobs, freed when it is dropped.
     pub _admission: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// A job's constraint, compiled, with the spec it was compiled from (which is what rank 0
+/// sends the other ranks: docs/DISTRIBUTED.md#serve-over-ranks).
+#[derive(Clone)]
+pub struct JobConstraint {
+    pub compiled: Constraint,
+    pub spec: ConstraintSpec,
+    pub start: ReplyStart,
 }
 
 /// What the worker reports for a job: the core's protocol-neutral output, which each
@@ -270,6 +286,9 @@ pub struct Output<'t> {
     /// The ids that close the think channel and open the response (chat only).
     pub think_to_response: Vec<u32>,
     pub cancelled: bool,
+    /// A failed send (the client left) cancels the job at once. Off over ranks, where only
+    /// rank 0's tick cancels (docs/DISTRIBUTED.md#serve-over-ranks).
+    pub local_cancel: bool,
     /// When the first id was generated.
     pub first_token: Option<Instant>,
     /// The end-of-turn ids that stop the generation.
@@ -316,13 +335,14 @@ impl<'t> Output<'t> {
             stop_hit: None,
             think_to_response,
             cancelled: false,
+            local_cancel: true,
             first_token: None,
         })
     }
 
     fn send(&mut self, content: String, reasoning: String, logprobs: Vec<TokenLogprob>) {
         if content.is_empty() && reasoning.is_empty() && logprobs.is_empty() {
-            if self.events.is_closed() {
+            if self.events.is_closed() && self.local_cancel {
                 self.cancelled = true;
             }
             return;
@@ -335,7 +355,7 @@ impl<'t> Output<'t> {
     }
 
     fn send_event(&mut self, event: Event) {
-        if self.events.send(event).is_err() {
+        if self.events.send(event).is_err() && self.local_cancel {
             self.cancelled = true;
         }
     }
