@@ -230,6 +230,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
+    mut pf: super::gemm::Spread,
 ) {
     let mut acc = [[[_mm256_setzero_ps(); 2]; N]; M];
     // A fresh state (the first chunk) starts at +0, the lanes' initial value.
@@ -244,6 +245,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     }
     let mut k = 0;
     while k < kc {
+        pf.tick();
         let mut wv = [[_mm256_setzero_ps(); 2]; M];
         for (v, &wr) in wv.iter_mut().zip(&w) {
             // SAFETY: `k + 16 <= kc` f32 are readable at every `w[r]` and `x[t]` (caller).
@@ -260,6 +262,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
         }
         k += 16;
     }
+    pf.finish();
     for (r, ar) in acc.iter().enumerate() {
         for (t, a) in ar.iter().enumerate() {
             let s = st.wrapping_add(r * ss + 16 * t);

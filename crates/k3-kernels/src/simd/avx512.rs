@@ -450,11 +450,13 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
+    mut pf: super::gemm::Spread,
 ) {
     // SAFETY: the state slots are the caller's.
     let mut acc = unsafe { load_state::<M, N>(st, ss, fresh) };
     let mut k = 0;
     while k < kc {
+        pf.tick();
         let mut wv = [_mm512_setzero_ps(); M];
         for (v, &wr) in wv.iter_mut().zip(&w) {
             // SAFETY: `k + 16 <= kc` f32 are readable at every `w[r]` and `x[t]` (caller).
@@ -470,6 +472,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
         }
         k += 16;
     }
+    pf.finish();
     // SAFETY: the state slots are the caller's.
     unsafe { store_state(&acc, st, ss) };
 }

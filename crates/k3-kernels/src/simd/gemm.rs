@@ -153,6 +153,22 @@ impl Ahead {
             .sum()
     }
 
+    /// Up to `lines` next cache lines, all of one region, to be prefetched by a microkernel
+    /// over its k-loop of `steps` steps ([`Spread`]).
+    fn take(&mut self, lines: usize, steps: usize) -> Spread {
+        if self.at.0 >= self.n || lines == 0 {
+            return Spread::NONE;
+        }
+        let (base, len) = self.regions[self.at.0];
+        let n = lines.min((len - self.at.1).div_ceil(64));
+        let s = Spread::new(base + self.at.1, n, steps);
+        self.at.1 += 64 * n;
+        if self.at.1 >= len {
+            self.at = (self.at.0 + 1, 0);
+        }
+        s
+    }
+
     /// Prefetches up to `lines` more cache lines.
     fn step(&mut self, mut lines: usize) {
         while lines > 0 && self.at.0 < self.n {
@@ -164,6 +180,59 @@ impl Ahead {
             }
             lines -= 1;
         }
+    }
+}
+
+/// Cache lines a microkernel prefetches (`prefetch_t0`), one every `gap` steps of its k-loop
+/// instead of a burst at the call's start: on Zen 4 the bursts of next-panel hints from
+/// DRAM stalled the sweep (~7 % of its samples on the prefetch loop, `perf`,
+/// docs/PERFORMANCE.md#session-10-gemm-near-the-fma-peak). Hints only: never dereferenced.
+#[derive(Clone, Copy)]
+pub(crate) struct Spread {
+    at: usize,
+    lines: usize,
+    gap: usize,
+    wait: usize,
+}
+
+impl Spread {
+    /// Nothing to prefetch.
+    pub(crate) const NONE: Spread = Spread {
+        at: 0,
+        lines: 0,
+        gap: 1,
+        wait: 1,
+    };
+
+    /// `lines` cache lines from address `at`, spread over `steps` k-steps.
+    fn new(at: usize, lines: usize, steps: usize) -> Self {
+        let gap = (steps / lines.max(1)).max(1);
+        Spread {
+            at,
+            lines,
+            gap,
+            wait: 1,
+        }
+    }
+
+    /// One k-step: prefetches the next line when its turn has come.
+    #[inline(always)]
+    pub(crate) fn tick(&mut self) {
+        if self.lines > 0 {
+            self.wait -= 1;
+            if self.wait == 0 {
+                prefetch_t0(self.at as *const u8, 1);
+                self.at += 64;
+                self.lines -= 1;
+                self.wait = self.gap;
+            }
+        }
+    }
+
+    /// Prefetches the lines the k-loop did not reach.
+    #[inline(always)]
+    pub(crate) fn finish(self) {
+        prefetch_t0(self.at as *const u8, 64 * self.lines);
     }
 }
 
@@ -347,10 +416,15 @@ impl Job<'_> {
                         d[0] = I::reduce(self.lay, p);
                     }
                 }
-                for (k, &dk) in d[..n].iter().enumerate() {
-                    let (rl, j) = ((i0 + k) / tg, (i0 + k) % tg);
+                // Set `i0 + k` is (row `rl`, token `j`), stepped without a division per output.
+                let (mut rl, mut j) = (i0 / tg, i0 % tg);
+                for &dk in &d[..n] {
                     let r = b * RB + rl;
                     staged[j * SB * RB + r] = self.w.finish(r0 + r, dk);
+                    j += 1;
+                    if j == tg {
+                        (rl, j) = (rl + 1, 0);
+                    }
                 }
                 i0 += n;
             }

@@ -111,7 +111,7 @@ macro_rules! sweep_fn {
                 let xp = x.wrapping_add(tb0 * XS);
                 let mut rb = 0;
                 while rb < nr {
-                    ahead.step(per);
+                    let pf = ahead.take(per, kc / 16);
                     let mut wr = [w[0]; MR];
                     wr.copy_from_slice(&w[rb..rb + MR]);
                     let sp = st.wrapping_add((rb * tg + tb0) * 16);
@@ -120,7 +120,7 @@ macro_rules! sweep_fn {
                             // SAFETY: rows `rb .. rb + MR <= RB` (RB is a multiple of MR) and
                             // tokens `tb0 .. tb0 + nt <= tg` are inside the caller's
                             // guarantees; the state slots of distinct (row, token) differ.
-                            unsafe { crate::simd::$m::micro::<MR, $n>(wr, xp, XS, kc, sp, tg * 16, fresh) }
+                            unsafe { crate::simd::$m::micro::<MR, $n>(wr, xp, XS, kc, sp, tg * 16, fresh, pf) }
                         })+
                         _ => {}
                     }
@@ -128,6 +128,8 @@ macro_rules! sweep_fn {
                 }
                 tb0 += nt;
             }
+            // Lines the calls' shares did not cover (a share stops at a region's end).
+            ahead.step(usize::MAX);
         }
     };
 }
