@@ -291,10 +291,25 @@ impl Job<'_> {
                                 tg,
                                 st: state.as_mut_ptr(),
                                 fresh: c == 0,
+                                skip: 0,
                             };
                             // SAFETY: as below; `k0 + kc <= cols` for MXFP4 (whole groups).
                             if unsafe { I::fused_mx(&tile, &mut ahead) } {
                                 continue;
+                            }
+                            if let MatrixData::Bf16(d) = self.w.data {
+                                let (c, pp) = (self.w.cols, panel.as_mut_ptr());
+                                let src: [*const u16; RB] = std::array::from_fn(|rl| {
+                                    d[(rb + rl.min(nr - 1)) * c + k0..].as_ptr().cast()
+                                });
+                                let dst: [*mut f32; RB] =
+                                    std::array::from_fn(|rl| pp.wrapping_add(rl.min(nr - 1) * XS));
+                                // SAFETY: as below; `k0 + kc <= cols` (whole 16-blocks inside
+                                // the row) is checked first, so `kc` bf16 are readable at
+                                // every `src[r]`; the panel rows are `XS > kc` apart.
+                                if k0 + kc <= c && unsafe { I::sweep_bf16(&src, &dst, &tile, &mut ahead) } {
+                                    continue;
+                                }
                             }
                             for (rl, dst) in panel.chunks_mut(XS).take(nr).enumerate() {
                                 self.fill::<I>(rb + rl, k0, &mut dst[..kc]);
