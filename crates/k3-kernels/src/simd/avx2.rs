@@ -220,6 +220,7 @@ pub(super) const TB: usize = 3;
 /// The CPU has AVX2 and FMA; `kc` is a multiple of 16; `kc` f32 are readable at every `w[r]`
 /// and every `x + t·xs`; 16 f32 are readable and writable at every `st + r·ss + 16t`, and
 /// those state slots do not overlap each other or the inputs.
+#[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn micro<const M: usize, const N: usize>(

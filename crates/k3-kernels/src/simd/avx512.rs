@@ -440,6 +440,7 @@ unsafe fn store_state<const M: usize, const N: usize>(
 ///
 /// # Safety
 /// As `avx2::micro`, and the CPU has AVX-512F.
+#[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(super) unsafe fn micro<const M: usize, const N: usize>(

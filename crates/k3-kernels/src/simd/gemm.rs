@@ -297,19 +297,8 @@ impl Job<'_> {
                             if unsafe { I::fused_mx(&tile, &mut ahead) } {
                                 continue;
                             }
-                            if let MatrixData::Bf16(d) = self.w.data {
-                                let (c, pp) = (self.w.cols, panel.as_mut_ptr());
-                                let src: [*const u16; RB] = std::array::from_fn(|rl| {
-                                    d[(rb + rl.min(nr - 1)) * c + k0..].as_ptr().cast()
-                                });
-                                let dst: [*mut f32; RB] =
-                                    std::array::from_fn(|rl| pp.wrapping_add(rl.min(nr - 1) * XS));
-                                // SAFETY: as below; `k0 + kc <= cols` (whole 16-blocks inside
-                                // the row) is checked first, so `kc` bf16 are readable at
-                                // every `src[r]`; the panel rows are `XS > kc` apart.
-                                if k0 + kc <= c && unsafe { I::sweep_bf16(&src, &dst, &tile, &mut ahead) } {
-                                    continue;
-                                }
+                            if self.widen_in_sweep::<I>(&tile, panel, &mut ahead) {
+                                continue;
                             }
                             for (rl, dst) in panel.chunks_mut(XS).take(nr).enumerate() {
                                 self.fill::<I>(rb + rl, k0, &mut dst[..kc]);
@@ -329,6 +318,30 @@ impl Job<'_> {
                 }
             })
         })
+    }
+
+    /// [`Isa::sweep_bf16`] of a bf16 tile whose columns lie inside the rows: the level's
+    /// first token block widens the rows into `panel` as it adds them; `false` (nothing
+    /// done) for other storages, a chunk past the row's end, or a level without it.
+    fn widen_in_sweep<I: Isa>(&self, tile: &Tile, panel: &mut [f32], ahead: &mut Ahead) -> bool {
+        let MatrixData::Bf16(d) = self.w.data else {
+            return false;
+        };
+        let (c, (rb, nr), (k0, kc)) = (self.w.cols, tile.rows, tile.cols);
+        if k0 + kc > c {
+            return false;
+        }
+        assert!(panel.len() >= RB * XS && nr >= 1, "GEMM panel");
+        // Rows past `nr` repeat the last row (source and panel row alike).
+        let src: [*const u16; RB] =
+            std::array::from_fn(|rl| d[(rb + rl.min(nr - 1)) * c + k0..].as_ptr().cast());
+        let pp = panel.as_mut_ptr();
+        let dst: [*mut f32; RB] = std::array::from_fn(|rl| pp.wrapping_add(rl.min(nr - 1) * XS));
+        // SAFETY: the level is supported (`matmul_at` checked it); `k0 + kc <= cols`, so `kc`
+        // bf16 are readable at every `src[r]`; the panel rows are `XS > kc` f32 apart inside
+        // `panel` (asserted) and overlap neither the activations nor the state; the tile's
+        // activations and lanes are as for `Isa::sweep` (the caller's).
+        unsafe { I::sweep_bf16(&src, &dst, tile, ahead) }
     }
 
     /// The weights the next panel fill reads, to prefetch while the microkernels of block

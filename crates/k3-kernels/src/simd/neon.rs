@@ -265,6 +265,7 @@ pub(super) const TB: usize = 2;
 ///
 /// # Safety
 /// As `avx2::micro` (NEON is baseline on aarch64).
+#[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn micro<const M: usize, const N: usize>(
