@@ -231,7 +231,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
-    mut pf: super::gemm::Spread,
+    mut pf: super::gemm::Spread<'_>,
 ) {
     let mut acc = [[[_mm256_setzero_ps(); 2]; N]; M];
     // A fresh state (the first chunk) starts at +0, the lanes' initial value.

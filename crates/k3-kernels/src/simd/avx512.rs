@@ -451,7 +451,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
-    mut pf: super::gemm::Spread,
+    mut pf: super::gemm::Spread<'_>,
 ) {
     // SAFETY: the state slots are the caller's.
     let mut acc = unsafe { load_state::<M, N>(st, ss, fresh) };
@@ -499,7 +499,7 @@ pub(super) unsafe fn micro_widen<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
-    mut pf: super::gemm::Spread,
+    mut pf: super::gemm::Spread<'_>,
 ) {
     // SAFETY: the state slots are the caller's.
     let mut acc = unsafe { load_state::<M, N>(st, ss, fresh) };

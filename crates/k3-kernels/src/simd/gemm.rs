@@ -135,38 +135,34 @@ pub(crate) struct Ahead {
     n: usize,
     /// Next region and byte offset in it.
     at: (usize, usize),
+    /// Cache lines not yet prefetched.
+    left: usize,
 }
 
 impl Ahead {
     fn push(&mut self, p: *const u8, bytes: usize) {
         if self.n < self.regions.len() && bytes > 0 {
             self.regions[self.n] = (p as usize, bytes);
+            self.left += bytes.div_ceil(64);
             self.n += 1;
         }
     }
 
-    /// Cache lines left to prefetch.
-    fn lines(&self) -> usize {
-        self.regions[..self.n]
-            .iter()
-            .map(|r| r.1.div_ceil(64))
-            .sum()
+    /// The next `lines` cache lines (across regions), to be prefetched by a microkernel
+    /// over its k-loop of `steps` steps ([`Spread`]).
+    fn take(&mut self, lines: usize, steps: usize) -> Spread<'_> {
+        let lines = lines.min(self.lines_left());
+        Spread {
+            gap: (steps / lines.max(1)).max(1),
+            ahead: Some(self),
+            lines,
+            wait: 1,
+        }
     }
 
-    /// Up to `lines` next cache lines, all of one region, to be prefetched by a microkernel
-    /// over its k-loop of `steps` steps ([`Spread`]).
-    fn take(&mut self, lines: usize, steps: usize) -> Spread {
-        if self.at.0 >= self.n || lines == 0 {
-            return Spread::NONE;
-        }
-        let (base, len) = self.regions[self.at.0];
-        let n = lines.min((len - self.at.1).div_ceil(64));
-        let s = Spread::new(base + self.at.1, n, steps);
-        self.at.1 += 64 * n;
-        if self.at.1 >= len {
-            self.at = (self.at.0 + 1, 0);
-        }
-        s
+    /// Cache lines not yet prefetched.
+    fn lines_left(&self) -> usize {
+        self.left
     }
 
     /// Prefetches up to `lines` more cache lines.
@@ -179,6 +175,7 @@ impl Ahead {
                 self.at = (self.at.0 + 1, 0);
             }
             lines -= 1;
+            self.left -= 1;
         }
     }
 }
@@ -187,42 +184,23 @@ impl Ahead {
 /// instead of a burst at the call's start: on Zen 4 the bursts of next-panel hints from
 /// DRAM stalled the sweep (~7 % of its samples on the prefetch loop, `perf`,
 /// docs/PERFORMANCE.md#session-10-gemm-near-the-fma-peak). Hints only: never dereferenced.
-#[derive(Clone, Copy)]
-pub(crate) struct Spread {
-    at: usize,
+pub(crate) struct Spread<'a> {
+    ahead: Option<&'a mut Ahead>,
     lines: usize,
     gap: usize,
     wait: usize,
 }
 
-impl Spread {
-    /// Nothing to prefetch.
-    pub(crate) const NONE: Spread = Spread {
-        at: 0,
-        lines: 0,
-        gap: 1,
-        wait: 1,
-    };
-
-    /// `lines` cache lines from address `at`, spread over `steps` k-steps.
-    fn new(at: usize, lines: usize, steps: usize) -> Self {
-        let gap = (steps / lines.max(1)).max(1);
-        Spread {
-            at,
-            lines,
-            gap,
-            wait: 1,
-        }
-    }
-
+impl Spread<'_> {
     /// One k-step: prefetches the next line when its turn has come.
     #[inline(always)]
     pub(crate) fn tick(&mut self) {
         if self.lines > 0 {
             self.wait -= 1;
             if self.wait == 0 {
-                prefetch_t0(self.at as *const u8, 1);
-                self.at += 64;
+                if let Some(a) = self.ahead.as_mut() {
+                    a.step(1);
+                }
                 self.lines -= 1;
                 self.wait = self.gap;
             }
@@ -232,7 +210,9 @@ impl Spread {
     /// Prefetches the lines the k-loop did not reach.
     #[inline(always)]
     pub(crate) fn finish(self) {
-        prefetch_t0(self.at as *const u8, 64 * self.lines);
+        if let Some(a) = self.ahead {
+            a.step(self.lines);
+        }
     }
 }
 

@@ -276,7 +276,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
-    mut pf: super::gemm::Spread,
+    mut pf: super::gemm::Spread<'_>,
 ) {
     let mut acc = [[[vdupq_n_f32(0.0); 4]; N]; M];
     // A fresh state (the first chunk) starts at +0, the lanes' initial value.

@@ -121,7 +121,7 @@ macro_rules! sweep_fn {
             const MR: usize = crate::simd::$m::MR;
             // The prefetches are spread over every microkernel call of the sweep.
             let calls = (tg - tile.skip).div_ceil(crate::simd::$m::TB) * nr.div_ceil(MR);
-            let per = ahead.lines().div_ceil(calls.max(1)).max(1);
+            let per = ahead.lines_left().div_ceil(calls.max(1)).max(1);
             let mut tb0 = tile.skip;
             while tb0 < tg {
                 let nt = (tg - tb0).min(crate::simd::$m::TB);
@@ -255,7 +255,7 @@ unsafe fn fused_avx2(tile: &Tile, ahead: &mut Ahead) -> bool {
         fresh,
         ..
     } = *tile;
-    let per = ahead.lines().div_ceil(nr).max(1);
+    let per = ahead.lines_left().div_ceil(nr).max(1);
     for r in rb..rb + nr {
         ahead.step(per);
         let (p, s) = tile.row_mx(packed, scales, r);
@@ -329,7 +329,7 @@ unsafe fn fused_rows_avx512<const R: usize, const TB: usize>(
     } = *tile;
     let groups = tile.cols.1 / GROUP;
     let per = ahead
-        .lines()
+        .lines_left()
         .div_ceil(tg.div_ceil(TB) * nr.div_ceil(R))
         .max(1);
     for rg in (0..nr).step_by(R) {
@@ -391,7 +391,7 @@ unsafe fn sweep_bf16_avx512(
     } = *tile;
     let nt = tg.min(TB);
     let calls = tg.div_ceil(TB) * nr.div_ceil(MR);
-    let per = ahead.lines().div_ceil(calls).max(1);
+    let per = ahead.lines_left().div_ceil(calls).max(1);
     for rb in (0..nr).step_by(MR) {
         let pf = ahead.take(per, kc / 16);
         let s: [*const u16; MR] = std::array::from_fn(|i| src[rb + i]);
