@@ -220,6 +220,7 @@ pub(super) const TB: usize = 3;
 /// The CPU has AVX2 and FMA; `kc` is a multiple of 16; `kc` f32 are readable at every `w[r]`
 /// and every `x + t·xs`; 16 f32 are readable and writable at every `st + r·ss + 16t`, and
 /// those state slots do not overlap each other or the inputs.
+#[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn micro<const M: usize, const N: usize>(
@@ -230,6 +231,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
+    mut pf: super::gemm::Spread<'_>,
 ) {
     let mut acc = [[[_mm256_setzero_ps(); 2]; N]; M];
     // A fresh state (the first chunk) starts at +0, the lanes' initial value.
@@ -244,6 +246,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     }
     let mut k = 0;
     while k < kc {
+        pf.tick();
         let mut wv = [[_mm256_setzero_ps(); 2]; M];
         for (v, &wr) in wv.iter_mut().zip(&w) {
             // SAFETY: `k + 16 <= kc` f32 are readable at every `w[r]` and `x[t]` (caller).
@@ -260,6 +263,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
         }
         k += 16;
     }
+    pf.finish();
     for (r, ar) in acc.iter().enumerate() {
         for (t, a) in ar.iter().enumerate() {
             let s = st.wrapping_add(r * ss + 16 * t);

@@ -440,6 +440,7 @@ unsafe fn store_state<const M: usize, const N: usize>(
 ///
 /// # Safety
 /// As `avx2::micro`, and the CPU has AVX-512F.
+#[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(super) unsafe fn micro<const M: usize, const N: usize>(
@@ -450,11 +451,13 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
+    mut pf: super::gemm::Spread<'_>,
 ) {
     // SAFETY: the state slots are the caller's.
     let mut acc = unsafe { load_state::<M, N>(st, ss, fresh) };
     let mut k = 0;
     while k < kc {
+        pf.tick();
         let mut wv = [_mm512_setzero_ps(); M];
         for (v, &wr) in wv.iter_mut().zip(&w) {
             // SAFETY: `k + 16 <= kc` f32 are readable at every `w[r]` and `x[t]` (caller).
@@ -470,6 +473,58 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
         }
         k += 16;
     }
+    pf.finish();
+    // SAFETY: the state slots are the caller's.
+    unsafe { store_state(&acc, st, ss) };
+}
+
+/// [`micro`] that also fills the panel: the `M` rows are read as bf16 at `src[r]`, widened
+/// in registers (exactly, as [`widen_bf16`]) and stored at `w[r]` for the sweep's later token
+/// blocks, while their lanes take the same FMAs as [`micro`] on the stored panel would give.
+/// The widen's loads then overlap the FMAs instead of waiting in a pass of their own
+/// (docs/PERFORMANCE.md#session-10-gemm-near-the-fma-peak).
+///
+/// # Safety
+/// As [`micro`], and `kc` bf16 readable at every `src[r]` and `kc` f32 writable at every
+/// `w[r]` (equal pointers are allowed for equal `src`), overlapping no other operand.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(super) unsafe fn micro_widen<const M: usize, const N: usize>(
+    src: [*const u16; M],
+    w: [*mut f32; M],
+    x: *const f32,
+    xs: usize,
+    kc: usize,
+    st: *mut f32,
+    ss: usize,
+    fresh: bool,
+    mut pf: super::gemm::Spread<'_>,
+) {
+    // SAFETY: the state slots are the caller's.
+    let mut acc = unsafe { load_state::<M, N>(st, ss, fresh) };
+    let mut k = 0;
+    while k < kc {
+        pf.tick();
+        let mut wv = [_mm512_setzero_ps(); M];
+        for ((v, &sr), &wr) in wv.iter_mut().zip(&src).zip(&w) {
+            // SAFETY: `k + 16 <= kc` elements readable at `src[r]`, writable at `w[r]`.
+            unsafe {
+                *v = u16::ld16(sr.add(k));
+                _mm512_storeu_ps(wr.add(k), *v);
+            }
+        }
+        for t in 0..N {
+            let xt = x.wrapping_add(t * xs);
+            // SAFETY: `k + 16 <= kc` f32 readable at every `x + t·xs` (caller).
+            let xv = unsafe { _mm512_loadu_ps(xt.add(k)) };
+            for (ar, &wr) in acc.iter_mut().zip(&wv) {
+                ar[t] = _mm512_fmadd_ps(wr, xv, ar[t]);
+            }
+        }
+        k += 16;
+    }
+    pf.finish();
     // SAFETY: the state slots are the caller's.
     unsafe { store_state(&acc, st, ss) };
 }

@@ -135,22 +135,34 @@ pub(crate) struct Ahead {
     n: usize,
     /// Next region and byte offset in it.
     at: (usize, usize),
+    /// Cache lines not yet prefetched.
+    left: usize,
 }
 
 impl Ahead {
     fn push(&mut self, p: *const u8, bytes: usize) {
         if self.n < self.regions.len() && bytes > 0 {
             self.regions[self.n] = (p as usize, bytes);
+            self.left += bytes.div_ceil(64);
             self.n += 1;
         }
     }
 
-    /// Cache lines left to prefetch.
-    fn lines(&self) -> usize {
-        self.regions[..self.n]
-            .iter()
-            .map(|r| r.1.div_ceil(64))
-            .sum()
+    /// The next `lines` cache lines (across regions), to be prefetched by a microkernel
+    /// over its k-loop of `steps` steps ([`Spread`]).
+    fn take(&mut self, lines: usize, steps: usize) -> Spread<'_> {
+        let lines = lines.min(self.lines_left());
+        Spread {
+            gap: (steps / lines.max(1)).max(1),
+            ahead: Some(self),
+            lines,
+            wait: 1,
+        }
+    }
+
+    /// Cache lines not yet prefetched.
+    fn lines_left(&self) -> usize {
+        self.left
     }
 
     /// Prefetches up to `lines` more cache lines.
@@ -163,6 +175,43 @@ impl Ahead {
                 self.at = (self.at.0 + 1, 0);
             }
             lines -= 1;
+            self.left -= 1;
+        }
+    }
+}
+
+/// Cache lines a microkernel prefetches (`prefetch_t0`), one every `gap` steps of its k-loop
+/// instead of a burst at the call's start: on Zen 4 the bursts of next-panel hints from
+/// DRAM stalled the sweep (~7 % of its samples on the prefetch loop, `perf`,
+/// docs/PERFORMANCE.md#session-10-gemm-near-the-fma-peak). Hints only: never dereferenced.
+pub(crate) struct Spread<'a> {
+    ahead: Option<&'a mut Ahead>,
+    lines: usize,
+    gap: usize,
+    wait: usize,
+}
+
+impl Spread<'_> {
+    /// One k-step: prefetches the next line when its turn has come.
+    #[inline(always)]
+    pub(crate) fn tick(&mut self) {
+        if self.lines > 0 {
+            self.wait -= 1;
+            if self.wait == 0 {
+                if let Some(a) = self.ahead.as_mut() {
+                    a.step(1);
+                }
+                self.lines -= 1;
+                self.wait = self.gap;
+            }
+        }
+    }
+
+    /// Prefetches the lines the k-loop did not reach.
+    #[inline(always)]
+    pub(crate) fn finish(self) {
+        if let Some(a) = self.ahead {
+            a.step(self.lines);
         }
     }
 }
@@ -222,9 +271,13 @@ impl Job<'_> {
                                 tg,
                                 st: state.as_mut_ptr(),
                                 fresh: c == 0,
+                                skip: 0,
                             };
                             // SAFETY: as below; `k0 + kc <= cols` for MXFP4 (whole groups).
                             if unsafe { I::fused_mx(&tile, &mut ahead) } {
+                                continue;
+                            }
+                            if self.widen_in_sweep::<I>(&tile, panel, &mut ahead) {
                                 continue;
                             }
                             for (rl, dst) in panel.chunks_mut(XS).take(nr).enumerate() {
@@ -245,6 +298,30 @@ impl Job<'_> {
                 }
             })
         })
+    }
+
+    /// [`Isa::sweep_bf16`] of a bf16 tile whose columns lie inside the rows: the level's
+    /// first token block widens the rows into `panel` as it adds them; `false` (nothing
+    /// done) for other storages, a chunk past the row's end, or a level without it.
+    fn widen_in_sweep<I: Isa>(&self, tile: &Tile, panel: &mut [f32], ahead: &mut Ahead) -> bool {
+        let MatrixData::Bf16(d) = self.w.data else {
+            return false;
+        };
+        let (c, (rb, nr), (k0, kc)) = (self.w.cols, tile.rows, tile.cols);
+        if k0 + kc > c {
+            return false;
+        }
+        assert!(panel.len() >= RB * XS && nr >= 1, "GEMM panel");
+        // Rows past `nr` repeat the last row (source and panel row alike).
+        let src: [*const u16; RB] =
+            std::array::from_fn(|rl| d[(rb + rl.min(nr - 1)) * c + k0..].as_ptr().cast());
+        let pp = panel.as_mut_ptr();
+        let dst: [*mut f32; RB] = std::array::from_fn(|rl| pp.wrapping_add(rl.min(nr - 1) * XS));
+        // SAFETY: the level is supported (`matmul_at` checked it); `k0 + kc <= cols`, so `kc`
+        // bf16 are readable at every `src[r]`; the panel rows are `XS > kc` f32 apart inside
+        // `panel` (asserted) and overlap neither the activations nor the state; the tile's
+        // activations and lanes are as for `Isa::sweep` (the caller's).
+        unsafe { I::sweep_bf16(&src, &dst, tile, ahead) }
     }
 
     /// The weights the next panel fill reads, to prefetch while the microkernels of block
@@ -347,10 +424,15 @@ impl Job<'_> {
                         d[0] = I::reduce(self.lay, p);
                     }
                 }
-                for (k, &dk) in d[..n].iter().enumerate() {
-                    let (rl, j) = ((i0 + k) / tg, (i0 + k) % tg);
+                // Set `i0 + k` is (row `rl`, token `j`), stepped without a division per output.
+                let (mut rl, mut j) = (i0 / tg, i0 % tg);
+                for &dk in &d[..n] {
                     let r = b * RB + rl;
                     staged[j * SB * RB + r] = self.w.finish(r0 + r, dk);
+                    j += 1;
+                    if j == tg {
+                        (rl, j) = (rl + 1, 0);
+                    }
                 }
                 i0 += n;
             }

@@ -265,6 +265,7 @@ pub(super) const TB: usize = 2;
 ///
 /// # Safety
 /// As `avx2::micro` (NEON is baseline on aarch64).
+#[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn micro<const M: usize, const N: usize>(
@@ -275,6 +276,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
+    mut pf: super::gemm::Spread<'_>,
 ) {
     let mut acc = [[[vdupq_n_f32(0.0); 4]; N]; M];
     // A fresh state (the first chunk) starts at +0, the lanes' initial value.
@@ -289,6 +291,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     }
     let mut k = 0;
     while k < kc {
+        pf.tick();
         let mut wv = [[vdupq_n_f32(0.0); 4]; M];
         for (v, &wr) in wv.iter_mut().zip(&w) {
             // SAFETY: `k + 16 <= kc` f32 are readable at every `w[r]` and `x[t]` (caller).
@@ -304,6 +307,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
         }
         k += 16;
     }
+    pf.finish();
     for (r, ar) in acc.iter().enumerate() {
         for (t, a) in ar.iter().enumerate() {
             let s = st.wrapping_add(r * ss + 16 * t);

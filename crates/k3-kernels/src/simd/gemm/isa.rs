@@ -29,6 +29,8 @@ pub(super) struct Tile<'a> {
     pub(super) st: *mut f32,
     /// The first chunk: the lanes start at +0 and are only written.
     pub(super) fresh: bool,
+    /// Leading tokens [`Isa::sweep`] leaves out (already added by [`Isa::sweep_bf16`]).
+    pub(super) skip: usize,
 }
 
 /// A level's GEMM kernels.
@@ -59,6 +61,21 @@ pub(super) trait Isa {
     /// every `x + j·XS` (`j < tg`); `RB · tg · 16` f32 readable and writable at `st`,
     /// overlapping no input.
     unsafe fn sweep(w: &[*const f32; RB], tile: &Tile, ahead: &mut Ahead);
+    /// Fills the panel rows `w[r]` from the bf16 rows `src[r]` (`kc` elements each, inside
+    /// the row) while adding the first token block, then sweeps the rest (as [`Isa::sweep`]),
+    /// when the level has such a tile; `false` (nothing done) otherwise.
+    ///
+    /// # Safety
+    /// As [`Isa::sweep`]; `kc` bf16 readable at every `src[r]`, `kc` f32 writable at every
+    /// `w[r]` (rows past `nr` may repeat the last row's pointers).
+    unsafe fn sweep_bf16(
+        _src: &[*const u16; RB],
+        _w: &[*mut f32; RB],
+        _tile: &Tile,
+        _ahead: &mut Ahead,
+    ) -> bool {
+        false
+    }
     /// Adds the tile's columns of its MXFP4 rows to their lanes (as [`Isa::sweep`]) straight
     /// from the packed bytes, without a panel, when the level has a fused tile and `tg` is
     /// small enough for it to win; `false` (nothing done) otherwise.
@@ -103,15 +120,15 @@ macro_rules! sweep_fn {
             let Tile { rows: (_, nr), cols: (_, kc), x, tg, st, fresh, .. } = *tile;
             const MR: usize = crate::simd::$m::MR;
             // The prefetches are spread over every microkernel call of the sweep.
-            let calls = tg.div_ceil(crate::simd::$m::TB) * nr.div_ceil(MR);
-            let per = ahead.lines().div_ceil(calls).max(1);
-            let mut tb0 = 0;
+            let calls = (tg - tile.skip).div_ceil(crate::simd::$m::TB) * nr.div_ceil(MR);
+            let per = ahead.lines_left().div_ceil(calls.max(1)).max(1);
+            let mut tb0 = tile.skip;
             while tb0 < tg {
                 let nt = (tg - tb0).min(crate::simd::$m::TB);
                 let xp = x.wrapping_add(tb0 * XS);
                 let mut rb = 0;
                 while rb < nr {
-                    ahead.step(per);
+                    let pf = ahead.take(per, kc / 16);
                     let mut wr = [w[0]; MR];
                     wr.copy_from_slice(&w[rb..rb + MR]);
                     let sp = st.wrapping_add((rb * tg + tb0) * 16);
@@ -120,7 +137,7 @@ macro_rules! sweep_fn {
                             // SAFETY: rows `rb .. rb + MR <= RB` (RB is a multiple of MR) and
                             // tokens `tb0 .. tb0 + nt <= tg` are inside the caller's
                             // guarantees; the state slots of distinct (row, token) differ.
-                            unsafe { crate::simd::$m::micro::<MR, $n>(wr, xp, XS, kc, sp, tg * 16, fresh) }
+                            unsafe { crate::simd::$m::micro::<MR, $n>(wr, xp, XS, kc, sp, tg * 16, fresh, pf) }
                         })+
                         _ => {}
                     }
@@ -128,6 +145,8 @@ macro_rules! sweep_fn {
                 }
                 tb0 += nt;
             }
+            // Lines the calls' shares did not cover (a share stops at a region's end).
+            ahead.step(usize::MAX);
         }
     };
 }
@@ -236,7 +255,7 @@ unsafe fn fused_avx2(tile: &Tile, ahead: &mut Ahead) -> bool {
         fresh,
         ..
     } = *tile;
-    let per = ahead.lines().div_ceil(nr).max(1);
+    let per = ahead.lines_left().div_ceil(nr).max(1);
     for r in rb..rb + nr {
         ahead.step(per);
         let (p, s) = tile.row_mx(packed, scales, r);
@@ -310,7 +329,7 @@ unsafe fn fused_rows_avx512<const R: usize, const TB: usize>(
     } = *tile;
     let groups = tile.cols.1 / GROUP;
     let per = ahead
-        .lines()
+        .lines_left()
         .div_ceil(tg.div_ceil(TB) * nr.div_ceil(R))
         .max(1);
     for rg in (0..nr).step_by(R) {
@@ -347,8 +366,66 @@ unsafe fn fused_rows_avx512<const R: usize, const TB: usize>(
     }
 }
 
+/// [`Isa::sweep_bf16`] on AVX-512: the first ≤ `TB` tokens through `avx512::micro_widen`
+/// (which stores the widened panel rows), the others through [`sweep_avx512`].
+///
+/// # Safety
+/// See [`Isa::sweep_bf16`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn sweep_bf16_avx512(
+    src: &[*const u16; RB],
+    w: &[*mut f32; RB],
+    tile: &Tile,
+    ahead: &mut Ahead,
+) -> bool {
+    use crate::simd::avx512::{micro_widen, MR, TB};
+    let Tile {
+        rows: (_, nr),
+        cols: (_, kc),
+        x,
+        tg,
+        st,
+        fresh,
+        ..
+    } = *tile;
+    let nt = tg.min(TB);
+    let calls = tg.div_ceil(TB) * nr.div_ceil(MR);
+    let per = ahead.lines_left().div_ceil(calls).max(1);
+    for rb in (0..nr).step_by(MR) {
+        let pf = ahead.take(per, kc / 16);
+        let s: [*const u16; MR] = std::array::from_fn(|i| src[rb + i]);
+        let d: [*mut f32; MR] = std::array::from_fn(|i| w[rb + i]);
+        let (sp, ss) = (st.wrapping_add(rb * tg * 16), tg * 16);
+        // SAFETY: rows `rb .. rb + MR <= RB` and tokens `0 .. nt <= tg` are inside the
+        // caller's guarantees; the panel rows written here are read by no one until after.
+        unsafe {
+            match nt {
+                1 => micro_widen::<MR, 1>(s, d, x, XS, kc, sp, ss, fresh, pf),
+                2 => micro_widen::<MR, 2>(s, d, x, XS, kc, sp, ss, fresh, pf),
+                3 => micro_widen::<MR, 3>(s, d, x, XS, kc, sp, ss, fresh, pf),
+                _ => micro_widen::<MR, 4>(s, d, x, XS, kc, sp, ss, fresh, pf),
+            }
+        }
+    }
+    let wp: [*const f32; RB] = w.map(|p| p.cast_const());
+    let rest = Tile { skip: nt, ..*tile };
+    // SAFETY: the panel rows are filled (above); the rest is the caller's guarantees.
+    unsafe { sweep_avx512(&wp, &rest, ahead) };
+    true
+}
+
 #[cfg(target_arch = "x86_64")]
 isa_impl!(Avx512, avx512, widen_bf16, panel_mx, sweep_avx512; {
+    unsafe fn sweep_bf16(
+        src: &[*const u16; RB],
+        w: &[*mut f32; RB],
+        tile: &Tile,
+        ahead: &mut Ahead,
+    ) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { sweep_bf16_avx512(src, w, tile, ahead) }
+    }
     unsafe fn fused_mx(tile: &Tile, ahead: &mut Ahead) -> bool {
         // SAFETY: forwarded from the caller.
         unsafe { fused_avx512(tile, ahead) }
