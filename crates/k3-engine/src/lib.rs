@@ -24,6 +24,7 @@
 
 mod batch;
 pub mod chat_template;
+pub mod comm_stats;
 pub mod constraint;
 pub mod draft;
 mod error;
@@ -44,6 +45,7 @@ mod stop;
 mod streaming;
 
 pub use batch::BatchFeed;
+pub use comm_stats::{CommStats, CountingComm, RankFigures};
 pub use constraint::{Constraint, ConstraintSpec, ReplyStart};
 pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
 pub use hybrid::{DraftModel, DraftStats};
@@ -172,6 +174,8 @@ pub struct Engine {
     draft: Option<draft::DraftTrunk>,
     /// What was decided about the draft trunk (`None`: none was given).
     draft_choice: Option<planning::DraftChoice>,
+    /// The counting decorator around [`EngineOptions::comm`] (`None`: one process).
+    comm_counter: Option<Arc<CountingComm>>,
 }
 
 /// Loads the tokenizer from `explicit`, else from `model_dir` when it has one.
@@ -230,6 +234,14 @@ impl Engine {
         let config = K3Config::load(dir.join("config.json"))?;
         let mut model = Model::new(&config)?.with_lookahead(options.lookahead);
         let mut options = options;
+        let comm_counter = options
+            .comm
+            .clone()
+            .filter(|c| c.size() > 1)
+            .map(|c| Arc::new(CountingComm::new(c)));
+        if let Some(counter) = &comm_counter {
+            options.comm = Some(counter.clone());
+        }
         if let Some(comm) = options.comm.clone().filter(|c| c.size() > 1) {
             // A draft trunk's cache-only experts differ per rank, so its proposals (and the
             // verify passes' lengths) would differ: not over ranks in this stage.
@@ -334,6 +346,7 @@ impl Engine {
             pool,
             draft,
             draft_choice,
+            comm_counter,
         })
     }
 
