@@ -1,11 +1,14 @@
 //! Dense SiTU-GLU MLP (docs/MODEL.md#dense-mlp, layer 0): `down · SiTU-GLU(gate·x, up·x)`.
 
 use crate::dims::Dims;
-use crate::error::{check_shape, ModelError};
+use crate::dist::Dist;
+use crate::error::ModelError;
 use crate::pass::Pass;
 use crate::scratch::grow;
+use crate::share::FFN_SPLIT;
 use crate::weights::DenseWeights;
 use k3_kernels::act::situ_glu;
+use k3_kernels::Matrix;
 
 /// Preallocated buffers of one dense-MLP call.
 #[derive(Default)]
@@ -29,27 +32,19 @@ impl DenseScratch {
     }
 }
 
-/// Checks the dense MLP tensors against the config.
-pub fn check_dense(d: &Dims, w: &DenseWeights, layer: Option<usize>) -> Result<(), ModelError> {
+/// Checks the dense MLP tensors against the config: each may be whole or exactly this
+/// rank's share of rows (crate::share::FFN_SPLIT).
+pub fn check_dense(
+    d: &Dims,
+    dist: &Dist<'_>,
+    w: &DenseWeights,
+    layer: Option<usize>,
+) -> Result<(), ModelError> {
     let (e, di) = (d.hidden, d.dense_inter);
-    check_shape(
-        layer,
-        "mlp gate_proj",
-        (w.gate_proj.rows, w.gate_proj.cols),
-        (di, e),
-    )?;
-    check_shape(
-        layer,
-        "mlp up_proj",
-        (w.up_proj.rows, w.up_proj.cols),
-        (di, e),
-    )?;
-    check_shape(
-        layer,
-        "mlp down_proj",
-        (w.down_proj.rows, w.down_proj.cols),
-        (e, di),
-    )
+    let c = |what, x: &Matrix, want| dist.check_dealt(layer, what, x, want, FFN_SPLIT);
+    c("mlp gate_proj", &w.gate_proj, (di, e))?;
+    c("mlp up_proj", &w.up_proj, (di, e))?;
+    c("mlp down_proj", &w.down_proj, (e, di))
 }
 
 /// Dense MLP over `t` tokens: `x` normed input `[T][E]`, `out` receives `[T][E]`.
@@ -62,7 +57,7 @@ pub fn dense_forward(
     sc: &mut DenseScratch,
 ) -> Result<(), ModelError> {
     let (d, t) = (pass.d, pass.t);
-    check_dense(d, w, Some(l))?;
+    check_dense(d, &pass.dist, w, Some(l))?;
     sc.ensure(d, t);
     let n = t * d.dense_inter;
     let mut jobs = [(&mut sc.g[..n], &w.gate_proj), (&mut sc.u[..n], &w.up_proj)];

@@ -18,8 +18,10 @@
 //! replicated: every rank computes it on identical inputs, with identical results.
 
 use crate::error::ModelError;
+use crate::share::Split;
 use k3_kernels::{matmul, Matrix, MatrixData};
 use std::fmt;
+use std::ops::Range;
 
 /// A collective failed: a rank aborted, died, timed out or disagreed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -203,9 +205,109 @@ impl<'a> Dist<'a> {
         expert as usize % self.comm.size()
     }
 
+    /// The rows `split` deals this rank of a `total`-row tensor (crate::share).
+    pub fn rows(&self, total: usize, split: Split) -> Range<usize> {
+        split.rows(total, self.comm.rank(), self.comm.size())
+    }
+
+    /// This rank's rows of `w`, a tensor of `total` rows dealt by `split`, which a store may
+    /// hand over EITHER whole OR as exactly this rank's share of rows (crate::share); `None`
+    /// when it is neither.
+    pub fn share_of<'w>(&self, w: &Matrix<'w>, total: usize, split: Split) -> Option<Matrix<'w>> {
+        let r = self.rows(total, split);
+        if w.rows == total {
+            Some(row_slice(w, r.start, r.end))
+        } else if w.rows == r.len() {
+            Some(*w)
+        } else {
+            None
+        }
+    }
+
+    /// This rank's part of `v`, `total` rows of `width` values each dealt by `split`, handed
+    /// over whole or as this rank's share (as [`Dist::share_of`]).
+    pub fn share_of_slice<'v>(
+        &self,
+        v: &'v [f32],
+        total: usize,
+        width: usize,
+        split: Split,
+    ) -> Option<&'v [f32]> {
+        let r = self.rows(total, split);
+        if v.len() == total * width {
+            Some(&v[r.start * width..r.end * width])
+        } else if v.len() == r.len() * width {
+            Some(v)
+        } else {
+            None
+        }
+    }
+
+    /// Refuses a tensor that is neither whole (`want`) nor this rank's share of `want`'s rows
+    /// under `split`, naming both shapes it would accept.
+    pub fn check_dealt(
+        &self,
+        layer: Option<usize>,
+        what: &'static str,
+        w: &Matrix,
+        want: (usize, usize),
+        split: Split,
+    ) -> Result<(), ModelError> {
+        let r = self.rows(want.0, split);
+        let rows_ok = w.rows == want.0 || w.rows == r.len();
+        if rows_ok && w.cols == want.1 {
+            return Ok(());
+        }
+        let share = r.len();
+        Err(self.shape_error(layer, what, (w.rows, w.cols), want, (r, share)))
+    }
+
+    /// [`Dist::check_dealt`] for a tensor of `total` rows of `width` values held as a flat
+    /// slice of `len` values.
+    pub fn check_dealt_len(
+        &self,
+        layer: Option<usize>,
+        what: &'static str,
+        len: usize,
+        (total, width): (usize, usize),
+        split: Split,
+    ) -> Result<(), ModelError> {
+        let r = self.rows(total, split);
+        if len == total * width || len == r.len() * width {
+            return Ok(());
+        }
+        let share = r.len() * width;
+        Err(self.shape_error(layer, what, (len, 1), (total * width, 1), (r, share)))
+    }
+
+    fn shape_error(
+        &self,
+        layer: Option<usize>,
+        what: &'static str,
+        got: (usize, usize),
+        want: (usize, usize),
+        (r, share): (Range<usize>, usize),
+    ) -> ModelError {
+        let (rank, n) = (self.comm.rank(), self.comm.size());
+        let want = if n == 1 {
+            format!("[{}, {}]", want.0, want.1)
+        } else {
+            format!(
+                "[{}, {}] (whole) or [{}, {}] (rank {rank} of {n}'s share, rows {}..{})",
+                want.0, want.1, share, want.1, r.start, r.end
+            )
+        };
+        ModelError::Shape {
+            layer,
+            what,
+            got: format!("[{}, {}]", got.0, got.1),
+            want,
+        }
+    }
+
     /// `Y[t] = W·X[t]` for `t` tokens (`x` `[t][cols]`, `y` `[t][rows]`), bit-identical to
     /// [`k3_kernels::matmul`]: this rank computes its rows, the slices are all-gathered in
-    /// rank order and scattered back into `[t][rows]`.
+    /// rank order and scattered back into `[t][rows]`. `w` is whole or this rank's rows.
     pub fn matmul(&self, y: &mut [f32], w: &Matrix, x: &[f32], t: usize) -> Result<(), ModelError> {
         self.matmuls(&mut [(y, w)], x, t)
     }
@@ -224,9 +326,32 @@ impl Dist<'_> {
         x: &[f32],
         t: usize,
     ) -> Result<(), ModelError> {
+        if t == 0 {
+            return Ok(());
+        }
         let n = self.comm.size();
+        // each output is `[t][rows]` of the WHOLE product; the weight is whole or this
+        // rank's share of its rows (docs/DISTRIBUTED.md#the-seam)
+        let mut mats = Vec::with_capacity(jobs.len());
+        for (y, w) in jobs.iter() {
+            let total = y.len() / t;
+            let mine = self.share_of(w, total, Split::Rows).ok_or_else(|| {
+                let r = self.rows(total, Split::Rows);
+                let share = r.len();
+                self.shape_error(
+                    None,
+                    "dealt product",
+                    (w.rows, w.cols),
+                    (total, w.cols),
+                    (r, share),
+                )
+            })?;
+            mats.push((total, mine));
+        }
         if n == 1 {
-            jobs.iter_mut().for_each(|(y, w)| matmul(y, w, x, t));
+            for ((y, _), (_, w)) in jobs.iter_mut().zip(&mats) {
+                matmul(y, w, x, t);
+            }
             return Ok(());
         }
         let me = self.comm.rank();
@@ -235,26 +360,25 @@ impl Dist<'_> {
             t * (b - a)
         };
         let counts: Vec<usize> = (0..n)
-            .map(|q| jobs.iter().map(|(_, w)| share(w.rows, q)).sum())
+            .map(|q| mats.iter().map(|&(total, _)| share(total, q)).sum())
             .collect();
         let mut mine = vec![0f32; counts[me]];
         let mut off = 0;
-        for (_, w) in jobs.iter() {
-            let (r0, r1) = row_share(w.rows, me, n);
-            let len = t * (r1 - r0);
-            matmul(&mut mine[off..off + len], &row_slice(w, r0, r1), x, t);
+        for (_, w) in &mats {
+            let len = t * w.rows;
+            matmul(&mut mine[off..off + len], w, x, t);
             off += len;
         }
         let mut all = vec![0f32; counts.iter().sum()];
         self.comm.allgather_f32(&mine, &counts, &mut all)?;
         let mut off = 0;
         for q in 0..n {
-            for (y, w) in jobs.iter_mut() {
-                let (a, b) = row_share(w.rows, q, n);
+            for ((y, _), &(total, _)) in jobs.iter_mut().zip(&mats) {
+                let (a, b) = row_share(total, q, n);
                 let width = b - a;
                 for tok in 0..t {
                     let src = &all[off + tok * width..off + (tok + 1) * width];
-                    y[tok * w.rows + a..tok * w.rows + b].copy_from_slice(src);
+                    y[tok * total + a..tok * total + b].copy_from_slice(src);
                 }
                 off += t * width;
             }

@@ -10,13 +10,14 @@
 
 use crate::dims::{Dims, LayerKind};
 use crate::dist::{Comm, Dist, Solo};
-use crate::error::{check_len, check_shape, ModelError};
+use crate::error::{check_len, ModelError};
 use crate::layer::{decoder_layer_batch, AttnState, Residual};
 use crate::mla::MlaPath;
 use crate::pass::{Ahead, Pass, Seq};
 use crate::residual::{fold, mix};
 use crate::router::{route, RouteScratch, RouterParams};
 use crate::scratch::Scratch;
+use crate::share::FFN_SPLIT;
 use crate::state::{KdaState, MlaCache, State};
 use crate::weights::{ExpertProvider, HeadWeights, WeightProvider};
 use k3_format::K3Config;
@@ -434,12 +435,8 @@ impl Model {
         check_len(None, "norm", hw.norm.len(), e)?;
         check_len(None, "output_attn_res_norm", hw.out_res_norm.len(), e)?;
         check_len(None, "output_attn_res_proj", hw.out_res_proj.len(), e)?;
-        check_shape(
-            None,
-            "lm_head",
-            (hw.lm_head.rows, hw.lm_head.cols),
-            (d.vocab, e),
-        )?;
+        let want = (d.vocab, e);
+        dist.check_dealt(None, "lm_head", &hw.lm_head, want, FFN_SPLIT)?;
         if rows.is_empty() {
             return Ok(());
         }

@@ -4,9 +4,11 @@
 //! Shapes: E hidden, H heads, D head width, P = H·D, K conv width, T tokens of this call.
 
 use crate::dims::Dims;
-use crate::error::{check_len, check_shape, ModelError};
+use crate::dist::Dist;
+use crate::error::{check_len, ModelError};
 use crate::pass::Pass;
 use crate::scratch::grow;
+use crate::share::kda_split;
 use crate::state::{AttnState, KdaState};
 use crate::weights::KdaWeights;
 use k3_kernels::act::sigmoid;
@@ -65,25 +67,33 @@ impl KdaScratch {
     }
 }
 
-/// Checks every KDA tensor against the config (`layer` only labels the error).
-pub fn check_kda(d: &Dims, w: &KdaWeights, layer: Option<usize>) -> Result<(), ModelError> {
+/// Checks every KDA tensor against the config: a dealt tensor may be whole or exactly this
+/// rank's share of rows (crate::share::kda_split); `layer` only labels the error.
+pub fn check_kda(
+    d: &Dims,
+    dist: &Dist<'_>,
+    w: &KdaWeights,
+    layer: Option<usize>,
+) -> Result<(), ModelError> {
     let (e, p, h, dd, k) = (d.hidden, d.kda_proj(), d.kda_heads, d.kda_dim, d.conv_k);
-    let m = |x: &Matrix| (x.rows, x.cols);
-    check_shape(layer, "kda q_proj", m(&w.q_proj), (p, e))?;
-    check_shape(layer, "kda k_proj", m(&w.k_proj), (p, e))?;
-    check_shape(layer, "kda v_proj", m(&w.v_proj), (p, e))?;
-    check_shape(layer, "kda g_proj", m(&w.g_proj), (p, e))?;
-    check_shape(layer, "kda o_proj", m(&w.o_proj), (e, p))?;
-    check_shape(layer, "kda f_a_proj", m(&w.f_a_proj), (dd, e))?;
-    check_shape(layer, "kda f_b_proj", m(&w.f_b_proj), (p, dd))?;
-    check_shape(layer, "kda b_proj", m(&w.b_proj), (h, e))?;
-    check_len(layer, "kda q_conv1d", w.q_conv.len(), p * k)?;
-    check_len(layer, "kda k_conv1d", w.k_conv.len(), p * k)?;
-    check_len(layer, "kda v_conv1d", w.v_conv.len(), p * k)?;
+    let s = kda_split(h);
+    let c = |what, x: &Matrix, want, split| dist.check_dealt(layer, what, x, want, split);
+    c("kda q_proj", &w.q_proj, (p, e), s.qkvg)?;
+    c("kda k_proj", &w.k_proj, (p, e), s.qkvg)?;
+    c("kda v_proj", &w.v_proj, (p, e), s.qkvg)?;
+    c("kda g_proj", &w.g_proj, (p, e), s.qkvg)?;
+    c("kda o_proj", &w.o_proj, (e, p), s.o)?;
+    c("kda f_a_proj", &w.f_a_proj, (dd, e), s.f_a)?;
+    c("kda f_b_proj", &w.f_b_proj, (p, dd), s.f_b)?;
+    c("kda b_proj", &w.b_proj, (h, e), s.b)?;
+    let v = |what, x: &[f32], want, split| dist.check_dealt_len(layer, what, x.len(), want, split);
+    v("kda q_conv1d", w.q_conv, (p, k), s.small)?;
+    v("kda k_conv1d", w.k_conv, (p, k), s.small)?;
+    v("kda v_conv1d", w.v_conv, (p, k), s.small)?;
     if w.a_log.len() < h {
         return check_len(layer, "kda A_log (at least one per head)", w.a_log.len(), h);
     }
-    check_len(layer, "kda dt_bias", w.dt_bias.len(), p)?;
+    v("kda dt_bias", w.dt_bias, (p, 1), s.small)?;
     check_len(layer, "kda o_norm", w.o_norm.len(), dd)
 }
 
@@ -228,7 +238,7 @@ pub fn kda_forward_batch(
     sc: &mut KdaScratch,
 ) -> Result<(), ModelError> {
     let (d, t) = (pass.d, pass.t);
-    check_kda(d, w, Some(l))?;
+    check_kda(d, &pass.dist, w, Some(l))?;
     pass.check_states(l, states.len())?;
     sc.ensure(d, t);
     let (p, h, dd, k) = (d.kda_proj(), d.kda_heads, d.kda_dim, d.conv_k);

@@ -17,9 +17,11 @@
 //! Heads run in parallel; every sum above is inside one head, so results are thread-count-free.
 
 use crate::dims::Dims;
+use crate::dist::Dist;
 use crate::error::{check_len, check_shape, ModelError};
 use crate::pass::{Pass, Seq};
 use crate::scratch::grow;
+use crate::share::mla_split;
 use crate::state::{AttnState, MlaCache};
 use crate::weights::MlaWeights;
 use k3_kernels::act::sigmoid;
@@ -75,34 +77,37 @@ impl MlaScratch {
     }
 }
 
-/// Checks every MLA tensor against the config.
-pub fn check_mla(d: &Dims, w: &MlaWeights, layer: Option<usize>) -> Result<(), ModelError> {
+/// Checks every MLA tensor against the config: a dealt tensor may be whole or exactly this
+/// rank's share of rows (crate::share::mla_split).
+pub fn check_mla(
+    d: &Dims,
+    dist: &Dist<'_>,
+    w: &MlaWeights,
+    layer: Option<usize>,
+) -> Result<(), ModelError> {
     let (e, h, hv) = (d.hidden, d.mla_heads, d.mla_heads * d.v_head);
-    let m = |x: &Matrix| (x.rows, x.cols);
-    check_shape(layer, "mla q_a_proj", m(&w.q_a_proj), (d.q_lora, e))?;
+    let s = mla_split(h);
+    let c = |what, x: &Matrix, want, split| dist.check_dealt(layer, what, x, want, split);
+    c("mla q_a_proj", &w.q_a_proj, (d.q_lora, e), s.q_a)?;
     check_len(layer, "mla q_a_layernorm", w.q_a_norm.len(), d.q_lora)?;
-    check_shape(
-        layer,
+    c(
         "mla q_b_proj",
-        m(&w.q_b_proj),
+        &w.q_b_proj,
         (h * d.qk_head(), d.q_lora),
+        s.q_b,
     )?;
-    check_shape(
-        layer,
+    c(
         "mla kv_a_proj_with_mqa",
-        m(&w.kv_a_proj),
+        &w.kv_a_proj,
         (d.kv_row(), e),
+        s.kv_a,
     )?;
     check_len(layer, "mla kv_a_layernorm", w.kv_a_norm.len(), d.kv_lora)?;
-    check_shape(
-        layer,
-        "mla kv_b_proj",
-        m(&w.kv_b_proj),
-        (h * (d.nope + d.v_head), d.kv_lora),
-    )?;
-    check_shape(layer, "mla o_proj", m(&w.o_proj), (e, hv))?;
+    let kv_b = (h * (d.nope + d.v_head), d.kv_lora);
+    c("mla kv_b_proj", &w.kv_b_proj, kv_b, s.kv_b)?;
+    c("mla o_proj", &w.o_proj, (e, hv), s.o)?;
     match (&w.g_proj, d.mla_gate) {
-        (Some(g), true) => check_shape(layer, "mla g_proj", m(g), (hv, e)),
+        (Some(g), true) => c("mla g_proj", g, (hv, e), s.g),
         (None, false) => Ok(()),
         (Some(_), false) => check_shape(layer, "mla g_proj (config has no gate)", (hv, e), (0, 0)),
         (None, true) => check_shape(layer, "mla g_proj (missing)", (0, 0), (hv, e)),
@@ -169,7 +174,7 @@ pub fn mla_forward_batch(
     sc: &mut MlaScratch,
 ) -> Result<(), ModelError> {
     let (d, t) = (pass.d, pass.t);
-    check_mla(d, w, Some(l))?;
+    check_mla(d, &pass.dist, w, Some(l))?;
     pass.check_states(l, states.len())?;
     let mut longest = 0;
     for i in 0..pass.n_seqs() {

@@ -7,10 +7,12 @@
 //! bit-identical to running the tokens one by one and independent of arrival order.
 
 use crate::dims::Dims;
+use crate::dist::Dist;
 use crate::error::{check_len, check_shape, ModelError};
 use crate::pass::Pass;
 use crate::router::{route, RouteScratch, RouterParams};
 use crate::scratch::grow;
+use crate::share::FFN_SPLIT;
 use crate::weights::{ExpertWeights, MoeWeights, SourceError};
 use k3_kernels::act::situ_glu;
 use k3_kernels::norm::rmsnorm_inplace;
@@ -89,8 +91,14 @@ impl MoeScratch {
     }
 }
 
-/// Checks the trunk part of a MoE layer against the config.
-pub fn check_moe(d: &Dims, w: &MoeWeights, layer: Option<usize>) -> Result<(), ModelError> {
+/// Checks the trunk part of a MoE layer against the config: a dealt tensor may be whole or
+/// exactly this rank's share of rows (crate::share::FFN_SPLIT).
+pub fn check_moe(
+    d: &Dims,
+    dist: &Dist<'_>,
+    w: &MoeWeights,
+    layer: Option<usize>,
+) -> Result<(), ModelError> {
     let (e, l, si) = (d.hidden, d.latent, d.shared_inter);
     let m = |x: &Matrix| (x.rows, x.cols);
     check_shape(layer, "moe gate", m(&w.router), (d.n_experts, e))?;
@@ -100,17 +108,13 @@ pub fn check_moe(d: &Dims, w: &MoeWeights, layer: Option<usize>) -> Result<(), M
         w.router_bias.len(),
         d.n_experts,
     )?;
-    check_shape(
-        layer,
-        "moe routed_expert_down_proj",
-        m(&w.down_proj),
-        (l, e),
-    )?;
+    let c = |what, x: &Matrix, want| dist.check_dealt(layer, what, x, want, FFN_SPLIT);
+    c("moe routed_expert_down_proj", &w.down_proj, (l, e))?;
     check_len(layer, "moe routed_expert_norm", w.latent_norm.len(), l)?;
-    check_shape(layer, "moe routed_expert_up_proj", m(&w.up_proj), (e, l))?;
-    check_shape(layer, "moe shared gate_proj", m(&w.shared_gate), (si, e))?;
-    check_shape(layer, "moe shared up_proj", m(&w.shared_up), (si, e))?;
-    check_shape(layer, "moe shared down_proj", m(&w.shared_down), (e, si))
+    c("moe routed_expert_up_proj", &w.up_proj, (e, l))?;
+    c("moe shared gate_proj", &w.shared_gate, (si, e))?;
+    c("moe shared up_proj", &w.shared_up, (si, e))?;
+    c("moe shared down_proj", &w.shared_down, (e, si))
 }
 
 /// Checks one routed expert against the config.
@@ -141,7 +145,7 @@ pub fn moe_forward(
     sc: &mut MoeScratch,
 ) -> Result<(), ModelError> {
     let (d, t, layer) = (pass.d, pass.t, l);
-    check_moe(d, w, Some(layer))?;
+    check_moe(d, &pass.dist, w, Some(layer))?;
     sc.ensure(d, t);
     let (e, k, lat, si) = (d.hidden, d.topk, d.latent, d.shared_inter);
     // 1. route every token on the full normed input

@@ -36,26 +36,162 @@ impl TensorShare<'_> {
     }
 }
 
+/// How the rows (dimension 0) of one tensor role are dealt over ranks: the ONE description
+/// that both [`layer_shares`] (what a store reads) and the model's products and shape checks
+/// (what a rank computes, crate::dist) use, so the two cannot disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// Every rank reads every row.
+    Whole,
+    /// Rows dealt by [`row_share`] (what [`crate::Dist::matmul`] computes and all-gathers).
+    Rows,
+    /// The rows form `n` equal heads; a rank reads the rows of its heads,
+    /// `row_share(n, rank, size)` (docs/DISTRIBUTED.md#the-seam).
+    Heads(usize),
+}
+
+impl Split {
+    /// Rows of a `total`-row tensor that `rank` of `size` reads.
+    pub fn rows(self, total: usize, rank: usize, size: usize) -> Range<usize> {
+        let size = size.max(1);
+        match self {
+            Split::Whole => 0..total,
+            Split::Rows => {
+                let (a, b) = row_share(total, rank, size);
+                a..b
+            }
+            Split::Heads(n) => {
+                let per = total / n.max(1);
+                let (a, b) = row_share(n, rank, size);
+                a * per..b * per
+            }
+        }
+    }
+}
+
+/// How each tensor of a KDA layer with `heads` heads is dealt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KdaSplit {
+    /// `q_proj`, `k_proj`, `v_proj`, `g_proj` (`[P][E]`).
+    pub qkvg: Split,
+    /// `b_proj` (`[H][E]`).
+    pub b: Split,
+    /// `f_a_proj` (`[D][E]`, low rank, shared by heads).
+    pub f_a: Split,
+    /// `f_b_proj` (`[P][D]`).
+    pub f_b: Split,
+    /// `o_proj` (`[E][P]`).
+    pub o: Split,
+    /// The short-conv taps, `dt_bias` (`[P]…`), `A_log` and `o_norm`.
+    pub small: Split,
+}
+
+/// The deal of a KDA layer with `heads` heads.
+pub fn kda_split(_heads: usize) -> KdaSplit {
+    KdaSplit {
+        qkvg: Split::Rows,
+        b: Split::Rows,
+        f_a: Split::Rows,
+        f_b: Split::Rows,
+        o: Split::Rows,
+        small: Split::Whole,
+    }
+}
+
+/// How each tensor of an MLA layer with `heads` heads is dealt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MlaSplit {
+    /// `q_a_proj` (`[q_lora][E]`).
+    pub q_a: Split,
+    /// `q_b_proj` (`[H·(nope+rope)][q_lora]`).
+    pub q_b: Split,
+    /// `kv_a_proj_with_mqa` (`[kv_lora+rope][E]`).
+    pub kv_a: Split,
+    /// `kv_b_proj` (`[H·(nope+v)][kv_lora]`), absorbed into attention per head.
+    pub kv_b: Split,
+    /// `g_proj` (`[H·v][E]`).
+    pub g: Split,
+    /// `o_proj` (`[E][H·v]`).
+    pub o: Split,
+}
+
+/// The deal of an MLA layer with `heads` heads.
+pub fn mla_split(_heads: usize) -> MlaSplit {
+    MlaSplit {
+        q_a: Split::Rows,
+        q_b: Split::Rows,
+        kv_a: Split::Rows,
+        kv_b: Split::Whole,
+        g: Split::Rows,
+        o: Split::Rows,
+    }
+}
+
+/// Every trunk product of the FFNs (dense MLP, MoE latent projections, shared expert) and
+/// `lm_head` are row-dealt; the MoE router is read whole (routing is replicated).
+pub const FFN_SPLIT: Split = Split::Rows;
+
 fn whole(t: &TensorRef) -> TensorShare<'_> {
-    TensorShare {
-        tensor: t,
-        rows: 0..t.shape.first().copied().unwrap_or(1),
-    }
+    share(t, Split::Whole, 0, 1)
 }
 
-/// Rows dealt by [`row_share`] (what [`crate::Dist::matmul`] computes on this rank).
-fn dealt(t: &TensorRef, rank: usize, size: usize) -> TensorShare<'_> {
+/// The rows of `t` that `rank` of `size` reads under `split`.
+fn share(t: &TensorRef, split: Split, rank: usize, size: usize) -> TensorShare<'_> {
     let rows = t.shape.first().copied().unwrap_or(1);
-    let (r0, r1) = row_share(rows, rank, size);
     TensorShare {
         tensor: t,
-        rows: r0..r1,
+        rows: split.rows(rows, rank, size),
     }
 }
 
-/// Every tensor of decoder layer `lt` with the rows `rank` of `size` reads, in binding order.
-/// With `size == 1` every share is whole.
+/// Heads of a layer's token mixer, for [`layer_shares_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heads {
+    /// KDA heads (`kda_num_heads`).
+    pub kda: usize,
+    /// MLA heads (`num_attention_heads`).
+    pub mla: usize,
+}
+
+/// The heads of layer `lt` read off its tensors' shapes: KDA from `b_proj` (`[H][E]`); MLA
+/// from `rope = rows(kv_a) − len(kv_a_layernorm)`, `H·nope = rows(kv_b) − cols(o_proj)` and
+/// `H = (rows(q_b) − H·nope) / rope` (a NoPE-only layer without rope slots: 1, which reads
+/// head-split tensors whole; pass the config's counts to [`layer_shares_with`] instead).
+pub fn heads_of(lt: &LayerTensors) -> Heads {
+    let dim = |t: &TensorRef, i: usize| t.shape.get(i).copied().unwrap_or(1);
+    match &lt.attn {
+        AttnTensors::Kda(a) => Heads {
+            kda: dim(&a.b_proj, 0).max(1),
+            mla: 1,
+        },
+        AttnTensors::Mla(a) => {
+            let rope = dim(&a.kv_a_proj_with_mqa, 0).saturating_sub(a.kv_a_layernorm.numel());
+            let h_nope = dim(&a.kv_b_proj, 0).saturating_sub(dim(&a.o_proj, 1));
+            let h_rope = dim(&a.q_b_proj, 0).saturating_sub(h_nope);
+            let mla = match rope {
+                0 => 1,
+                r if h_rope % r == 0 && h_rope > 0 => h_rope / r,
+                _ => 1,
+            };
+            Heads { kda: 1, mla }
+        }
+    }
+}
+
+/// Every tensor of decoder layer `lt` with the rows `rank` of `size` reads, in binding order;
+/// the heads are read off the shapes ([`heads_of`]). With `size == 1` every share is whole.
 pub fn layer_shares(lt: &LayerTensors, rank: usize, size: usize) -> Vec<TensorShare<'_>> {
+    layer_shares_with(lt, heads_of(lt), rank, size)
+}
+
+/// [`layer_shares`] with the config's head counts.
+pub fn layer_shares_with(
+    lt: &LayerTensors,
+    heads: Heads,
+    rank: usize,
+    size: usize,
+) -> Vec<TensorShare<'_>> {
+    let dealt = |t, split| share(t, split, rank, size);
     let mut out = vec![
         whole(&lt.input_layernorm),
         whole(&lt.post_attention_layernorm),
@@ -65,52 +201,55 @@ pub fn layer_shares(lt: &LayerTensors, rank: usize, size: usize) -> Vec<TensorSh
         whole(&lt.mlp_res_proj),
     ];
     match &lt.attn {
-        AttnTensors::Kda(a) => out.extend([
-            dealt(&a.q_proj, rank, size),
-            dealt(&a.k_proj, rank, size),
-            dealt(&a.v_proj, rank, size),
-            dealt(&a.g_proj, rank, size),
-            dealt(&a.o_proj, rank, size),
-            whole(&a.q_conv1d),
-            whole(&a.k_conv1d),
-            whole(&a.v_conv1d),
-            dealt(&a.f_a_proj, rank, size),
-            dealt(&a.f_b_proj, rank, size),
-            dealt(&a.b_proj, rank, size),
-            whole(&a.a_log),
-            whole(&a.dt_bias),
-            whole(&a.o_norm),
-        ]),
-        AttnTensors::Mla(a) => {
+        AttnTensors::Kda(a) => {
+            let k = kda_split(heads.kda);
             out.extend([
-                dealt(&a.q_a_proj, rank, size),
+                dealt(&a.q_proj, k.qkvg),
+                dealt(&a.k_proj, k.qkvg),
+                dealt(&a.v_proj, k.qkvg),
+                dealt(&a.g_proj, k.qkvg),
+                dealt(&a.o_proj, k.o),
+                dealt(&a.q_conv1d, k.small),
+                dealt(&a.k_conv1d, k.small),
+                dealt(&a.v_conv1d, k.small),
+                dealt(&a.f_a_proj, k.f_a),
+                dealt(&a.f_b_proj, k.f_b),
+                dealt(&a.b_proj, k.b),
+                whole(&a.a_log),
+                dealt(&a.dt_bias, k.small),
+                whole(&a.o_norm),
+            ])
+        }
+        AttnTensors::Mla(a) => {
+            let m = mla_split(heads.mla);
+            out.extend([
+                dealt(&a.q_a_proj, m.q_a),
                 whole(&a.q_a_layernorm),
-                dealt(&a.q_b_proj, rank, size),
-                dealt(&a.kv_a_proj_with_mqa, rank, size),
+                dealt(&a.q_b_proj, m.q_b),
+                dealt(&a.kv_a_proj_with_mqa, m.kv_a),
                 whole(&a.kv_a_layernorm),
-                // absorbed into attention per head (crate::mla), read whole
-                whole(&a.kv_b_proj),
-                dealt(&a.o_proj, rank, size),
+                dealt(&a.kv_b_proj, m.kv_b),
+                dealt(&a.o_proj, m.o),
             ]);
-            out.extend(a.g_proj.as_ref().map(|g| dealt(g, rank, size)));
+            out.extend(a.g_proj.as_ref().map(|g| dealt(g, m.g)));
         }
     }
     match &lt.ffn {
         FfnTensors::Dense(f) => out.extend([
-            dealt(&f.gate_proj, rank, size),
-            dealt(&f.up_proj, rank, size),
-            dealt(&f.down_proj, rank, size),
+            dealt(&f.gate_proj, FFN_SPLIT),
+            dealt(&f.up_proj, FFN_SPLIT),
+            dealt(&f.down_proj, FFN_SPLIT),
         ]),
         FfnTensors::Moe(f) => out.extend([
             // routing is replicated: every rank scores every expert (crate::router)
             whole(&f.gate),
             whole(&f.e_score_correction_bias),
-            dealt(&f.routed_expert_down_proj, rank, size),
+            dealt(&f.routed_expert_down_proj, FFN_SPLIT),
             whole(&f.routed_expert_norm),
-            dealt(&f.routed_expert_up_proj, rank, size),
-            dealt(&f.shared_gate_proj, rank, size),
-            dealt(&f.shared_up_proj, rank, size),
-            dealt(&f.shared_down_proj, rank, size),
+            dealt(&f.routed_expert_up_proj, FFN_SPLIT),
+            dealt(&f.shared_gate_proj, FFN_SPLIT),
+            dealt(&f.shared_up_proj, FFN_SPLIT),
+            dealt(&f.shared_down_proj, FFN_SPLIT),
         ]),
     }
     out
@@ -124,7 +263,7 @@ pub fn global_shares(g: &GlobalTensors, rank: usize, size: usize) -> Vec<TensorS
         whole(&g.norm),
         whole(&g.output_attn_res_norm),
         whole(&g.output_attn_res_proj),
-        dealt(&g.lm_head, rank, size),
+        share(&g.lm_head, FFN_SPLIT, rank, size),
     ]
 }
 

@@ -4,6 +4,7 @@ mod batch;
 mod dist;
 mod draft;
 mod ops;
+mod share;
 
 use crate::testing::*;
 use crate::*;
