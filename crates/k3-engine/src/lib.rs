@@ -35,6 +35,7 @@ mod hybrid;
 mod layer_view;
 mod logprob;
 pub mod planning;
+mod rank_share;
 mod resident;
 mod sampler;
 mod session;
@@ -286,9 +287,10 @@ impl Engine {
             }
             Some(budget) => {
                 let ckpt = Checkpoint::open(dir)?;
-                let binding = bind_model(&ckpt, &config)?;
+                let whole = bind_model(&ckpt, &config)?;
+                let (binding, sizes) = rank_binding(&config, whole, &options)?;
                 let (plan, choice) =
-                    plan_with_draft(&config, &binding, budget, &options, draft_pack.as_ref())?;
+                    plan_with_draft(&sizes, budget, &options, draft_pack.as_ref())?;
                 let mut files = match options.readers {
                     Some(r) => r,
                     None => streaming::open_files(&ckpt, options.direct_io)?,
@@ -514,17 +516,35 @@ impl Engine {
 
 /// The memory plan for `budget`, with the draft trunk `draft` when the policy and
 /// [`planning::choose_draft`] say so; the choice is `None` without a draft trunk.
-fn plan_with_draft(
+/// The binding this rank's streaming stores read and the planner's sizes for it: with a
+/// group and no packed trunk, the rank's share (`rank_share`, docs/DISTRIBUTED.md#memory-per-rank);
+/// otherwise the whole model (a packed trunk holds whole layers, which every rank streams).
+fn rank_binding(
     config: &K3Config,
-    binding: &k3_format::ModelBinding,
+    whole: k3_format::ModelBinding,
+    options: &EngineOptions,
+) -> Result<(k3_format::ModelBinding, k3_plan::ModelSizes), EngineError> {
+    let (rank, size) = options
+        .comm
+        .as_ref()
+        .map_or((0, 1), |c| (c.rank(), c.size()));
+    if size <= 1 || options.trunk_dir.is_some() {
+        let sizes = planning::model_sizes(config, &whole)?;
+        return Ok((whole, sizes));
+    }
+    let sizes = planning::rank_sizes(config, &whole, rank, size)?;
+    Ok((rank_share::share_binding(&whole, rank, size)?, sizes))
+}
+
+fn plan_with_draft(
+    sizes: &k3_plan::ModelSizes,
     budget: Budget,
     options: &EngineOptions,
     draft: Option<&k3_format::TrunkPack>,
 ) -> Result<(MemoryPlan, Option<planning::DraftChoice>), EngineError> {
     let plan = |draft: u64| {
         planning::plan_checked(
-            config,
-            binding,
+            sizes,
             budget,
             options.ctx,
             options.sessions,

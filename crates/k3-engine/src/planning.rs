@@ -66,17 +66,36 @@ pub fn model_sizes(cfg: &K3Config, b: &ModelBinding) -> Result<ModelSizes, Engin
     })
 }
 
-/// Plans memory for `budget` and a context of `ctx` positions, and refuses (exit 2, with the
-/// plan table and what to change) when it does not fit this machine's available memory.
-pub fn plan_checked(
+/// The planner's view of what rank `rank` of `size` holds (docs/DISTRIBUTED.md#memory-per-rank):
+/// the sizes of its share binding (`crate::rank_share`: every trunk layer and `lm_head` cut to
+/// the rank's rows), with the expert cache capped at the routed experts it owns. `b` is the
+/// whole binding; with `size == 1` this is [`model_sizes`].
+pub fn rank_sizes(
     cfg: &K3Config,
     b: &ModelBinding,
+    rank: usize,
+    size: usize,
+) -> Result<ModelSizes, EngineError> {
+    if size <= 1 {
+        return model_sizes(cfg, b);
+    }
+    let share = crate::rank_share::share_binding(b, rank, size)?;
+    let mut sizes = model_sizes(cfg, &share)?;
+    sizes.n_routed_experts = crate::rank_share::owned_experts(b, rank, size);
+    Ok(sizes)
+}
+
+/// Plans memory for `budget` and a context of `ctx` positions, and refuses (exit 2, with the
+/// plan table and what to change) when it does not fit this machine's available memory.
+/// `sizes` are the model's ([`model_sizes`]) or one rank's ([`rank_sizes`]).
+pub fn plan_checked(
+    sizes: &ModelSizes,
     budget: Budget,
     ctx: usize,
     sessions: usize,
     draft_trunk_bytes: u64,
 ) -> Result<MemoryPlan, EngineError> {
-    let sizes = model_sizes(cfg, b)?;
+    let sizes = sizes.clone();
     let req = PlanRequest::new(budget, ctx as u64)
         .with_sessions(sessions as u64)
         .with_draft(draft_trunk_bytes);
@@ -95,10 +114,22 @@ pub fn forecast(
     sessions: usize,
     draft_trunk_bytes: u64,
 ) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
+    forecast_rank(dir, budget, ctx, sessions, draft_trunk_bytes, (0, 1))
+}
+
+/// [`forecast`] for rank `group.0` of `group.1` ([`rank_sizes`]; `(0, 1)`: one process).
+pub fn forecast_rank(
+    dir: &std::path::Path,
+    budget: Budget,
+    ctx: usize,
+    sessions: usize,
+    draft_trunk_bytes: u64,
+    group: (usize, usize),
+) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
     let cfg = K3Config::load(dir.join("config.json"))?;
     let ckpt = k3_format::Checkpoint::open(dir)?;
     let binding = k3_format::bind_model(&ckpt, &cfg)?;
-    let sizes = model_sizes(&cfg, &binding)?;
+    let sizes = rank_sizes(&cfg, &binding, group.0, group.1)?;
     let req = PlanRequest::new(budget, ctx as u64)
         .with_sessions(sessions as u64)
         .with_draft(draft_trunk_bytes);
