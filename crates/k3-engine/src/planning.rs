@@ -142,19 +142,7 @@ pub fn forecast_rank(
 /// The smallest legal budget for `dir`'s model (nothing pinned, one ring slot, top-k + 1
 /// expert slots) and the budget that holds everything, as explicit splits.
 pub fn budget_extremes(dir: &std::path::Path) -> Result<(Budget, Budget), EngineError> {
-    let cfg = K3Config::load(dir.join("config.json"))?;
-    let ckpt = k3_format::Checkpoint::open(dir)?;
-    let sizes = model_sizes(&cfg, &k3_format::bind_model(&ckpt, &cfg)?)?;
-    let slot = sizes.expert_slot_bytes();
-    let smallest = Budget::Split {
-        trunk: k3_plan::plan::min_trunk_budget(&sizes.layer_costs()),
-        cache: sizes.min_expert_slots() * slot,
-    };
-    let everything = Budget::Split {
-        trunk: sizes.trunk_full_bytes(),
-        cache: sizes.n_routed_experts * slot,
-    };
-    Ok((smallest, everything))
+    budget_extremes_rank(dir, 0, 1)
 }
 
 /// Largest extra trunk streaming per pass that `--draft auto` accepts for hybrid drafting,
@@ -246,4 +234,26 @@ pub fn choose_draft(plain: &MemoryPlan, hybrid: Result<&MemoryPlan, &EngineError
         plain_streamed: Some(s0),
         hybrid_streamed: Some(s1),
     }
+}
+
+/// [`budget_extremes`] for rank `rank` of `size` ([`rank_sizes`]): the smallest legal split
+/// and the split that pins its whole share with a cache for every expert it owns.
+pub fn budget_extremes_rank(
+    dir: &std::path::Path,
+    rank: usize,
+    size: usize,
+) -> Result<(Budget, Budget), EngineError> {
+    let cfg = K3Config::load(dir.join("config.json"))?;
+    let ckpt = k3_format::Checkpoint::open(dir)?;
+    let sizes = rank_sizes(&cfg, &k3_format::bind_model(&ckpt, &cfg)?, rank, size)?;
+    let slot = sizes.expert_slot_bytes();
+    let smallest = Budget::Split {
+        trunk: k3_plan::plan::min_trunk_budget(&sizes.layer_costs()),
+        cache: sizes.min_expert_slots() * slot,
+    };
+    let everything = Budget::Split {
+        trunk: sizes.trunk_full_bytes(),
+        cache: sizes.n_routed_experts.max(sizes.min_expert_slots()) * slot,
+    };
+    Ok((smallest, everything))
 }
