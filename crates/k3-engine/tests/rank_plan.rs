@@ -263,3 +263,48 @@ fn rank_figures_count_collectives_per_rank() {
         assert!(f.collective_seconds >= 0.0);
     }
 }
+
+/// `k3_model::dist_cost` against what the ranks really exchange (a counting `Comm`): a
+/// prompt pass (every position's logits) and a one-token decode pass, call for call and
+/// byte for byte, both tiny models, N = 2 and 3.
+#[test]
+fn dist_cost_counts_what_the_ranks_exchange() {
+    for name in ["tiny-k3", "tiny-k3-wide"] {
+        let d = dir(name);
+        let dims = k3_model::Dims::new(&K3Config::load(d.join("config.json")).unwrap()).unwrap();
+        for ranks in [2usize, 3] {
+            let per_rank: Vec<_> = std::thread::scope(|scope| {
+                let handles: Vec<_> = LocalComm::group(ranks)
+                    .into_iter()
+                    .map(|c| {
+                        let d = d.clone();
+                        scope.spawn(move || {
+                            let e = Engine::open(&d, options(1, None, Some(Arc::new(c)))).unwrap();
+                            let mut s = e.new_session(32).unwrap();
+                            let t0 = e.comm_stats();
+                            s.feed_all_logits(&PROMPT).unwrap();
+                            let t1 = e.comm_stats();
+                            s.feed(&[5]).unwrap();
+                            (t1.since(&t0), e.comm_stats().since(&t1))
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let n = PROMPT.len();
+            let want = [
+                k3_model::dist_cost::pass_cost(&dims, ranks, n, n),
+                k3_model::dist_cost::pass_cost(&dims, ranks, 1, 1),
+            ];
+            for (i, want) in want.iter().enumerate() {
+                let got = |r: usize| if i == 0 { per_rank[r].0 } else { per_rank[r].1 };
+                let sent: u64 = (0..ranks).map(|r| got(r).bytes_sent).sum();
+                for r in 0..ranks {
+                    assert_eq!(got(r).calls, want.collectives, "{name} N={ranks} pass {i} rank {r}");
+                    assert_eq!(got(r).bytes_sent + got(r).bytes_received, want.bytes());
+                }
+                assert_eq!(sent, want.bytes(), "{name} N={ranks} pass {i}");
+            }
+        }
+    }
+}
