@@ -36,6 +36,7 @@ mod layer_view;
 mod logprob;
 pub mod planning;
 mod rank_share;
+mod spec_shares;
 mod resident;
 mod sampler;
 mod session;

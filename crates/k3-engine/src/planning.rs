@@ -6,6 +6,8 @@ use k3_format::{K3Config, ModelBinding};
 use k3_plan::{Budget, MemoryPlan, ModelSizes, PlanRequest};
 use k3_store::available_memory;
 
+pub use crate::spec_shares::{rank_sizes_of_config, spec_tensors};
+
 /// Bytes per f32.
 const F32: u64 = 4;
 

@@ -308,3 +308,34 @@ fn dist_cost_counts_what_the_ranks_exchange() {
         }
     }
 }
+
+/// Without a checkpoint (`k3 plan --ranks N` of the release), per-rank sizes come from the
+/// config's layout: on both tiny models they equal the bound checkpoint's, tensor names and
+/// shapes included.
+#[test]
+fn per_rank_sizes_from_the_config_equal_the_bound_checkpoints() {
+    use k3_engine::planning::{model_sizes, rank_sizes_of_config, spec_tensors};
+    for name in ["tiny-k3", "tiny-k3-wide"] {
+        let d = dir(name);
+        let cfg = K3Config::load(d.join("config.json")).unwrap();
+        let b = bind_model(&Checkpoint::open(&d).unwrap(), &cfg).unwrap();
+        let (globals, layers) = spec_tensors(&cfg).unwrap();
+        assert_eq!(globals.lm_head.shape, b.globals.lm_head.shape);
+        for (got, want) in layers.iter().zip(&b.layers) {
+            let shapes = |lt: &k3_format::bind::LayerTensors| -> Vec<(String, Vec<usize>)> {
+                lt.tensors().iter().map(|t| (t.name.clone(), t.shape.clone())).collect()
+            };
+            assert_eq!(shapes(got), shapes(want), "{name} layer {}", want.layer);
+        }
+        let whole = model_sizes(&cfg, &b).unwrap();
+        for ranks in [1usize, 2, 3] {
+            for r in 0..ranks {
+                assert_eq!(
+                    rank_sizes_of_config(&cfg, &whole, r, ranks).unwrap(),
+                    rank_sizes(&cfg, &b, r, ranks).unwrap(),
+                    "{name} rank {r} of {ranks}"
+                );
+            }
+        }
+    }
+}
