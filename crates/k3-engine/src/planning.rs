@@ -259,3 +259,27 @@ pub fn budget_extremes_rank(
     };
     Ok((smallest, everything))
 }
+
+/// What one decoded token exchanges between `ranks` ranks (`k3_model::dist_cost`): the
+/// one-token pass's all-gathers plus the broadcast of the sampled id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TokenExchange {
+    /// Collective calls every rank makes per token.
+    pub collectives: u64,
+    /// Bytes gathered per token, summed over ranks.
+    pub bytes_total: u64,
+    /// Bytes one rank receives per token (an even share of the gathers).
+    pub bytes_received_per_rank: u64,
+}
+
+/// [`TokenExchange`] of `cfg`'s model over `ranks` ranks (zeros for one).
+pub fn decode_exchange(cfg: &K3Config, ranks: usize) -> Result<TokenExchange, EngineError> {
+    let dims = k3_model::Dims::new(cfg)?;
+    let (pass, broadcast) = k3_model::dist_cost::decode_token_cost(&dims, ranks);
+    Ok(TokenExchange {
+        collectives: pass.collectives + u64::from(broadcast > 0),
+        bytes_total: pass.bytes() + broadcast,
+        bytes_received_per_rank: pass.bytes_received_per_rank(ranks)
+            + if broadcast > 0 { broadcast } else { 0 },
+    })
+}

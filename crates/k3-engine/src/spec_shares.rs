@@ -134,37 +134,50 @@ pub fn spec_tensors(cfg: &K3Config) -> Result<(GlobalTensors, Vec<LayerTensors>)
     Ok((globals, layers))
 }
 
-/// `whole` (the model's sizes, e.g. [`ModelSizes::k3_estimate`]) for rank `rank` of `size`:
+/// `whole` (the model's sizes, e.g. [`ModelSizes::k3_estimate`]) for each rank of `size`:
 /// each layer's trunk and `lm_head` cut to the rank's share of `cfg`'s layout, the expert pool
-/// to the experts it owns. With `size == 1`, `whole`.
+/// to the experts it owns. With `size == 1`, `[whole]`.
 pub fn rank_sizes_of_config(
     cfg: &K3Config,
     whole: &ModelSizes,
-    rank: usize,
     size: usize,
-) -> Result<ModelSizes, EngineError> {
+) -> Result<Vec<ModelSizes>, EngineError> {
     if size <= 1 {
-        return Ok(whole.clone());
+        return Ok(vec![whole.clone()]);
     }
     let (globals, layers) = spec_tensors(cfg)?;
+    Ok((0..size)
+        .map(|rank| one_rank(cfg, whole, &globals, &layers, rank, size))
+        .collect())
+}
+
+fn one_rank(
+    cfg: &K3Config,
+    whole: &ModelSizes,
+    globals: &GlobalTensors,
+    layers: &[LayerTensors],
+    rank: usize,
+    size: usize,
+) -> ModelSizes {
+    let bytes = |s: &k3_model::share::TensorShare<'_>| s.byte_range().end - s.byte_range().start;
     let mut sizes = whole.clone();
-    for (run, lt) in sizes.layer_run_bytes.iter_mut().zip(&layers) {
-        let full = lt.trunk_bytes();
+    for (run, lt) in sizes.layer_run_bytes.iter_mut().zip(layers) {
         let share: u64 = k3_model::share::layer_shares(lt, rank, size)
             .iter()
-            .map(|s| s.byte_range().end - s.byte_range().start)
+            .map(bytes)
             .sum();
-        *run = *run - full + share;
+        *run = *run - lt.trunk_bytes() + share;
     }
-    let head = k3_model::share::global_shares(&globals, rank, size);
-    let lm = head.iter().find(|s| s.tensor.name == LM_HEAD);
-    let lm_share = lm.map_or(0, |s| s.byte_range().end - s.byte_range().start);
+    let head = k3_model::share::global_shares(globals, rank, size);
+    let lm_share = head
+        .iter()
+        .find(|s| s.tensor.name == LM_HEAD)
+        .map_or(0, bytes);
     sizes.embed_lm_head_bytes = sizes.embed_lm_head_bytes - globals.lm_head.nbytes + lm_share;
-    let per_layer = cfg.num_experts as u64;
-    let moe = whole.n_routed_experts / per_layer.max(1);
+    let moe = whole.n_routed_experts / (cfg.num_experts as u64).max(1);
     let owned = (0..cfg.num_experts as u32)
         .filter(|&e| k3_model::share::owns_expert(e, rank, size))
         .count() as u64;
     sizes.n_routed_experts = owned * moe;
-    Ok(sizes)
+    sizes
 }

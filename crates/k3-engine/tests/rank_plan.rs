@@ -329,9 +329,11 @@ fn per_rank_sizes_from_the_config_equal_the_bound_checkpoints() {
         }
         let whole = model_sizes(&cfg, &b).unwrap();
         for ranks in [1usize, 2, 3] {
-            for r in 0..ranks {
+            let from_config = rank_sizes_of_config(&cfg, &whole, ranks).unwrap();
+            assert_eq!(from_config.len(), ranks);
+            for (r, got) in from_config.iter().enumerate() {
                 assert_eq!(
-                    rank_sizes_of_config(&cfg, &whole, r, ranks).unwrap(),
+                    got,
                     rank_sizes(&cfg, &b, r, ranks).unwrap(),
                     "{name} rank {r} of {ranks}"
                 );
