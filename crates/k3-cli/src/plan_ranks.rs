@@ -30,7 +30,13 @@ struct RankRow {
     fits: bool,
 }
 
-fn row(rank: usize, plan: &MemoryPlan, sizes: &ModelSizes, moe_layers: u64, ranks: usize) -> RankRow {
+fn row(
+    rank: usize,
+    plan: &MemoryPlan,
+    sizes: &ModelSizes,
+    moe_layers: u64,
+    ranks: usize,
+) -> RankRow {
     let asked = moe_layers * u64::from(sizes.top_k) * sizes.expert_bytes / ranks as u64;
     let fits = plan.check(sizes, &k3_store::available_memory()).is_ok();
     RankRow {
@@ -64,17 +70,24 @@ pub fn plan_ranks(
             let cfg = K3Config::load(dir.join("config.json")).map_err(|e| usage(&e))?;
             let ck = k3_format::Checkpoint::open(dir).map_err(|e| usage(&e))?;
             let b = k3_format::bind_model(&ck, &cfg).map_err(|e| usage(&e))?;
-            let sizes: Result<Vec<_>, _> = (0..ranks).map(|r| rank_sizes(&cfg, &b, r, ranks)).collect();
+            let sizes: Result<Vec<_>, _> =
+                (0..ranks).map(|r| rank_sizes(&cfg, &b, r, ranks)).collect();
             (cfg, dir.display().to_string(), sizes?)
         }
         None => {
             let (whole, _) = crate::release::released_sizes();
             let cfg = K3Config::released();
             let sizes = rank_sizes_of_config(&cfg, &whole, ranks)?;
-            (cfg, "Kimi K3 as released (from its tensor shapes)".into(), sizes)
+            (
+                cfg,
+                "Kimi K3 as released (from its tensor shapes)".into(),
+                sizes,
+            )
         }
     };
-    let moe_layers = cfg.num_hidden_layers.saturating_sub(cfg.first_k_dense_replace) as u64;
+    let moe_layers = cfg
+        .num_hidden_layers
+        .saturating_sub(cfg.first_k_dense_replace) as u64;
     let mut rows = Vec::with_capacity(ranks);
     for (r, sizes) in per_rank.iter().enumerate() {
         let plan = make_plan(sizes, &req).map_err(|e| usage(&format!("rank {r}: {e}")))?;
@@ -114,9 +127,18 @@ fn print_table(what: &str, ranks: usize, budget: Budget, rows: &[RankRow], x: &T
             "{:>4} {:>10} {:>16} {:>14} {:>20} {:>12} {:>14}",
             r.rank,
             fmt_bytes(r.total_bytes),
-            format!("{} ({} layers)", fmt_bytes(r.trunk_pinned_bytes), r.trunk_pinned_layers),
+            format!(
+                "{} ({} layers)",
+                fmt_bytes(r.trunk_pinned_bytes),
+                r.trunk_pinned_layers
+            ),
             format!("{} x{}", fmt_bytes(r.trunk_ring_bytes), r.trunk_ring_slots),
-            format!("{} ({}/{})", fmt_bytes(r.expert_cache_bytes), r.expert_slots, r.owned_experts),
+            format!(
+                "{} ({}/{})",
+                fmt_bytes(r.expert_cache_bytes),
+                r.expert_slots,
+                r.owned_experts
+            ),
             fmt_bytes(r.trunk_bytes_per_token),
             format!("≤ {}", fmt_bytes(r.expert_bytes_asked_per_token)),
         );

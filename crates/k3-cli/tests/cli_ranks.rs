@@ -17,14 +17,21 @@ fn json_of(o: &std::process::Output) -> serde_json::Value {
 #[test]
 fn plan_ranks_with_a_model_gives_each_rank_its_share() {
     let model = tiny_arg();
-    let one = json_of(&k3(&["plan", &model, "--mem-gb", "0.004", "--ranks", "1", "--json"]));
-    let three = json_of(&k3(&["plan", &model, "--mem-gb", "0.004", "--ranks", "3", "--json"]));
+    let one = json_of(&k3(&[
+        "plan", &model, "--mem-gb", "0.004", "--ranks", "1", "--json",
+    ]));
+    let three = json_of(&k3(&[
+        "plan", &model, "--mem-gb", "0.004", "--ranks", "3", "--json",
+    ]));
     assert_eq!(one["per_rank"].as_array().unwrap().len(), 1);
     assert_eq!(one["exchange_per_token"]["collectives"], 0);
     let rows = three["per_rank"].as_array().unwrap();
     assert_eq!(rows.len(), 3);
     let whole_owned = one["per_rank"][0]["owned_experts"].as_u64().unwrap();
-    let owned: u64 = rows.iter().map(|r| r["owned_experts"].as_u64().unwrap()).sum();
+    let owned: u64 = rows
+        .iter()
+        .map(|r| r["owned_experts"].as_u64().unwrap())
+        .sum();
     assert_eq!(owned, whole_owned);
     // one process at 4 MB pins 4 of 13 layers and streams the rest; a rank's share is
     // small enough that each of 3 ranks, with the same 4 MB, pins all 13
@@ -36,14 +43,20 @@ fn plan_ranks_with_a_model_gives_each_rank_its_share() {
         assert_eq!(r["rank"], q);
         assert_eq!(u(r, "trunk_pinned_layers"), 13, "{r}");
         assert_eq!(u(r, "trunk_bytes_per_token"), 0, "{r}");
-        assert!(u(r, "trunk_pinned_bytes") * 10 < whole_trunk * 6, "{r} vs {whole_trunk}");
+        assert!(
+            u(r, "trunk_pinned_bytes") * 10 < whole_trunk * 6,
+            "{r} vs {whole_trunk}"
+        );
     }
     let x = &three["exchange_per_token"];
     assert!(x["collectives"].as_u64().unwrap() > 0);
     assert!(x["bytes_received_per_rank"].as_u64() < x["bytes_total"].as_u64());
     let table = k3(&["plan", &model, "--mem-gb", "0.004", "--ranks", "2"]);
     let text = String::from_utf8_lossy(&table.stdout);
-    assert!(text.contains("over 2 ranks") && text.contains("collectives"), "{text}");
+    assert!(
+        text.contains("over 2 ranks") && text.contains("collectives"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -69,7 +82,15 @@ fn run_json_has_one_rank_entry_per_process() {
     let json = dir.join("r.json");
     let model = tiny_arg();
     let o = k3(&[
-        "run", &model, "--ids", "1,2,3", "-n", "3", "--mem-gb", "0.005", "--json",
+        "run",
+        &model,
+        "--ids",
+        "1,2,3",
+        "-n",
+        "3",
+        "--mem-gb",
+        "0.005",
+        "--json",
         json.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -84,7 +105,11 @@ fn run_json_has_one_rank_entry_per_process() {
     assert_eq!(me["bytes_read_trunk"], r["bytes_read_trunk"]);
     assert_eq!(me["bytes_read_experts"], r["bytes_read_experts"]);
     assert_eq!(me["collective_calls"], 0);
-    for k in ["collective_bytes_sent", "collective_bytes_received", "collective_seconds"] {
+    for k in [
+        "collective_bytes_sent",
+        "collective_bytes_received",
+        "collective_seconds",
+    ] {
         assert!(me.get(k).is_some(), "{k} missing: {me}");
     }
 }

@@ -204,7 +204,10 @@ impl crate::Engine {
     /// Every rank's figures for a report, in rank order: this rank's bytes read and
     /// collectives (counted before this gather) with `peak_rss_bytes` as the caller measured
     /// it. A collective: every rank must call it, at the same point (docs/DISTRIBUTED.md).
-    pub fn rank_figures(&self, peak_rss_bytes: u64) -> Result<Vec<RankFigures>, crate::EngineError> {
+    pub fn rank_figures(
+        &self,
+        peak_rss_bytes: u64,
+    ) -> Result<Vec<RankFigures>, crate::EngineError> {
         let (io, comm) = (self.stats(), self.comm_stats());
         let mine = RankFigures {
             rank: self.comm().rank(),

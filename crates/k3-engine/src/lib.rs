@@ -36,11 +36,11 @@ mod layer_view;
 mod logprob;
 pub mod planning;
 mod rank_share;
-mod spec_shares;
 mod resident;
 mod sampler;
 mod session;
 mod session_file;
+mod spec_shares;
 pub mod speculate;
 pub mod stats;
 mod stop;
@@ -543,15 +543,8 @@ fn plan_with_draft(
     options: &EngineOptions,
     draft: Option<&k3_format::TrunkPack>,
 ) -> Result<(MemoryPlan, Option<planning::DraftChoice>), EngineError> {
-    let plan = |draft: u64| {
-        planning::plan_checked(
-            sizes,
-            budget,
-            options.ctx,
-            options.sessions,
-            draft,
-        )
-    };
+    let plan =
+        |draft: u64| planning::plan_checked(sizes, budget, options.ctx, options.sessions, draft);
     let Some(pack) = draft else {
         return Ok((plan(0)?, None));
     };

@@ -127,7 +127,11 @@ fn cuts_of(shares: &[TensorShare<'_>]) -> HashMap<String, TensorRef> {
 /// The binding of what `rank` of `size` reads: every trunk and model-level tensor cut to its
 /// share ([`k3_model::share`]); routed experts are unchanged (the rank fetches only those it
 /// owns). With `size == 1` the binding itself.
-pub fn share_binding(b: &ModelBinding, rank: usize, size: usize) -> Result<ModelBinding, EngineError> {
+pub fn share_binding(
+    b: &ModelBinding,
+    rank: usize,
+    size: usize,
+) -> Result<ModelBinding, EngineError> {
     let mut out = b.clone();
     if size <= 1 {
         return Ok(out);

@@ -136,7 +136,10 @@ fn the_smallest_per_rank_budget_streams_shares_bit_identically() {
             else {
                 panic!("splits expected")
             };
-            assert!(m < w, "{name} N={ranks}: rank trunk minimum {m} vs whole {w}");
+            assert!(
+                m < w,
+                "{name} N={ranks}: rank trunk minimum {m} vs whole {w}"
+            );
             let runs = group(name, ranks, 1, &|r| Some(mins[r]));
             assert_bit_identical(name, &runs, &format!("N={ranks} smallest"));
         }
@@ -186,7 +189,12 @@ fn rank_sizes_shrink_the_trunk_and_the_expert_pool() {
             let experts: u64 = per.iter().map(|s| s.n_routed_experts).sum();
             assert_eq!(experts, whole.n_routed_experts, "{name} N={ranks}");
             for (r, s) in per.iter().enumerate() {
-                for (l, (&a, &w)) in s.layer_run_bytes.iter().zip(&whole.layer_run_bytes).enumerate() {
+                for (l, (&a, &w)) in s
+                    .layer_run_bytes
+                    .iter()
+                    .zip(&whole.layer_run_bytes)
+                    .enumerate()
+                {
                     assert!(a < w, "{name} N={ranks} rank {r} layer {l}: {a} vs {w}");
                 }
                 assert!(s.embed_lm_head_bytes < whole.embed_lm_head_bytes);
@@ -300,7 +308,11 @@ fn dist_cost_counts_what_the_ranks_exchange() {
                 let got = |r: usize| if i == 0 { per_rank[r].0 } else { per_rank[r].1 };
                 let sent: u64 = (0..ranks).map(|r| got(r).bytes_sent).sum();
                 for r in 0..ranks {
-                    assert_eq!(got(r).calls, want.collectives, "{name} N={ranks} pass {i} rank {r}");
+                    assert_eq!(
+                        got(r).calls,
+                        want.collectives,
+                        "{name} N={ranks} pass {i} rank {r}"
+                    );
                     assert_eq!(got(r).bytes_sent + got(r).bytes_received, want.bytes());
                 }
                 assert_eq!(sent, want.bytes(), "{name} N={ranks} pass {i}");
@@ -323,7 +335,10 @@ fn per_rank_sizes_from_the_config_equal_the_bound_checkpoints() {
         assert_eq!(globals.lm_head.shape, b.globals.lm_head.shape);
         for (got, want) in layers.iter().zip(&b.layers) {
             let shapes = |lt: &k3_format::bind::LayerTensors| -> Vec<(String, Vec<usize>)> {
-                lt.tensors().iter().map(|t| (t.name.clone(), t.shape.clone())).collect()
+                lt.tensors()
+                    .iter()
+                    .map(|t| (t.name.clone(), t.shape.clone()))
+                    .collect()
             };
             assert_eq!(shapes(got), shapes(want), "{name} layer {}", want.layer);
         }
