@@ -279,7 +279,7 @@ pub fn decode_exchange(cfg: &K3Config, ranks: usize) -> Result<TokenExchange, En
     Ok(TokenExchange {
         collectives: pass.collectives + u64::from(broadcast > 0),
         bytes_total: pass.bytes() + broadcast,
-        bytes_received_per_rank: pass.bytes_received_per_rank(ranks)
-            + if broadcast > 0 { broadcast } else { 0 },
+        // a follower receives rank 0's id too
+        bytes_received_per_rank: pass.bytes_received_per_rank(ranks) + broadcast,
     })
 }

@@ -349,7 +349,7 @@ fn per_rank_sizes_from_the_config_equal_the_bound_checkpoints() {
             for (r, got) in from_config.iter().enumerate() {
                 assert_eq!(
                     got,
-                    rank_sizes(&cfg, &b, r, ranks).unwrap(),
+                    &rank_sizes(&cfg, &b, r, ranks).unwrap(),
                     "{name} rank {r} of {ranks}"
                 );
             }
