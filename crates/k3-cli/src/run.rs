@@ -329,9 +329,10 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     let file = config_file::load()?;
     resolve_lengths(&mut args, &file);
     if crate::mpi_comm::is_follower() {
-        // issue 28: rank 0 owns the product; a follower writes no report or file
+        // issue 28: rank 0 owns the product; a follower writes no report or file (it still
+        // joins `--save-session`: saving gathers every rank's KDA heads, rank 0 writes)
         (args.quiet, args.print_ids) = (true, false);
-        (args.json, args.dump_logits, args.save_session) = (None, None, None);
+        (args.json, args.dump_logits) = (None, None);
         args.dump_cache_trace = None;
     }
     if run_input::wants_chat(&args) {

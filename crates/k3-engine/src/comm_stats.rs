@@ -193,6 +193,22 @@ pub fn gather_figures(comm: &dyn Comm, mine: RankFigures) -> Result<Vec<RankFigu
 }
 
 impl crate::Engine {
+    /// Every rank feeds a prompt in the same chunks (each chunk is one pass of collectives):
+    /// per-rank plans differ a little (a rank's share, the experts it owns), so the ranks
+    /// take the smallest of their prefill chunks. A collective, made once at open.
+    pub(crate) fn agree_prefill_chunk(&mut self) -> Result<(), crate::EngineError> {
+        let mine = self.prefill_chunk() as u64;
+        let all = self
+            .comm()
+            .allgather_u64(mine)
+            .map_err(|e| crate::EngineError::from(k3_model::ModelError::from(e)))?;
+        let least = all.into_iter().min().unwrap_or(mine);
+        if least < mine {
+            self.max_prefill_chunk = Some(least as usize);
+        }
+        Ok(())
+    }
+
     /// This rank's collective counters since open (zeros for one process).
     pub fn comm_stats(&self) -> CommStats {
         self.comm_counter

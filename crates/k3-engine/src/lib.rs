@@ -216,12 +216,16 @@ impl Engine {
             // every rank sees every fingerprint and refuses alike (exit 2), no abort needed
             group::check_same_model(dir, c.as_ref())?;
         }
-        Self::open_rank(dir, options).inspect_err(|err| {
+        let mut engine = Self::open_rank(dir, options).inspect_err(|err| {
             // one rank that cannot open its share ends the group (docs/DISTRIBUTED.md#faults)
-            if let Some(c) = comm.filter(|c| c.size() > 1) {
+            if let Some(c) = comm.as_ref().filter(|c| c.size() > 1) {
                 c.abort(&format!("cannot open {}: {err}", dir.display()));
             }
-        })
+        })?;
+        if comm.is_some_and(|c| c.size() > 1) {
+            engine.agree_prefill_chunk()?;
+        }
+        Ok(engine)
     }
 
     /// [`Engine::open`] on this rank.

@@ -124,6 +124,18 @@ fn cuts_of(shares: &[TensorShare<'_>]) -> HashMap<String, TensorRef> {
         .collect()
 }
 
+/// Layer `lt` with every trunk tensor cut to what `rank` of `size` reads.
+pub fn share_layer(
+    lt: &LayerTensors,
+    rank: usize,
+    size: usize,
+) -> Result<LayerTensors, EngineError> {
+    let mut mine = lt.clone();
+    let cuts = cuts_of(&layer_shares(lt, rank, size));
+    apply(&format!("layer {}", lt.layer), tensors_mut(&mut mine), cuts)?;
+    Ok(mine)
+}
+
 /// The binding of what `rank` of `size` reads: every trunk and model-level tensor cut to its
 /// share ([`k3_model::share`]); routed experts are unchanged (the rank fetches only those it
 /// owns). With `size == 1` the binding itself.
@@ -137,8 +149,7 @@ pub fn share_binding(
         return Ok(out);
     }
     for (lt, mine) in b.layers.iter().zip(out.layers.iter_mut()) {
-        let cuts = cuts_of(&layer_shares(lt, rank, size));
-        apply(&format!("layer {}", lt.layer), tensors_mut(mine), cuts)?;
+        *mine = share_layer(lt, rank, size)?;
     }
     let cuts = cuts_of(&global_shares(&b.globals, rank, size));
     let g = &mut out.globals;

@@ -22,6 +22,10 @@
 //! Loading refuses, with [`EngineError::Invalid`] (exit code 2): a wrong magic, another
 //! version, a truncated or over-long file, a bad checksum, another model's fingerprint, and a
 //! `max_ctx` smaller than the saved tokens. Files are written atomically (temp file + rename).
+//!
+//! Over ranks (docs/DISTRIBUTED.md#the-seam) the file is the same one-process file: saving
+//! gathers every rank's KDA heads (a collective, every rank calls it; rank 0 writes), loading
+//! keeps each rank's own heads, so a file moves freely between any numbers of ranks.
 
 use crate::{Engine, EngineError, Session};
 use k3_format::{ModelBinding, TensorRef};
@@ -337,9 +341,18 @@ impl Engine {
                 state.kda_states().len()
             )));
         }
+        // the file holds every head (the one-process layout); a rank keeps its own heads
+        // (docs/DISTRIBUTED.md#the-seam)
+        let d = self.model.dims();
+        let heads = state.kda_heads();
+        let mut whole = k3_model::KdaState::new(d.kda_heads, d.kda_dim, d.conv_k);
         for (i, k) in state.kda_states_mut().iter_mut().enumerate() {
-            r.fill(k.recurrent_mut(), &format!("KDA layer {i} recurrent state"))?;
-            r.fill(k.conv_mut(), &format!("KDA layer {i} conv history"))?;
+            r.fill(
+                whole.recurrent_mut(),
+                &format!("KDA layer {i} recurrent state"),
+            )?;
+            r.fill(whole.conv_mut(), &format!("KDA layer {i} conv history"))?;
+            k.load_heads(whole.recurrent(), whole.conv(), heads.clone(), d.kda_dim)?;
         }
         let (n_mla, width) = (r.u32()? as usize, r.u32()? as usize);
         if n_mla != state.mla_caches().len() {
@@ -377,6 +390,10 @@ impl Engine {
 impl Session<'_> {
     /// Encodes the session (see the module docs for the layout). Refuses a session whose last
     /// forward failed half-way (its state is unsound).
+    ///
+    /// Over ranks the bytes are the one-process file (every KDA head), gathered from every
+    /// rank's heads: **a collective** — every rank must call it for the same session at the
+    /// same point (docs/DISTRIBUTED.md#the-seam). Every rank gets the same bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>, EngineError> {
         let state = self.state();
         if state.is_poisoned() {
@@ -384,9 +401,9 @@ impl Session<'_> {
                 "the session's last forward failed: reset it before saving".into(),
             ));
         }
+        let kda = self.owner().model.gather_kda_states(state)?;
         let (pos, tokens, logits) = (state.pos(), self.tokens(), self.logits());
-        let floats: usize = state
-            .kda_states()
+        let floats: usize = kda
             .iter()
             .map(|k| k.recurrent().len() + k.conv().len())
             .sum::<usize>()
@@ -396,9 +413,8 @@ impl Session<'_> {
                 .map(|m| pos * m.row_width())
                 .sum::<usize>()
             + logits.len();
-        let mut out = Vec::with_capacity(
-            HEADER_LEN + 64 + 4 * (tokens.len() + floats) + 16 * state.kda_states().len(),
-        );
+        let mut out =
+            Vec::with_capacity(HEADER_LEN + 64 + 4 * (tokens.len() + floats) + 16 * kda.len());
         out.extend_from_slice(SESSION_MAGIC);
         out.extend_from_slice(&SESSION_VERSION.to_le_bytes());
         out.extend_from_slice(&self.owner().fingerprint().to_le_bytes());
@@ -411,8 +427,8 @@ impl Session<'_> {
             .for_each(|t| out.extend_from_slice(&t.to_le_bytes()));
         put_u64(&mut out, logits.len());
         put_f32s(&mut out, logits);
-        out.extend_from_slice(&(state.kda_states().len() as u32).to_le_bytes());
-        for k in state.kda_states() {
+        out.extend_from_slice(&(kda.len() as u32).to_le_bytes());
+        for k in &kda {
             put_u64(&mut out, k.recurrent().len());
             put_f32s(&mut out, k.recurrent());
             put_u64(&mut out, k.conv().len());
@@ -431,10 +447,13 @@ impl Session<'_> {
         Ok(out)
     }
 
-    /// Saves the session to `path` atomically (temp file + rename).
+    /// Saves the session to `path` atomically (temp file + rename). Over ranks every rank
+    /// calls it (the state is gathered, [`Session::to_bytes`]) and rank 0 writes the file.
     pub fn save(&self, path: &Path) -> Result<SessionInfo, EngineError> {
         let bytes = self.to_bytes()?;
-        write_atomic(path, &bytes)?;
+        if self.owner().model.comm().rank() == 0 {
+            write_atomic(path, &bytes)?;
+        }
         Ok(SessionInfo {
             bytes: bytes.len() as u64,
             tokens: self.tokens().len(),

@@ -148,7 +148,13 @@ pub fn rank_sizes_of_config(
     let (globals, layers) = spec_tensors(cfg)?;
     Ok((0..size)
         .map(|rank| one_rank(cfg, whole, &globals, &layers, rank, size))
-        .collect())
+        .collect::<Result<_, _>>()?)
+}
+
+/// Bytes of a layer's vectors widened to f32 (what `planning::model_sizes` counts).
+fn widened(lt: &LayerTensors) -> u64 {
+    let (vecs, _) = crate::layer_view::layer_tensors(lt);
+    vecs.iter().map(|t| t.numel() as u64 * 4).sum()
 }
 
 fn one_rank(
@@ -158,15 +164,17 @@ fn one_rank(
     layers: &[LayerTensors],
     rank: usize,
     size: usize,
-) -> ModelSizes {
+) -> Result<ModelSizes, EngineError> {
     let bytes = |s: &k3_model::share::TensorShare<'_>| s.byte_range().end - s.byte_range().start;
     let mut sizes = whole.clone();
-    for (run, lt) in sizes.layer_run_bytes.iter_mut().zip(layers) {
-        let share: u64 = k3_model::share::layer_shares(lt, rank, size)
-            .iter()
-            .map(bytes)
-            .sum();
-        *run = *run - lt.trunk_bytes() + share;
+    let runs = sizes
+        .layer_run_bytes
+        .iter_mut()
+        .zip(sizes.widen_bytes.iter_mut());
+    for ((run, widen), lt) in runs.zip(layers) {
+        let share = crate::rank_share::share_layer(lt, rank, size)?;
+        *run = *run - lt.trunk_bytes() + share.trunk_bytes();
+        *widen = *widen - widened(lt) + widened(&share);
     }
     let head = k3_model::share::global_shares(globals, rank, size);
     let lm_share = head
@@ -179,5 +187,5 @@ fn one_rank(
         .filter(|&e| k3_model::share::owns_expert(e, rank, size))
         .count() as u64;
     sizes.n_routed_experts = owned * moe;
-    sizes
+    Ok(sizes)
 }

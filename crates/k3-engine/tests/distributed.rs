@@ -366,8 +366,11 @@ impl Comm for Counting {
 }
 
 /// One decode token costs one all-gather per group of trunk products of one input (KDA 3:
-/// q/k/v/g/b/f_a, f_b, o; MLA 3: q_a/kv_a/gate, q_b, o; dense 2; MoE 4: down/shared gate/
-/// shared up, the expert slots, up, shared down) plus lm_head (docs/PERFORMANCE.md#distributed).
+/// f_a, the gated outputs of every rank's heads, o_proj; MLA 3: q_a/kv_a, the heads'
+/// outputs, o_proj; dense 2; MoE 4: down/shared gate/shared up, the expert slots, up, shared
+/// down) plus lm_head (docs/PERFORMANCE.md#distributed). With heads split
+/// (docs/DISTRIBUTED.md#the-seam) q/k/v/g/β/decay and q_b/gate stay on their rank: the count
+/// is unchanged, the bytes drop (35,104 bytes per token on tiny-k3 at N=2, from 46,000).
 #[test]
 fn one_decode_token_costs_one_gather_per_input_of_the_trunk() {
     use k3_model::{Dims, LayerKind};
@@ -421,4 +424,65 @@ fn one_decode_token_costs_one_gather_per_input_of_the_trunk() {
         "the lm_head rows alone are {} bytes",
         4 * dims.vocab
     );
+}
+
+/// Feeds the prompt's first 4 ids, saves, and returns the bytes and the logits after feeding
+/// the rest to the saved session (the continuation a loaded copy must reproduce).
+fn save_midway(engine: &Engine) -> (Vec<u8>, Vec<u32>) {
+    let mut s = engine.new_session(64).unwrap();
+    s.feed(&PROMPT[..4]).unwrap();
+    let bytes = s.to_bytes().unwrap(); // a collective over ranks: every rank calls it
+    let logits = continue_from(engine, &bytes);
+    (bytes, logits)
+}
+
+/// Loads `bytes` and feeds the rest of the prompt: every logit's bits.
+fn continue_from(engine: &Engine, bytes: &[u8]) -> Vec<u32> {
+    let mut s = engine.session_from_bytes(bytes, 64).unwrap();
+    bits(&s.feed_all_logits(&PROMPT[4..]).unwrap()).collect()
+}
+
+/// Runs `f` on every rank of an in-process group of `ranks`, each its own resident engine.
+fn on_ranks<T: Send>(name: &str, ranks: usize, f: impl Fn(&Engine) -> T + Sync) -> Vec<T> {
+    let comms = LocalComm::group(ranks);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let f = &f;
+                scope.spawn(move || {
+                    let engine = Engine::open(&dir(name), options(1, None, Some(Arc::new(c))));
+                    f(&engine.unwrap())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn a_session_saved_over_two_ranks_is_the_one_process_file_and_loads_at_any_rank_count() {
+    for name in ["tiny-k3", "tiny-k3-wide"] {
+        let solo = Engine::open(&dir(name), options(2, None, None)).unwrap();
+        let (want_bytes, want) = save_midway(&solo);
+        let saved = on_ranks(name, 2, save_midway);
+        for (rank, (bytes, logits)) in saved.iter().enumerate() {
+            assert!(
+                *bytes == want_bytes,
+                "{name} rank {rank}: saved bytes differ"
+            );
+            assert!(
+                *logits == want,
+                "{name} rank {rank}: continued logits differ"
+            );
+        }
+        let bytes = &saved[0].0;
+        assert!(continue_from(&solo, bytes) == want, "{name}: loaded on N=1");
+        for (rank, got) in on_ranks(name, 3, |e| continue_from(e, bytes))
+            .iter()
+            .enumerate()
+        {
+            assert!(*got == want, "{name}: loaded on N=3, rank {rank}");
+        }
+    }
 }

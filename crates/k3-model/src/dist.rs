@@ -2,20 +2,27 @@
 //!
 //! One model runs over `N` ranks (threads of one process with [`crate::local::LocalComm`],
 //! or processes with an MPI transport in the `k3` binary). Every rank holds the same residual
-//! stream; only two kinds of work are dealt out, and both keep every dot product whole on one
-//! rank, so ids and logits are bit-identical to one process at any `N`:
+//! stream; three kinds of work are dealt out, all keeping every dot product and every
+//! per-head sum whole on one rank, so ids and logits are bit-identical to one process at any
+//! `N`:
 //!
-//! * **Trunk rows**: every trunk mat-vec / mat-mat goes through [`Dist::matmul`], which
-//!   computes rows `[r0, r1)` of this rank ([`row_share`]) and all-gathers the slices in rank
-//!   order. A row's output is one row dot of the kernel contract, whichever rows run beside
-//!   it (docs/NUMERICS.md#matvec-and-matmul), so the gathered result equals the whole product.
+//! * **Trunk rows**: every trunk mat-vec / mat-mat that is not per head goes through
+//!   [`Dist::matmul`], which computes rows `[r0, r1)` of this rank ([`row_share`]) and
+//!   all-gathers the slices in rank order. A row's output is one row dot of the kernel
+//!   contract, whichever rows run beside it (docs/NUMERICS.md#matvec-and-matmul), so the
+//!   gathered result equals the whole product.
+//! * **Heads**: KDA and MLA heads are dealt contiguously ([`Dist::heads`]); a rank computes
+//!   its heads' projection rows locally ([`Dist::local_matmuls`]), runs their recurrence or
+//!   attention and gathers their outputs in head order ([`Dist::allgather_cols`]).
 //! * **Routed experts**: expert `e` of every layer is owned by rank `e % N`
 //!   ([`Dist::owns_expert`]); each rank fetches and runs only its own experts of the tokens'
 //!   top-k, the per-slot outputs are all-gathered, and every rank sums them in top-k order
 //!   exactly as one process does (crate::moe).
 //!
-//! Everything else (norms, routing, the KDA recurrence, MLA attention, the residual mix) is
-//! replicated: every rank computes it on identical inputs, with identical results.
+//! Everything else (norms, routing, the MLA latent cache, the residual mix) is replicated:
+//! every rank computes it on identical inputs, with identical results. Which rows of each
+//! tensor a rank reads is stated once, in [`crate::share`]; every dealt tensor may be handed
+//! over whole or as exactly this rank's rows ([`Dist::share_of`]).
 
 use crate::error::ModelError;
 use crate::share::Split;
@@ -382,6 +389,78 @@ impl Dist<'_> {
                 }
                 off += t * width;
             }
+        }
+        Ok(())
+    }
+}
+
+/// One product of [`Dist::local_matmuls`]: its output `[t][share rows]`, its weight (whole or
+/// this rank's share), the weight's whole row count and how its rows are dealt.
+pub type LocalProduct<'o, 'w> = (&'o mut [f32], &'w Matrix<'w>, usize, Split);
+
+impl Dist<'_> {
+    /// This rank's heads of `heads` (`row_share(heads)`, docs/DISTRIBUTED.md#the-seam).
+    pub fn heads(&self, heads: usize) -> Range<usize> {
+        self.rows(heads, Split::Heads(heads))
+    }
+
+    /// This rank's rows of several products of the same input `x` (`[t][cols]`), kept on
+    /// this rank (no collective): output `j` is `[t][rows of its share]`, each row the same
+    /// row dot as in the whole product.
+    pub fn local_matmuls(
+        &self,
+        jobs: &mut [LocalProduct<'_, '_>],
+        x: &[f32],
+        t: usize,
+    ) -> Result<(), ModelError> {
+        for (y, w, total, split) in jobs.iter_mut() {
+            let r = self.rows(*total, *split);
+            let mine = self.share_of(w, *total, *split).ok_or_else(|| {
+                let share = r.len();
+                let want = (*total, w.cols);
+                self.shape_error(
+                    None,
+                    "head-split product",
+                    (w.rows, w.cols),
+                    want,
+                    (r, share),
+                )
+            })?;
+            matmul(&mut y[..t * mine.rows], &mine, x, t);
+        }
+        Ok(())
+    }
+
+    /// All-gathers per-token slices dealt by `split`: this rank holds `mine`,
+    /// `[t][its rows of total]`; `out` (`[t][total]`) receives every rank's columns in rank
+    /// order (= head order for [`Split::Heads`]). One collective.
+    pub fn allgather_cols(
+        &self,
+        mine: &[f32],
+        total: usize,
+        split: Split,
+        out: &mut [f32],
+        t: usize,
+    ) -> Result<(), ModelError> {
+        let n = self.comm.size();
+        let widths: Vec<Range<usize>> = (0..n).map(|q| split.rows(total, q, n)).collect();
+        let me = self.comm.rank();
+        let mine = &mine[..t * widths[me].len()];
+        if n == 1 {
+            out[..t * total].copy_from_slice(mine);
+            return Ok(());
+        }
+        let counts: Vec<usize> = widths.iter().map(|r| t * r.len()).collect();
+        let mut all = vec![0f32; t * total];
+        self.comm.allgather_f32(mine, &counts, &mut all)?;
+        let mut off = 0;
+        for r in &widths {
+            let w = r.len();
+            for tok in 0..t {
+                let src = &all[off + tok * w..off + (tok + 1) * w];
+                out[tok * total + r.start..tok * total + r.end].copy_from_slice(src);
+            }
+            off += t * w;
         }
         Ok(())
     }

@@ -17,16 +17,15 @@ pub fn layer_gathers(d: &Dims, l: usize) -> Vec<u64> {
     let (e, p) = (d.hidden as u64, d.kda_proj() as u64);
     match d.kinds[l] {
         LayerKind::Kda(_) => {
-            // q, k, v, g, beta and the decay's low-rank A (one input): one gather
-            out.push(4 * p + d.kda_heads as u64 + d.kda_dim as u64);
-            out.push(p); // f_b
+            // q, k, v, g, beta and f_b rows of a rank's heads stay on it (heads split)
+            out.push(d.kda_dim as u64); // the decay's low-rank A, shared by every head
+            out.push(p); // the gated head outputs, in head order
             out.push(e); // o_proj
         }
         LayerKind::Mla(_) => {
-            let hv = (d.mla_heads * d.v_head) as u64;
-            let gate = if d.mla_gate { hv } else { 0 };
-            out.push(d.q_lora as u64 + d.kv_row() as u64 + gate); // q_a, kv_a, gate
-            out.push((d.mla_heads * d.qk_head()) as u64); // q_b
+            // q_b and the gate rows of a rank's heads stay on it; the latent is replicated
+            out.push(d.q_lora as u64 + d.kv_row() as u64); // q_a, kv_a
+            out.push((d.mla_heads * d.v_head) as u64); // the gated head outputs
             out.push(e); // o_proj
         }
     }

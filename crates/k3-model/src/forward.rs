@@ -17,7 +17,7 @@ use crate::pass::{Ahead, Pass, Seq};
 use crate::residual::{fold, mix};
 use crate::router::{route, RouteScratch, RouterParams};
 use crate::scratch::Scratch;
-use crate::share::FFN_SPLIT;
+use crate::share::{Split, FFN_SPLIT};
 use crate::state::{KdaState, MlaCache, State};
 use crate::weights::{ExpertProvider, HeadWeights, WeightProvider};
 use k3_format::K3Config;
@@ -140,8 +140,44 @@ impl Model {
         &self.comm
     }
     /// A fresh session able to hold `max_ctx` positions.
+    /// Over ranks it holds this rank's KDA heads only (docs/DISTRIBUTED.md#the-seam).
     pub fn new_state(&self, max_ctx: usize) -> State {
-        State::new(&self.dims, max_ctx)
+        State::with_kda_heads(&self.dims, max_ctx, self.kda_heads())
+    }
+    /// The KDA heads this rank runs (and its states hold): `0..H` on one process.
+    pub fn kda_heads(&self) -> std::ops::Range<usize> {
+        self.dist().heads(self.dims.kda_heads)
+    }
+    /// Every KDA layer's state with ALL heads, in the one-process layout (what a session
+    /// file holds). **A collective over ranks**: every rank must call it at the same point
+    /// of the same call sequence, or the group waits (docs/DISTRIBUTED.md#the-seam). On one
+    /// process it is a copy. Refuses a poisoned state.
+    pub fn gather_kda_states(&self, state: &State) -> Result<Vec<KdaState>, ModelError> {
+        if state.is_poisoned() {
+            return Err(ModelError::StatePoisoned);
+        }
+        let d = &self.dims;
+        let (h, dd, k) = (d.kda_heads, d.kda_dim, d.conv_k);
+        let heads = Split::Heads(h);
+        let (dist, s_len, part) = (self.dist(), h * dd * dd, h * dd * (k - 1));
+        let mut out = Vec::with_capacity(state.kda_states().len());
+        for mine in state.kda_states() {
+            let mut whole = KdaState::new(h, dd, k);
+            dist.allgather_cols(mine.recurrent(), s_len, heads, whole.recurrent_mut(), 1)?;
+            let mine_part = mine.conv().len() / 3;
+            for j in 0..3 {
+                let src = &mine.conv()[j * mine_part..(j + 1) * mine_part];
+                let dst = &mut whole.conv_mut()[j * part..(j + 1) * part];
+                dist.allgather_cols(src, part, heads, dst, 1)?;
+            }
+            out.push(whole);
+        }
+        Ok(out)
+    }
+    fn dist(&self) -> Dist<'_> {
+        Dist {
+            comm: self.comm.as_ref(),
+        }
     }
 
     /// One decode step: `token` at position `state.pos()`, logits of that position (`[V]`).
@@ -287,6 +323,13 @@ impl Model {
             return Err(ModelError::StateMismatch(
                 "state built for another geometry".into(),
             ));
+        }
+        if state.kda_heads() != self.kda_heads() {
+            return Err(ModelError::StateMismatch(format!(
+                "state holds KDA heads {:?}, this rank runs heads {:?}",
+                state.kda_heads(),
+                self.kda_heads()
+            )));
         }
         if state.poisoned {
             return Err(ModelError::StatePoisoned);

@@ -8,7 +8,7 @@ use crate::dist::Dist;
 use crate::error::{check_len, ModelError};
 use crate::pass::Pass;
 use crate::scratch::grow;
-use crate::share::kda_split;
+use crate::share::{kda_split, Split};
 use crate::state::{AttnState, KdaState};
 use crate::weights::KdaWeights;
 use k3_kernels::act::sigmoid;
@@ -21,7 +21,7 @@ use rayon::prelude::*;
 /// Preallocated buffers of one KDA call (grown to the largest T seen, never shrunk).
 #[derive(Default)]
 pub struct KdaScratch {
-    q: Vec<f32>,     // [T][P] q projection
+    q: Vec<f32>,     // [T][P] q projection, then the gated outputs of this rank's heads
     k: Vec<f32>,     // [T][P]
     v: Vec<f32>,     // [T][P]
     g: Vec<f32>,     // [T][P] output-gate pre-activation
@@ -33,7 +33,7 @@ pub struct KdaScratch {
     f: Vec<f32>,     // [T][D] decay low-rank code
     alpha: Vec<f32>, // [T][P] per-channel decay
     o_hm: Vec<f32>,  // [H][T][D] recurrence output, head-major
-    o: Vec<f32>,     // [T][P] gated, normed output (token-major)
+    o: Vec<f32>,     // [T][P] every rank's heads' outputs (token-major)
     u: Vec<f32>,     // [H][D] per-head read scratch
 }
 
@@ -212,22 +212,56 @@ pub fn kda_forward(
     kda_forward_batch(&one, l, w, x, &mut [AttnState::Kda(st)], out, sc)
 }
 
-/// The KDA state of sequence `i` of a batch (a mismatch is a caller's bug, reported).
+/// The KDA state of sequence `i` of a batch, checked to hold `heads` heads of `dim` (this
+/// rank's heads, docs/DISTRIBUTED.md#the-seam); a mismatch is a caller's bug, reported.
 fn kda_state<'a>(
     states: &'a mut [AttnState<'_>],
     i: usize,
+    (heads, dim, conv_k): (usize, usize, usize),
 ) -> Result<&'a mut KdaState, ModelError> {
     match states.get_mut(i) {
-        Some(AttnState::Kda(st)) => Ok(st),
+        Some(AttnState::Kda(st))
+            if st.recurrent().len() == heads * dim * dim
+                && st.conv().len() == 3 * heads * dim * (conv_k - 1) =>
+        {
+            Ok(st)
+        }
+        Some(AttnState::Kda(_)) => Err(ModelError::StateMismatch(format!(
+            "sequence {i} of the batch carries a KDA state for another number of heads \
+             than this rank's {heads}"
+        ))),
         _ => Err(ModelError::StateMismatch(format!(
             "sequence {i} of the batch has no KDA state for this layer"
         ))),
     }
 }
 
+/// This rank's part of a per-channel tensor (checked by [`check_kda`]).
+fn local<'v>(
+    pass: &Pass<'_>,
+    what: &'static str,
+    v: &'v [f32],
+    (total, width): (usize, usize),
+    split: Split,
+) -> Result<&'v [f32], ModelError> {
+    pass.dist
+        .share_of_slice(v, total, width, split)
+        .ok_or(ModelError::Shape {
+            layer: None,
+            what,
+            got: format!("[{}]", v.len()),
+            want: format!("[{}] or this rank's share", total * width),
+        })
+}
+
 /// [`kda_forward`] over the sequences of `pass` (`states[i]` carries `pass.seq(i)`): the
 /// projections, norms, gates and `o_proj` run over all rows at once; the short convs and the
 /// recurrence run per sequence on its own history, so every row equals its solo result.
+///
+/// Over ranks (docs/DISTRIBUTED.md#the-seam) this rank runs only its heads
+/// ([`Dist::heads`]): their q/k/v/g/β/decay rows, convs, recurrence (its states hold only
+/// them), norm and gate; the gated head outputs are all-gathered in head order and `o_proj`
+/// is row-dealt. `f_a_proj` (low rank, shared by heads) is row-dealt and gathered.
 pub fn kda_forward_batch(
     pass: &Pass<'_>,
     l: usize,
@@ -237,81 +271,75 @@ pub fn kda_forward_batch(
     out: &mut [f32],
     sc: &mut KdaScratch,
 ) -> Result<(), ModelError> {
-    let (d, t) = (pass.d, pass.t);
-    check_kda(d, &pass.dist, w, Some(l))?;
+    let (d, t, dist) = (pass.d, pass.t, &pass.dist);
+    check_kda(d, dist, w, Some(l))?;
     pass.check_states(l, states.len())?;
     sc.ensure(d, t);
     let (p, h, dd, k) = (d.kda_proj(), d.kda_heads, d.kda_dim, d.conv_k);
-    let tp = t * p;
-    // 1. projections (one weight pass for all T rows)
-    //    (the six of x in one all-gather over ranks, docs/DISTRIBUTED.md#the-seam)
+    let split = kda_split(h);
+    let heads = dist.heads(h);
+    let (hl, pl) = (heads.len(), heads.len() * dd);
+    let (tp, tpl) = (t * p, t * pl);
+    let shape = (hl, dd, k);
+    // 1. projections (one weight pass for all T rows): this rank's heads' rows, kept local;
+    //    the low-rank decay code f_a is row-dealt and gathered (every head needs all of it)
     let mut jobs = [
-        (&mut sc.q[..tp], &w.q_proj),
-        (&mut sc.k[..tp], &w.k_proj),
-        (&mut sc.v[..tp], &w.v_proj),
-        (&mut sc.g[..tp], &w.g_proj),
-        (&mut sc.braw[..t * h], &w.b_proj),
-        (&mut sc.f[..t * dd], &w.f_a_proj),
+        (&mut sc.q[..tpl], &w.q_proj, p, split.qkvg),
+        (&mut sc.k[..tpl], &w.k_proj, p, split.qkvg),
+        (&mut sc.v[..tpl], &w.v_proj, p, split.qkvg),
+        (&mut sc.g[..tpl], &w.g_proj, p, split.qkvg),
+        (&mut sc.braw[..t * hl], &w.b_proj, h, split.b),
     ];
-    pass.dist.matmuls(&mut jobs, x, t)?;
-    pass.dist
-        .matmul(&mut sc.z[..tp], &w.f_b_proj, &sc.f[..t * dd], t)?;
-    // 2. causal short convs with each sequence's carried histories
+    dist.local_matmuls(&mut jobs, x, t)?;
+    dist.matmul(&mut sc.f[..t * dd], &w.f_a_proj, x, t)?;
+    let mut decay = [(&mut sc.z[..tpl], &w.f_b_proj, p, split.f_b)];
+    dist.local_matmuls(&mut decay, &sc.f[..t * dd], t)?;
+    // 2. causal short convs with each sequence's carried histories (this rank's channels)
+    let taps = |what, v| local(pass, what, v, (p, k), split.small);
+    let (q_conv, k_conv) = (
+        taps("kda q_conv1d", w.q_conv)?,
+        taps("kda k_conv1d", w.k_conv)?,
+    );
+    let v_conv = taps("kda v_conv1d", w.v_conv)?;
+    let dt_bias = local(pass, "kda dt_bias", w.dt_bias, (p, 1), split.small)?;
     for i in 0..pass.n_seqs() {
         let seq = pass.seq(i);
-        let r = seq.start * p..(seq.start + seq.len) * p;
-        let (_, qh, kh, vh) = kda_state(states, i)?.parts_mut();
+        let r = seq.start * pl..(seq.start + seq.len) * pl;
+        let (_, qh, kh, vh) = kda_state(states, i, shape)?.parts_mut();
         let n = seq.len;
-        conv_tokens(
+        let (qc, kc, vc) = (
             &mut sc.qc[r.clone()],
-            &sc.q[r.clone()],
-            w.q_conv,
-            qh,
-            p,
-            k,
-            n,
-        );
-        conv_tokens(
             &mut sc.kc[r.clone()],
-            &sc.k[r.clone()],
-            w.k_conv,
-            kh,
-            p,
-            k,
-            n,
+            &mut sc.vc[r.clone()],
         );
-        conv_tokens(&mut sc.vc[r.clone()], &sc.v[r], w.v_conv, vh, p, k, n);
+        conv_tokens(qc, &sc.q[r.clone()], q_conv, qh, pl, k, n);
+        conv_tokens(kc, &sc.k[r.clone()], k_conv, kh, pl, k, n);
+        conv_tokens(vc, &sc.v[r], v_conv, vh, pl, k, n);
     }
     // 3. per-head L2 norm of q and k; q scaled by 1/sqrt(D)
     let q_scale = 1.0 / (dd as f32).sqrt();
-    for head in sc.qc[..tp].chunks_exact_mut(dd) {
+    for head in sc.qc[..tpl].chunks_exact_mut(dd) {
         l2norm_inplace(head, L2_EPS);
         head.iter_mut().for_each(|v| *v *= q_scale);
     }
-    for head in sc.kc[..tp].chunks_exact_mut(dd) {
+    for head in sc.kc[..tpl].chunks_exact_mut(dd) {
         l2norm_inplace(head, L2_EPS);
     }
-    // 4. beta = σ(b_proj x), one per head; 5. per-channel decay
-    sc.braw[..t * h].iter_mut().for_each(|b| *b = sigmoid(*b));
+    // 4. beta = σ(b_proj x), one per head; 5. per-channel decay (A_log of this rank's heads)
+    sc.braw[..t * hl].iter_mut().for_each(|b| *b = sigmoid(*b));
+    let a_log = &w.a_log[heads.clone()];
     for tok in 0..t {
-        let r = tok * p..(tok + 1) * p;
-        kda_decay(
-            &mut sc.alpha[r.clone()],
-            None,
-            &sc.z[r],
-            w.a_log,
-            w.dt_bias,
-            d.gate_lb,
-            dd,
-        );
+        let r = tok * pl..(tok + 1) * pl;
+        let (alpha, z) = (&mut sc.alpha[r.clone()], &sc.z[r]);
+        kda_decay(alpha, None, z, a_log, dt_bias, d.gate_lb, dd);
     }
     // 6. recurrence per sequence, heads in parallel; o_hm holds each sequence's rows
     //    head-major (`[H][len][D]` from row `start·P`)
     for i in 0..pass.n_seqs() {
         let seq = pass.seq(i);
         let (r, rh) = (
-            seq.start * p..(seq.start + seq.len) * p,
-            seq.start * h..(seq.start + seq.len) * h,
+            seq.start * pl..(seq.start + seq.len) * pl,
+            seq.start * hl..(seq.start + seq.len) * hl,
         );
         let inputs = KdaInputs {
             q: &sc.qc[r.clone()],
@@ -320,30 +348,33 @@ pub fn kda_forward_batch(
             alpha: &sc.alpha[r.clone()],
             beta: &sc.braw[rh],
             t: seq.len,
-            heads: h,
+            heads: hl,
             dim: dd,
         };
-        let (s, ..) = kda_state(states, i)?.parts_mut();
-        kda_recurrence(s, &inputs, &mut sc.o_hm[r], &mut sc.u[..h * dd]);
+        let (s, ..) = kda_state(states, i, shape)?.parts_mut();
+        kda_recurrence(s, &inputs, &mut sc.o_hm[r], &mut sc.u[..pl]);
     }
-    // 7. head-wise RMSNorm, 8. sigmoid gate (after the norm)
+    // 7. head-wise RMSNorm, 8. sigmoid gate (after the norm), into this rank's `[T][P_r]`
+    //    (held in `q`, whose projections the convs have consumed)
+    let o_mine = &mut sc.q;
     for i in 0..pass.n_seqs() {
         let seq = pass.seq(i);
-        let base = seq.start * p;
+        let base = seq.start * pl;
         for j in 0..seq.len {
             let tok = seq.start + j;
-            for head in 0..h {
-                let o = &mut sc.o[tok * p + head * dd..tok * p + (head + 1) * dd];
+            for head in 0..hl {
+                let cols = tok * pl + head * dd..tok * pl + (head + 1) * dd;
+                let o = &mut o_mine[cols.clone()];
                 let src = base + (head * seq.len + j) * dd;
                 o.copy_from_slice(&sc.o_hm[src..src + dd]);
                 rmsnorm_inplace(o, w.o_norm, d.eps);
-                let g = &sc.g[tok * p + head * dd..tok * p + (head + 1) * dd];
+                let g = &sc.g[cols];
                 o.iter_mut().zip(g).for_each(|(o, &g)| *o *= sigmoid(g));
             }
         }
     }
-    // 9. output projection
-    pass.dist
-        .matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..tp], t)?;
+    // 9. every rank's heads in head order, then the output projection (rows dealt)
+    dist.allgather_cols(&sc.q[..tpl], p, split.qkvg, &mut sc.o[..tp], t)?;
+    dist.matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..tp], t)?;
     Ok(())
 }

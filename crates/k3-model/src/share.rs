@@ -87,14 +87,15 @@ pub struct KdaSplit {
 }
 
 /// The deal of a KDA layer with `heads` heads.
-pub fn kda_split(_heads: usize) -> KdaSplit {
+pub fn kda_split(heads: usize) -> KdaSplit {
+    let per_head = Split::Heads(heads);
     KdaSplit {
-        qkvg: Split::Rows,
-        b: Split::Rows,
+        qkvg: per_head,
+        b: per_head,
         f_a: Split::Rows,
-        f_b: Split::Rows,
+        f_b: per_head,
         o: Split::Rows,
-        small: Split::Whole,
+        small: per_head,
     }
 }
 
@@ -116,13 +117,14 @@ pub struct MlaSplit {
 }
 
 /// The deal of an MLA layer with `heads` heads.
-pub fn mla_split(_heads: usize) -> MlaSplit {
+pub fn mla_split(heads: usize) -> MlaSplit {
+    let per_head = Split::Heads(heads);
     MlaSplit {
         q_a: Split::Rows,
-        q_b: Split::Rows,
+        q_b: per_head,
         kv_a: Split::Rows,
-        kv_b: Split::Whole,
-        g: Split::Rows,
+        kv_b: per_head,
+        g: per_head,
         o: Split::Rows,
     }
 }
@@ -170,7 +172,7 @@ pub fn heads_of(lt: &LayerTensors) -> Heads {
             let h_rope = dim(&a.q_b_proj, 0).saturating_sub(h_nope);
             let mla = match rope {
                 0 => 1,
-                r if h_rope % r == 0 && h_rope > 0 => h_rope / r,
+                r if h_rope.is_multiple_of(r) && h_rope > 0 => h_rope / r,
                 _ => 1,
             };
             Heads { kda: 1, mla }

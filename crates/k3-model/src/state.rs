@@ -1,7 +1,8 @@
 //! Per-session state: what a conversation carries from one call to the next.
 //!
 //! * KDA layers: the recurrent state `S` (`[H][D][D]` f32, row-major `S[h][k][v]`) and the
-//!   short-conv histories (`[q|k|v][P][K−1]`, each channel's values oldest first).
+//!   short-conv histories (`[q|k|v][P][K−1]`, each channel's values oldest first); over ranks
+//!   each rank holds only its heads (`H` = its heads, `P` = their channels).
 //! * MLA layers: the LATENT KV cache, `[max_ctx][kv_lora + rope]` f32 per layer: per position
 //!   the RMS-normalised latent followed by the (never rotated) shared rope slots.
 //! * The position counter (tokens already consumed).
@@ -11,6 +12,7 @@
 
 use crate::dims::Dims;
 use crate::scratch::Scratch;
+use std::ops::Range;
 
 /// The carried state one sequence's token mixer reads and updates in one layer.
 pub enum AttnState<'s> {
@@ -58,6 +60,39 @@ impl KdaState {
     pub fn reset(&mut self) {
         self.s.fill(0.0);
         self.conv.fill(0.0);
+    }
+    /// Copies heads `heads` of a whole state (every head: `whole_s` `[H][D][D]`,
+    /// `whole_conv` `[q|k|v][P][K−1]`) into this state, which holds exactly those heads of
+    /// width `dim` (a session saved by one process, loaded by one rank of several).
+    pub fn load_heads(
+        &mut self,
+        whole_s: &[f32],
+        whole_conv: &[f32],
+        heads: Range<usize>,
+        dim: usize,
+    ) -> Result<(), crate::ModelError> {
+        let per_head = dim * dim;
+        let (part, whole_part) = (self.conv.len() / 3, whole_conv.len() / 3);
+        let hist = part / (heads.len() * dim).max(1); // K − 1 values per channel
+        let c0 = heads.start * dim * hist;
+        let fits = whole_s.len() >= heads.end * per_head
+            && self.s.len() == heads.len() * per_head
+            && whole_conv.len().is_multiple_of(3)
+            && whole_part >= c0 + part;
+        if !fits {
+            return Err(crate::ModelError::StateMismatch(format!(
+                "KDA heads {heads:?} of width {dim} are not inside a state of {} + {} values",
+                whole_s.len(),
+                whole_conv.len()
+            )));
+        }
+        self.s
+            .copy_from_slice(&whole_s[heads.start * per_head..heads.end * per_head]);
+        for (j, mine) in self.conv.chunks_exact_mut(part.max(1)).enumerate() {
+            let src = j * whole_part + c0;
+            mine.copy_from_slice(&whole_conv[src..src + part]);
+        }
+        Ok(())
     }
     /// `(S, q_hist, k_hist, v_hist)` borrowed at once.
     pub(crate) fn parts_mut(&mut self) -> (&mut [f32], &mut [f32], &mut [f32], &mut [f32]) {
@@ -124,6 +159,9 @@ impl Snapshot {
 /// Everything one session carries, plus its preallocated scratch.
 pub struct State {
     pub(crate) dims: Dims,
+    /// The KDA heads every [`KdaState`] holds (all of them on one process; a rank's own
+    /// heads over ranks, docs/DISTRIBUTED.md#the-seam).
+    kda_heads: Range<usize>,
     kda: Vec<KdaState>,
     mla: Vec<MlaCache>,
     pos: usize,
@@ -136,14 +174,21 @@ impl State {
     /// A fresh session able to hold `max_ctx` positions. Allocates every carried buffer now
     /// (latent KV: `n_mla · max_ctx · (kv_lora + rope)` floats) and the single-token scratch.
     pub fn new(dims: &Dims, max_ctx: usize) -> Self {
+        State::with_kda_heads(dims, max_ctx, 0..dims.kda_heads)
+    }
+    /// [`State::new`] holding only KDA heads `kda_heads` (a rank's heads,
+    /// [`crate::Dist::heads`]): its recurrent states and conv histories are those heads'.
+    /// The latent MLA caches are whole (shared by every head).
+    pub fn with_kda_heads(dims: &Dims, max_ctx: usize, kda_heads: Range<usize>) -> Self {
         let kda = (0..dims.n_kda())
-            .map(|_| KdaState::new(dims.kda_heads, dims.kda_dim, dims.conv_k))
+            .map(|_| KdaState::new(kda_heads.len(), dims.kda_dim, dims.conv_k))
             .collect();
         let mla = (0..dims.n_mla())
             .map(|_| MlaCache::new(max_ctx, dims.kv_row()))
             .collect();
         State {
             dims: dims.clone(),
+            kda_heads,
             kda,
             mla,
             pos: 0,
@@ -190,6 +235,10 @@ impl State {
     /// The geometry this state was built for.
     pub fn dims(&self) -> &Dims {
         &self.dims
+    }
+    /// The KDA heads this state holds (`0..H` unless it belongs to one rank of several).
+    pub fn kda_heads(&self) -> Range<usize> {
+        self.kda_heads.clone()
     }
     /// KDA layer states, in layer order (index = `LayerKind::Kda` slot).
     pub fn kda_states(&self) -> &[KdaState] {

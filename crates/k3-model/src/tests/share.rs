@@ -192,7 +192,8 @@ fn first_kda(w: &OwnedWeights) -> usize {
 
 #[test]
 fn poisoned_rows_outside_the_share_change_nothing() {
-    for n in [2, 3] {
+    // 5 ranks over 4 heads: rank 0 runs no KDA or MLA head at all
+    for n in [2, 3, 5] {
         ranks_match_one_process(n, Form::Poisoned);
     }
 }
@@ -246,4 +247,36 @@ fn a_tensor_neither_whole_nor_the_share_is_refused_by_name() {
             });
         }
     });
+}
+
+#[test]
+fn the_store_shares_of_both_fixtures_read_the_config_heads_and_cover_every_row() {
+    use crate::share::{heads_of, layer_shares};
+    use k3_format::bind::AttnTensors;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
+    for name in ["tiny-k3", "tiny-k3-wide"] {
+        let dir = root.join(name);
+        let cfg = k3_format::K3Config::load(dir.join("config.json")).unwrap();
+        let ck = k3_format::Checkpoint::open(&dir).unwrap();
+        let binding = k3_format::bind_model(&ck, &cfg).unwrap();
+        for lt in &binding.layers {
+            let heads = heads_of(lt);
+            match lt.attn {
+                AttnTensors::Kda(_) => assert_eq!(heads.kda, cfg.kda_num_heads, "{name}"),
+                AttnTensors::Mla(_) => assert_eq!(heads.mla, cfg.num_attention_heads, "{name}"),
+            }
+            for n in 1..=5 {
+                let per_rank: Vec<_> = (0..n).map(|r| layer_shares(lt, r, n)).collect();
+                for (i, t) in per_rank[0].iter().enumerate() {
+                    let rows = t.tensor.shape.first().copied().unwrap_or(1);
+                    let ranges: Vec<_> = per_rank.iter().map(|s| s[i].rows.clone()).collect();
+                    let whole = ranges.iter().all(|r| *r == (0..rows));
+                    let tiled = ranges[0].start == 0
+                        && ranges[n - 1].end == rows
+                        && ranges.windows(2).all(|w| w[0].end == w[1].start);
+                    assert!(whole || tiled, "{name} {} N={n}: {ranges:?}", t.tensor.name);
+                }
+            }
+        }
+    }
 }
