@@ -146,9 +146,9 @@ pub fn rank_sizes_of_config(
         return Ok(vec![whole.clone()]);
     }
     let (globals, layers) = spec_tensors(cfg)?;
-    Ok((0..size)
+    (0..size)
         .map(|rank| one_rank(cfg, whole, &globals, &layers, rank, size))
-        .collect::<Result<_, _>>()?)
+        .collect()
 }
 
 /// Bytes of a layer's vectors widened to f32 (what `planning::model_sizes` counts).
