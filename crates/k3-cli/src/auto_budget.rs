@@ -59,11 +59,17 @@ pub fn apply(
     }
     // What holding everything costs: the whole trunk and every expert, plus the fixed costs
     // (embedding and head, KDA state, latent KV for the context, scratch).
-    let (_, everything) = k3_engine::planning::budget_extremes(dir)?;
+    // Over MPI ranks: this rank's share (docs/DISTRIBUTED.md#memory-per-rank).
+    let group = options
+        .comm
+        .as_ref()
+        .map_or((0, 1), |c| (c.rank(), c.size()));
+    let (_, everything) = k3_engine::planning::budget_extremes_rank(dir, group.0, group.1)?;
     let sessions = options.sessions.max(1);
-    let (plan, _, _) = k3_engine::planning::forecast(dir, everything, options.ctx, sessions, 0)?;
+    let (plan, _, _) =
+        k3_engine::planning::forecast_rank(dir, everything, options.ctx, sessions, 0, group)?;
     let model = plan.total_bytes();
-    let Some((avail, source)) = available()? else {
+    let Some((avail, source)) = available()?.map(per_local_rank) else {
         say(format!(
             "no budget flag and the available memory is unknown: the whole model ({}) is mapped resident; pass --preset or --mem-gb to plan",
             gb(model)
@@ -87,6 +93,24 @@ pub fn apply(
     ));
     options.budget = Some(Budget::Total(usable));
     Ok(())
+}
+
+/// Ranks of this job on this host, from the launcher's environment (Open MPI, MPICH/Hydra).
+const LOCAL_RANKS_ENV: [&str; 2] = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"];
+
+/// The available memory divided among this host's ranks (they all plan against it).
+fn per_local_rank((bytes, source): (u64, String)) -> (u64, String) {
+    let local = LOCAL_RANKS_ENV
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.trim().parse::<u64>().ok())
+        .filter(|&n| n > 1);
+    match local {
+        Some(n) => (
+            bytes / n,
+            format!("{source}, shared by {n} ranks on this host"),
+        ),
+        None => (bytes, source),
+    }
 }
 
 /// Bytes as `1.23 GB` (or MB below a GB).

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  k3 plan --preset desktop --sessions 8   # Kimi K3 as released, before downloading\n  k3 plan fixtures/tiny-k3 --mem-gb 0.005\n  k3 plan /models/kimi-k3 --preset desktop --ctx 8192\n  k3 plan /models/kimi-k3 --mem-gb 32 --sessions 8   # k3 serve --parallel 4"
+    after_help = "Examples:\n  k3 plan --preset desktop --sessions 8   # Kimi K3 as released, before downloading\n  k3 plan fixtures/tiny-k3 --mem-gb 0.005\n  k3 plan /models/kimi-k3 --preset desktop --ctx 8192\n  k3 plan /models/kimi-k3 --mem-gb 32 --sessions 8   # k3 serve --parallel 4\n  k3 plan --ranks 4 --preset desktop   # each of 4 MPI ranks, desktop budget each"
 )]
 pub struct PlanArgs {
     /// Model directory or stored NAME (default: Kimi K3 as released, from its tensor shapes:
@@ -31,6 +31,14 @@ pub struct PlanArgs {
     /// split, the trunk streamed per pass with and without it, and what `--draft auto` picks.
     #[arg(long, value_name = "DIR")]
     pub draft_trunk: Option<PathBuf>,
+    /// Plan each of N MPI ranks (docs/DISTRIBUTED.md#memory-per-rank): the budget is per
+    /// rank; prints every rank's RAM, trunk and expert bytes read per token, and the
+    /// collectives and bytes the ranks exchange per token.
+    #[arg(long, value_name = "N")]
+    pub ranks: Option<usize>,
+    /// With --ranks: print JSON instead of the table.
+    #[arg(long, requires = "ranks")]
+    pub json: bool,
 }
 
 /// Prints the plan table; exits 2 (after printing it) when it does not fit this machine.
@@ -41,6 +49,23 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
         .unwrap_or(Budget::Preset(Preset::Laptop));
     if args.sessions == 0 {
         return Err(CliError::usage("--sessions must be at least 1"));
+    }
+    if let Some(ranks) = args.ranks {
+        if ranks == 0 {
+            return Err(CliError::usage("--ranks must be at least 1"));
+        }
+        if args.draft_trunk.is_some() {
+            return Err(CliError::usage(
+                "--draft-trunk is not planned over ranks: hybrid drafting does not run over MPI (docs/DISTRIBUTED.md)",
+            ));
+        }
+        let dir = args
+            .model_dir
+            .as_deref()
+            .map(crate::store::resolve_model)
+            .transpose()?;
+        let req = PlanRequest::new(budget, args.ctx as u64).with_sessions(args.sessions as u64);
+        return crate::plan_ranks::plan_ranks(dir.as_deref(), req, ranks, args.json);
     }
     let Some(model_dir) = args.model_dir.as_deref() else {
         if args.draft_trunk.is_some() {

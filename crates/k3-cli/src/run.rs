@@ -487,6 +487,8 @@ fn finish(
     done: &Done<'_>,
 ) -> Result<(), CliError> {
     let ids = &done.generation.ids;
+    // a collective every rank makes, followers too (docs/DISTRIBUTED.md#memory-per-rank)
+    let ranks = engine.rank_figures(peak_rss_bytes())?;
     if args.print_ids {
         let text: Vec<String> = ids.iter().map(u32::to_string).collect();
         eprintln!("generated ids: {}", text.join(","));
@@ -509,7 +511,7 @@ fn finish(
         crate::run_report::write_trace(dir, &engine.take_expert_trace())?;
     }
     if let Some(path) = &args.json {
-        crate::run_report::write_json(path, args, engine, session, done)?;
+        crate::run_report::write_json(path, args, engine, session, done, &ranks)?;
     }
     Ok(())
 }

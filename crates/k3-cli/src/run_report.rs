@@ -12,6 +12,7 @@ pub fn write_json(
     engine: &Engine,
     session: &Session<'_>,
     done: &Done<'_>,
+    ranks: &[k3_engine::RankFigures],
 ) -> Result<(), CliError> {
     let (g, stats, spec) = (done.generation, engine.stats(), session.spec_stats());
     let report = serde_json::json!({
@@ -66,6 +67,7 @@ pub fn write_json(
         "lookahead_useful_reads": stats.lookahead_useful_reads,
         "lookahead_recall": stats.lookahead_recall(),
         "plan": plan_json(engine),
+        "ranks": ranks,
         "prefill": phase_json(&done.stats_open, &done.stats_prefill, done.prefill_s, engine),
         "decode": phase_json(&done.stats_prefill, &stats, done.decode_s, engine),
     });

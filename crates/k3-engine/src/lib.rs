@@ -24,6 +24,7 @@
 
 mod batch;
 pub mod chat_template;
+pub mod comm_stats;
 pub mod constraint;
 pub mod draft;
 mod error;
@@ -34,16 +35,19 @@ mod hybrid;
 mod layer_view;
 mod logprob;
 pub mod planning;
+mod rank_share;
 mod resident;
 mod sampler;
 mod session;
 mod session_file;
+mod spec_shares;
 pub mod speculate;
 pub mod stats;
 mod stop;
 mod streaming;
 
 pub use batch::BatchFeed;
+pub use comm_stats::{CommStats, CountingComm, RankFigures};
 pub use constraint::{Constraint, ConstraintSpec, ReplyStart};
 pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
 pub use hybrid::{DraftModel, DraftStats};
@@ -172,6 +176,8 @@ pub struct Engine {
     draft: Option<draft::DraftTrunk>,
     /// What was decided about the draft trunk (`None`: none was given).
     draft_choice: Option<planning::DraftChoice>,
+    /// The counting decorator around [`EngineOptions::comm`] (`None`: one process).
+    comm_counter: Option<Arc<CountingComm>>,
 }
 
 /// Loads the tokenizer from `explicit`, else from `model_dir` when it has one.
@@ -210,12 +216,16 @@ impl Engine {
             // every rank sees every fingerprint and refuses alike (exit 2), no abort needed
             group::check_same_model(dir, c.as_ref())?;
         }
-        Self::open_rank(dir, options).inspect_err(|err| {
+        let mut engine = Self::open_rank(dir, options).inspect_err(|err| {
             // one rank that cannot open its share ends the group (docs/DISTRIBUTED.md#faults)
-            if let Some(c) = comm.filter(|c| c.size() > 1) {
+            if let Some(c) = comm.as_ref().filter(|c| c.size() > 1) {
                 c.abort(&format!("cannot open {}: {err}", dir.display()));
             }
-        })
+        })?;
+        if comm.is_some_and(|c| c.size() > 1) {
+            engine.agree_prefill_chunk()?;
+        }
+        Ok(engine)
     }
 
     /// [`Engine::open`] on this rank.
@@ -230,6 +240,14 @@ impl Engine {
         let config = K3Config::load(dir.join("config.json"))?;
         let mut model = Model::new(&config)?.with_lookahead(options.lookahead);
         let mut options = options;
+        let comm_counter = options
+            .comm
+            .clone()
+            .filter(|c| c.size() > 1)
+            .map(|c| Arc::new(CountingComm::new(c)));
+        if let Some(counter) = &comm_counter {
+            options.comm = Some(counter.clone());
+        }
         if let Some(comm) = options.comm.clone().filter(|c| c.size() > 1) {
             // A draft trunk's cache-only experts differ per rank, so its proposals (and the
             // verify passes' lengths) would differ: not over ranks in this stage.
@@ -274,9 +292,10 @@ impl Engine {
             }
             Some(budget) => {
                 let ckpt = Checkpoint::open(dir)?;
-                let binding = bind_model(&ckpt, &config)?;
+                let whole = bind_model(&ckpt, &config)?;
+                let (binding, sizes) = rank_binding(&config, whole, &options)?;
                 let (plan, choice) =
-                    plan_with_draft(&config, &binding, budget, &options, draft_pack.as_ref())?;
+                    plan_with_draft(&sizes, budget, &options, draft_pack.as_ref())?;
                 let mut files = match options.readers {
                     Some(r) => r,
                     None => streaming::open_files(&ckpt, options.direct_io)?,
@@ -334,6 +353,7 @@ impl Engine {
             pool,
             draft,
             draft_choice,
+            comm_counter,
         })
     }
 
@@ -501,23 +521,34 @@ impl Engine {
 
 /// The memory plan for `budget`, with the draft trunk `draft` when the policy and
 /// [`planning::choose_draft`] say so; the choice is `None` without a draft trunk.
-fn plan_with_draft(
+/// The binding this rank's streaming stores read and the planner's sizes for it: with a
+/// group and no packed trunk, the rank's share (`rank_share`, docs/DISTRIBUTED.md#memory-per-rank);
+/// otherwise the whole model (a packed trunk holds whole layers, which every rank streams).
+fn rank_binding(
     config: &K3Config,
-    binding: &k3_format::ModelBinding,
+    whole: k3_format::ModelBinding,
+    options: &EngineOptions,
+) -> Result<(k3_format::ModelBinding, k3_plan::ModelSizes), EngineError> {
+    let (rank, size) = options
+        .comm
+        .as_ref()
+        .map_or((0, 1), |c| (c.rank(), c.size()));
+    if size <= 1 || options.trunk_dir.is_some() {
+        let sizes = planning::model_sizes(config, &whole)?;
+        return Ok((whole, sizes));
+    }
+    let sizes = planning::rank_sizes(config, &whole, rank, size)?;
+    Ok((rank_share::share_binding(&whole, rank, size)?, sizes))
+}
+
+fn plan_with_draft(
+    sizes: &k3_plan::ModelSizes,
     budget: Budget,
     options: &EngineOptions,
     draft: Option<&k3_format::TrunkPack>,
 ) -> Result<(MemoryPlan, Option<planning::DraftChoice>), EngineError> {
-    let plan = |draft: u64| {
-        planning::plan_checked(
-            config,
-            binding,
-            budget,
-            options.ctx,
-            options.sessions,
-            draft,
-        )
-    };
+    let plan =
+        |draft: u64| planning::plan_checked(sizes, budget, options.ctx, options.sessions, draft);
     let Some(pack) = draft else {
         return Ok((plan(0)?, None));
     };

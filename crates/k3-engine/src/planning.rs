@@ -6,6 +6,8 @@ use k3_format::{K3Config, ModelBinding};
 use k3_plan::{Budget, MemoryPlan, ModelSizes, PlanRequest};
 use k3_store::available_memory;
 
+pub use crate::spec_shares::{rank_sizes_of_config, spec_tensors};
+
 /// Bytes per f32.
 const F32: u64 = 4;
 
@@ -66,17 +68,36 @@ pub fn model_sizes(cfg: &K3Config, b: &ModelBinding) -> Result<ModelSizes, Engin
     })
 }
 
-/// Plans memory for `budget` and a context of `ctx` positions, and refuses (exit 2, with the
-/// plan table and what to change) when it does not fit this machine's available memory.
-pub fn plan_checked(
+/// The planner's view of what rank `rank` of `size` holds (docs/DISTRIBUTED.md#memory-per-rank):
+/// the sizes of its share binding (`crate::rank_share`: every trunk layer and `lm_head` cut to
+/// the rank's rows), with the expert cache capped at the routed experts it owns. `b` is the
+/// whole binding; with `size == 1` this is [`model_sizes`].
+pub fn rank_sizes(
     cfg: &K3Config,
     b: &ModelBinding,
+    rank: usize,
+    size: usize,
+) -> Result<ModelSizes, EngineError> {
+    if size <= 1 {
+        return model_sizes(cfg, b);
+    }
+    let share = crate::rank_share::share_binding(b, rank, size)?;
+    let mut sizes = model_sizes(cfg, &share)?;
+    sizes.n_routed_experts = crate::rank_share::owned_experts(b, rank, size);
+    Ok(sizes)
+}
+
+/// Plans memory for `budget` and a context of `ctx` positions, and refuses (exit 2, with the
+/// plan table and what to change) when it does not fit this machine's available memory.
+/// `sizes` are the model's ([`model_sizes`]) or one rank's ([`rank_sizes`]).
+pub fn plan_checked(
+    sizes: &ModelSizes,
     budget: Budget,
     ctx: usize,
     sessions: usize,
     draft_trunk_bytes: u64,
 ) -> Result<MemoryPlan, EngineError> {
-    let sizes = model_sizes(cfg, b)?;
+    let sizes = sizes.clone();
     let req = PlanRequest::new(budget, ctx as u64)
         .with_sessions(sessions as u64)
         .with_draft(draft_trunk_bytes);
@@ -95,10 +116,22 @@ pub fn forecast(
     sessions: usize,
     draft_trunk_bytes: u64,
 ) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
+    forecast_rank(dir, budget, ctx, sessions, draft_trunk_bytes, (0, 1))
+}
+
+/// [`forecast`] for rank `group.0` of `group.1` ([`rank_sizes`]; `(0, 1)`: one process).
+pub fn forecast_rank(
+    dir: &std::path::Path,
+    budget: Budget,
+    ctx: usize,
+    sessions: usize,
+    draft_trunk_bytes: u64,
+    group: (usize, usize),
+) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
     let cfg = K3Config::load(dir.join("config.json"))?;
     let ckpt = k3_format::Checkpoint::open(dir)?;
     let binding = k3_format::bind_model(&ckpt, &cfg)?;
-    let sizes = model_sizes(&cfg, &binding)?;
+    let sizes = rank_sizes(&cfg, &binding, group.0, group.1)?;
     let req = PlanRequest::new(budget, ctx as u64)
         .with_sessions(sessions as u64)
         .with_draft(draft_trunk_bytes);
@@ -111,19 +144,7 @@ pub fn forecast(
 /// The smallest legal budget for `dir`'s model (nothing pinned, one ring slot, top-k + 1
 /// expert slots) and the budget that holds everything, as explicit splits.
 pub fn budget_extremes(dir: &std::path::Path) -> Result<(Budget, Budget), EngineError> {
-    let cfg = K3Config::load(dir.join("config.json"))?;
-    let ckpt = k3_format::Checkpoint::open(dir)?;
-    let sizes = model_sizes(&cfg, &k3_format::bind_model(&ckpt, &cfg)?)?;
-    let slot = sizes.expert_slot_bytes();
-    let smallest = Budget::Split {
-        trunk: k3_plan::plan::min_trunk_budget(&sizes.layer_costs()),
-        cache: sizes.min_expert_slots() * slot,
-    };
-    let everything = Budget::Split {
-        trunk: sizes.trunk_full_bytes(),
-        cache: sizes.n_routed_experts * slot,
-    };
-    Ok((smallest, everything))
+    budget_extremes_rank(dir, 0, 1)
 }
 
 /// Largest extra trunk streaming per pass that `--draft auto` accepts for hybrid drafting,
@@ -215,4 +236,50 @@ pub fn choose_draft(plain: &MemoryPlan, hybrid: Result<&MemoryPlan, &EngineError
         plain_streamed: Some(s0),
         hybrid_streamed: Some(s1),
     }
+}
+
+/// [`budget_extremes`] for rank `rank` of `size` ([`rank_sizes`]): the smallest legal split
+/// and the split that pins its whole share with a cache for every expert it owns.
+pub fn budget_extremes_rank(
+    dir: &std::path::Path,
+    rank: usize,
+    size: usize,
+) -> Result<(Budget, Budget), EngineError> {
+    let cfg = K3Config::load(dir.join("config.json"))?;
+    let ckpt = k3_format::Checkpoint::open(dir)?;
+    let sizes = rank_sizes(&cfg, &k3_format::bind_model(&ckpt, &cfg)?, rank, size)?;
+    let slot = sizes.expert_slot_bytes();
+    let smallest = Budget::Split {
+        trunk: k3_plan::plan::min_trunk_budget(&sizes.layer_costs()),
+        cache: sizes.min_expert_slots() * slot,
+    };
+    let everything = Budget::Split {
+        trunk: sizes.trunk_full_bytes(),
+        cache: sizes.n_routed_experts.max(sizes.min_expert_slots()) * slot,
+    };
+    Ok((smallest, everything))
+}
+
+/// What one decoded token exchanges between `ranks` ranks (`k3_model::dist_cost`): the
+/// one-token pass's all-gathers plus the broadcast of the sampled id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TokenExchange {
+    /// Collective calls every rank makes per token.
+    pub collectives: u64,
+    /// Bytes gathered per token, summed over ranks.
+    pub bytes_total: u64,
+    /// Bytes one rank receives per token (an even share of the gathers).
+    pub bytes_received_per_rank: u64,
+}
+
+/// [`TokenExchange`] of `cfg`'s model over `ranks` ranks (zeros for one).
+pub fn decode_exchange(cfg: &K3Config, ranks: usize) -> Result<TokenExchange, EngineError> {
+    let dims = k3_model::Dims::new(cfg)?;
+    let (pass, broadcast) = k3_model::dist_cost::decode_token_cost(&dims, ranks);
+    Ok(TokenExchange {
+        collectives: pass.collectives + u64::from(broadcast > 0),
+        bytes_total: pass.bytes() + broadcast,
+        // a follower receives rank 0's id too
+        bytes_received_per_rank: pass.bytes_received_per_rank(ranks) + broadcast,
+    })
 }

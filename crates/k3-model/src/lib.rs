@@ -26,6 +26,7 @@
 pub mod dense;
 pub mod dims;
 pub mod dist;
+pub mod dist_cost;
 pub mod error;
 pub mod forward;
 pub mod kda;

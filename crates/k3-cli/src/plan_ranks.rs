@@ -1,0 +1,153 @@
+//! `k3 plan --ranks N` (docs/DISTRIBUTED.md#memory-per-rank): each rank's plan under the
+//! (per-rank) budget — pins, ring, expert cache, total — the trunk and expert bytes it reads
+//! per token, and the collectives and bytes the ranks exchange per token. With a model its
+//! shapes; without one the release's (from its tensor shapes, as `k3 plan` does).
+
+use crate::CliError;
+use k3_engine::planning::{decode_exchange, rank_sizes, rank_sizes_of_config, TokenExchange};
+use k3_engine::{Budget, K3Config};
+use k3_plan::plan::{fmt_bytes, plan as make_plan};
+use k3_plan::{MemoryPlan, ModelSizes, PlanRequest};
+use std::path::Path;
+
+/// One rank's row.
+#[derive(serde::Serialize)]
+struct RankRow {
+    rank: usize,
+    total_bytes: u64,
+    trunk_pinned_bytes: u64,
+    trunk_pinned_layers: usize,
+    trunk_ring_bytes: u64,
+    trunk_ring_slots: usize,
+    expert_cache_bytes: u64,
+    expert_slots: u64,
+    owned_experts: u64,
+    trunk_bytes_per_token: u64,
+    /// Expert bytes a token asks of this rank (its share of every MoE layer's top-k); read
+    /// from disk only on cache misses, so 0 once warm when the cache holds every owned expert.
+    expert_bytes_asked_per_token: u64,
+    holds_every_owned_expert: bool,
+    fits: bool,
+}
+
+fn row(
+    rank: usize,
+    plan: &MemoryPlan,
+    sizes: &ModelSizes,
+    moe_layers: u64,
+    ranks: usize,
+) -> RankRow {
+    let asked = moe_layers * u64::from(sizes.top_k) * sizes.expert_bytes / ranks as u64;
+    let fits = plan.check(sizes, &k3_store::available_memory()).is_ok();
+    RankRow {
+        rank,
+        total_bytes: plan.total_bytes(),
+        trunk_pinned_bytes: plan.trunk.pinned_bytes,
+        trunk_pinned_layers: plan.trunk.pinned.len(),
+        trunk_ring_bytes: plan.trunk.ring_bytes(),
+        trunk_ring_slots: plan.trunk.ring_slots,
+        expert_cache_bytes: plan.expert_cache_bytes(),
+        expert_slots: plan.expert_slots,
+        owned_experts: sizes.n_routed_experts,
+        trunk_bytes_per_token: plan.trunk.streamed_per_token,
+        expert_bytes_asked_per_token: asked,
+        holds_every_owned_expert: plan.expert_slots >= sizes.n_routed_experts,
+        fits,
+    }
+}
+
+/// Prints every rank's plan (a table, or JSON with `json`); exits 2 when a rank's plan is
+/// refused by the planner or does not fit this machine.
+pub fn plan_ranks(
+    model_dir: Option<&Path>,
+    req: PlanRequest,
+    ranks: usize,
+    json: bool,
+) -> Result<(), CliError> {
+    let usage = |e: &dyn std::fmt::Display| CliError::usage(e.to_string());
+    let (cfg, what, per_rank) = match model_dir {
+        Some(dir) => {
+            let cfg = K3Config::load(dir.join("config.json")).map_err(|e| usage(&e))?;
+            let ck = k3_format::Checkpoint::open(dir).map_err(|e| usage(&e))?;
+            let b = k3_format::bind_model(&ck, &cfg).map_err(|e| usage(&e))?;
+            let sizes: Result<Vec<_>, _> =
+                (0..ranks).map(|r| rank_sizes(&cfg, &b, r, ranks)).collect();
+            (cfg, dir.display().to_string(), sizes?)
+        }
+        None => {
+            let (whole, _) = crate::release::released_sizes();
+            let cfg = K3Config::released();
+            let sizes = rank_sizes_of_config(&cfg, &whole, ranks)?;
+            (
+                cfg,
+                "Kimi K3 as released (from its tensor shapes)".into(),
+                sizes,
+            )
+        }
+    };
+    let moe_layers = cfg
+        .num_hidden_layers
+        .saturating_sub(cfg.first_k_dense_replace) as u64;
+    let mut rows = Vec::with_capacity(ranks);
+    for (r, sizes) in per_rank.iter().enumerate() {
+        let plan = make_plan(sizes, &req).map_err(|e| usage(&format!("rank {r}: {e}")))?;
+        rows.push(row(r, &plan, sizes, moe_layers, ranks));
+    }
+    let exchange = decode_exchange(&cfg, ranks)?;
+    if json {
+        let v = serde_json::json!({
+            "model": what,
+            "ranks": ranks,
+            "budget_per_rank": format!("{:?}", req.budget),
+            "per_rank": rows,
+            "exchange_per_token": exchange,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        print_table(&what, ranks, req.budget, &rows, &exchange);
+    }
+    match rows.iter().find(|r| !r.fits) {
+        Some(r) => Err(CliError::usage(format!(
+            "rank {}'s plan ({}) does not fit this machine's available memory: lower the per-rank budget or add ranks",
+            r.rank,
+            fmt_bytes(r.total_bytes)
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn print_table(what: &str, ranks: usize, budget: Budget, rows: &[RankRow], x: &TokenExchange) {
+    println!("{what} over {ranks} ranks; budget per rank: {budget:?}");
+    println!(
+        "{:>4} {:>10} {:>16} {:>14} {:>20} {:>12} {:>14}",
+        "rank", "RAM", "trunk pinned", "ring", "expert cache", "trunk/token", "experts/token"
+    );
+    for r in rows {
+        println!(
+            "{:>4} {:>10} {:>16} {:>14} {:>20} {:>12} {:>14}",
+            r.rank,
+            fmt_bytes(r.total_bytes),
+            format!(
+                "{} ({} layers)",
+                fmt_bytes(r.trunk_pinned_bytes),
+                r.trunk_pinned_layers
+            ),
+            format!("{} x{}", fmt_bytes(r.trunk_ring_bytes), r.trunk_ring_slots),
+            format!(
+                "{} ({}/{})",
+                fmt_bytes(r.expert_cache_bytes),
+                r.expert_slots,
+                r.owned_experts
+            ),
+            fmt_bytes(r.trunk_bytes_per_token),
+            format!("≤ {}", fmt_bytes(r.expert_bytes_asked_per_token)),
+        );
+    }
+    println!(
+        "per token: {} collectives, {} gathered over all ranks ({} received by each rank)",
+        x.collectives,
+        fmt_bytes(x.bytes_total),
+        fmt_bytes(x.bytes_received_per_rank)
+    );
+    println!("experts/token: the rank's share of every MoE layer's top-k, read only on cache misses (expert cache: slots/owned experts).");
+}
