@@ -84,7 +84,20 @@ pub fn rank_sizes(
     let share = crate::rank_share::share_binding(b, rank, size)?;
     let mut sizes = model_sizes(cfg, &share)?;
     sizes.n_routed_experts = crate::rank_share::owned_experts(b, rank, size);
+    sizes.kda_state_bytes = kda_state_share(cfg, sizes.kda_state_bytes, rank, size);
     Ok(sizes)
+}
+
+/// A rank's part of the KDA state (`whole` bytes for all heads): every byte of the state
+/// (recurrent matrices and conv histories) belongs to one head, and a rank holds its heads'
+/// (`k3_model::share::Split::Heads`, docs/DISTRIBUTED.md#the-seam).
+pub(crate) fn kda_state_share(cfg: &K3Config, whole: u64, rank: usize, size: usize) -> u64 {
+    let heads = cfg.kda_num_heads;
+    if heads == 0 || size <= 1 {
+        return whole;
+    }
+    let mine = k3_model::share::Split::Heads(heads).rows(heads, rank, size);
+    whole / heads as u64 * mine.len() as u64
 }
 
 /// Plans memory for `budget` and a context of `ctx` positions, and refuses (exit 2, with the

@@ -205,6 +205,18 @@ fn rank_sizes_shrink_the_trunk_and_the_expert_pool() {
                 .collect();
             let experts: u64 = per.iter().map(|s| s.n_routed_experts).sum();
             assert_eq!(experts, whole.n_routed_experts, "{name} N={ranks}");
+            // the KDA state a rank plans is what its session allocates: its heads' states
+            let dims = k3_model::Dims::new(&cfg).unwrap();
+            let state: u64 = per.iter().map(|s| s.kda_state_bytes).sum();
+            assert_eq!(state, whole.kda_state_bytes, "{name} N={ranks}");
+            for (r, s) in per.iter().enumerate() {
+                let heads = k3_model::share::Split::Heads(dims.kda_heads)
+                    .rows(dims.kda_heads, r, ranks)
+                    .len();
+                let one = k3_model::KdaState::new(heads, dims.kda_dim, dims.conv_k);
+                let floats = (one.recurrent().len() + one.conv().len()) * dims.n_kda();
+                assert_eq!(s.kda_state_bytes, floats as u64 * 4, "{name} N={ranks} rank {r}");
+            }
             for (r, s) in per.iter().enumerate() {
                 for (l, (&a, &w)) in s
                     .layer_run_bytes
