@@ -206,7 +206,16 @@ impl TrunkStore {
         let slot_bytes = streamed.map(|(r, _)| span(r)).max();
         let ring: Vec<_> = match slot_bytes {
             Some(b) => (0..ring_slots)
-                .map(|_| RwLock::new(AlignedBuf::new(b)))
+                .map(|_| {
+                    // Ring slots are refilled every token: fault their (huge) pages in now,
+                    // as the expert pool does (docs/PERFORMANCE.md#cold-start: THP advice
+                    // without pre-faulting measured slower than either).
+                    let slot = AlignedBuf::new(b);
+                    if crate::io::BufferPolicy::current().prefault {
+                        slot.prefault();
+                    }
+                    RwLock::new(slot)
+                })
                 .collect(),
             None => Vec::new(),
         };
