@@ -21,6 +21,7 @@ mod gen_bench;
 mod gen_released;
 mod load_test;
 mod pack_trunk;
+mod predict_dist;
 mod sim_cache;
 
 use clap::{Parser, Subcommand};
@@ -92,6 +93,8 @@ enum Cmd {
     GenBench(gen_bench::GenBenchArgs),
     /// Drive `k3 serve` on 127.0.0.1 with concurrent clients: latency, throughput, 429s.
     LoadTest(load_test::LoadTestArgs),
+    /// Kimi K3 as released over N machines: predicted decode s/token per preset and network.
+    PredictDist(predict_dist::PredictDistArgs),
     /// Continuous batching: C concurrent clients vs the same requests one at a time, ids checked.
     BenchServe(bench_serve::BenchServeArgs),
     /// Check that every `docs/<NAME>.md#<anchor>` citation points at an existing heading, and
@@ -149,6 +152,7 @@ fn main() -> ExitCode {
         Cmd::CheckReleased(args) => check_released::run(&args),
         Cmd::LoadTest(args) => load_test::run(&args),
         Cmd::BenchServe(args) => bench_serve::run(&args),
+        Cmd::PredictDist(args) => predict_dist::run(&args),
         Cmd::CheckDocs => check_docs::run(&fuzz::workspace_root()),
         Cmd::PackTrunk {
             model_dir,

@@ -117,7 +117,16 @@ pub fn plan_ranks(
 }
 
 fn print_table(what: &str, ranks: usize, budget: Budget, rows: &[RankRow], x: &TokenExchange) {
-    println!("{what} over {ranks} ranks; budget per rank: {budget:?}");
+    let per_rank = match budget {
+        Budget::Preset(p) => format!("--preset {}", p.name()),
+        Budget::Total(b) => format!("--mem-gb {}", b as f64 / 1e9),
+        Budget::Split { trunk, cache } => format!(
+            "--trunk-gb {} --cache-gb {}",
+            trunk as f64 / 1e9,
+            cache as f64 / 1e9
+        ),
+    };
+    println!("{what} over {ranks} ranks; budget per rank: {per_rank}");
     println!(
         "{:>4} {:>10} {:>16} {:>14} {:>20} {:>12} {:>14}",
         "rank", "RAM", "trunk pinned", "ring", "expert cache", "trunk/token", "experts/token"

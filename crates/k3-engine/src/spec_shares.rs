@@ -187,6 +187,7 @@ fn one_rank(
         .filter(|&e| k3_model::share::owns_expert(e, rank, size))
         .count() as u64;
     sizes.n_routed_experts = owned * moe;
-    sizes.kda_state_bytes = crate::planning::kda_state_share(cfg, whole.kda_state_bytes, rank, size);
+    sizes.kda_state_bytes =
+        crate::planning::kda_state_share(cfg, whole.kda_state_bytes, rank, size);
     Ok(sizes)
 }

@@ -215,7 +215,11 @@ fn rank_sizes_shrink_the_trunk_and_the_expert_pool() {
                     .len();
                 let one = k3_model::KdaState::new(heads, dims.kda_dim, dims.conv_k);
                 let floats = (one.recurrent().len() + one.conv().len()) * dims.n_kda();
-                assert_eq!(s.kda_state_bytes, floats as u64 * 4, "{name} N={ranks} rank {r}");
+                assert_eq!(
+                    s.kda_state_bytes,
+                    floats as u64 * 4,
+                    "{name} N={ranks} rank {r}"
+                );
             }
             for (r, s) in per.iter().enumerate() {
                 for (l, (&a, &w)) in s
