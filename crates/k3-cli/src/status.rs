@@ -68,6 +68,14 @@ impl Status {
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(DELAY, Duration::from_millis);
+        if delay.is_zero() {
+            // Drawn before the phase's first update, not by a thread that a millisecond
+            // phase can outrun (the tests' K3_STATUS_DELAY_MS=0 on a loaded machine).
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+            bar.enable_steady_tick(TICK);
+            self.bar = Some((bar, live));
+            return;
+        }
         std::thread::spawn(move || {
             std::thread::sleep(delay);
             let live = timer_live.lock().unwrap_or_else(|e| e.into_inner());
