@@ -325,46 +325,6 @@ fn ranks_with_different_checkpoints_are_refused_at_open_naming_the_rank() {
     }
 }
 
-/// A rank that counts its all-gathers and the bytes it contributes.
-#[derive(Debug)]
-struct Counting {
-    inner: LocalComm,
-    gathers: std::sync::atomic::AtomicUsize,
-    bytes_sent: std::sync::atomic::AtomicUsize,
-}
-
-impl Comm for Counting {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn allgather_f32(
-        &self,
-        mine: &[f32],
-        counts: &[usize],
-        out: &mut [f32],
-    ) -> Result<(), k3_engine::CommError> {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.gathers.fetch_add(1, Relaxed);
-        self.bytes_sent.fetch_add(mine.len() * 4, Relaxed);
-        self.inner.allgather_f32(mine, counts, out)
-    }
-    fn broadcast_u32(&self, root: usize, ids: &mut Vec<u32>) -> Result<(), k3_engine::CommError> {
-        self.inner.broadcast_u32(root, ids)
-    }
-    fn allgather_u64(&self, mine: u64) -> Result<Vec<u64>, k3_engine::CommError> {
-        self.inner.allgather_u64(mine)
-    }
-    fn barrier(&self) -> Result<(), k3_engine::CommError> {
-        self.inner.barrier()
-    }
-    fn abort(&self, reason: &str) {
-        self.inner.abort(reason)
-    }
-}
-
 /// One decode token costs one all-gather per group of trunk products of one input (KDA 3:
 /// f_a, the gated outputs of every rank's heads, o_proj; MLA 3: q_a/kv_a, the heads'
 /// outputs, o_proj; dense 2; MoE 4: down/shared gate/shared up, the expert slots, up, shared
@@ -374,7 +334,6 @@ impl Comm for Counting {
 #[test]
 fn one_decode_token_costs_one_gather_per_input_of_the_trunk() {
     use k3_model::{Dims, LayerKind};
-    use std::sync::atomic::Ordering::Relaxed;
     let d = dir("tiny-k3");
     let dims = Dims::new(&K3Config::load(d.join("config.json")).unwrap()).unwrap();
     let want: usize = 1
@@ -393,22 +352,14 @@ fn one_decode_token_costs_one_gather_per_input_of_the_trunk() {
             .map(|c| {
                 let d = d.clone();
                 scope.spawn(move || {
-                    let counting = Arc::new(Counting {
-                        inner: c,
-                        gathers: 0.into(),
-                        bytes_sent: 0.into(),
-                    });
-                    let engine =
-                        Engine::open(&d, options(1, None, Some(counting.clone()))).unwrap();
+                    // the engine counts its transport's collectives (k3_engine::CountingComm)
+                    let engine = Engine::open(&d, options(1, None, Some(Arc::new(c)))).unwrap();
                     let mut s = engine.new_session(16).unwrap();
                     s.feed(&PROMPT).unwrap();
-                    let (g0, b0) = (
-                        counting.gathers.load(Relaxed),
-                        counting.bytes_sent.load(Relaxed),
-                    );
+                    let before = engine.comm_stats();
                     s.feed(&[5]).unwrap();
-                    let g = counting.gathers.load(Relaxed) - g0;
-                    (g, counting.bytes_sent.load(Relaxed) - b0)
+                    let token = engine.comm_stats().since(&before);
+                    (token.calls as usize, token.bytes_sent as usize)
                 })
             })
             .collect();
