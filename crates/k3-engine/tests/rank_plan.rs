@@ -5,73 +5,15 @@
 //! and thread count. The counting `Comm` decorator's figures reach `Engine::rank_figures`.
 
 use k3_engine::planning::{budget_extremes, budget_extremes_rank, rank_sizes};
-use k3_engine::{Budget, Engine, EngineOptions, Sampler, SamplingParams};
+use k3_engine::{Budget, Engine};
 use k3_format::{bind_model, Checkpoint, K3Config};
 use k3_model::{Comm, LocalComm};
 use proptest::prelude::*;
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-const PROMPT: [u32; 7] = [637, 229, 263, 638, 730, 42, 197];
-const NEW_TOKENS: usize = 4;
-
-fn dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures")
-        .join(name)
-}
-
-fn options(threads: usize, budget: Option<Budget>, comm: Option<Arc<dyn Comm>>) -> EngineOptions {
-    EngineOptions {
-        threads: Some(threads),
-        budget,
-        ctx: 64,
-        comm,
-        ..EngineOptions::default()
-    }
-}
-
-/// Every logit's bits (prompt teacher-forced, then after each sampled id) and the ids.
-#[derive(Clone, Debug, PartialEq)]
-struct Trace {
-    logit_bits: Vec<u32>,
-    ids: Vec<u32>,
-}
-
-fn trace(engine: &Engine, comm: &dyn Comm) -> Trace {
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    let mut s = engine.new_session(64).unwrap();
-    let mut logit_bits = bits(&s.feed_all_logits(&PROMPT).unwrap());
-    let params = SamplingParams {
-        temperature: 0.8,
-        top_k: 20,
-        seed: 11,
-        ..SamplingParams::default()
-    };
-    let mut sampler = Sampler::new(params).unwrap();
-    let mut ids = Vec::new();
-    for _ in 0..NEW_TOKENS {
-        let mut id = vec![sampler.sample(s.logits(), s.history())];
-        comm.broadcast_u32(0, &mut id).unwrap();
-        ids.push(id[0]);
-        s.feed(&id).unwrap();
-        logit_bits.extend(bits(s.logits()));
-    }
-    Trace { logit_bits, ids }
-}
-
-fn reference(name: &str) -> Trace {
-    static CACHE: OnceLock<Mutex<HashMap<String, Trace>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(t) = cache.lock().unwrap().get(name) {
-        return t.clone();
-    }
-    let engine = Engine::open(&dir(name), options(2, None, None)).unwrap();
-    let t = trace(&engine, &k3_model::Solo);
-    cache.lock().unwrap().insert(name.into(), t.clone());
-    t
-}
+#[path = "support/ranks.rs"]
+mod ranks;
+use ranks::{dir, options, reference, trace, Trace, PROMPT};
 
 /// What one rank saw and did.
 struct RankRun {
