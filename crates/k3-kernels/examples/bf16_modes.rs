@@ -138,7 +138,7 @@ mod x86 {
         t: usize,
     ) {
         assert!(
-            rows % RB == 0 && cols % KC == 0 && t % 4 == 0,
+            rows.is_multiple_of(RB) && cols.is_multiple_of(KC) && t.is_multiple_of(4),
             "bench shapes only"
         );
         let blocks: Vec<Vec<f32>> = (0..rows / RB)
