@@ -132,6 +132,16 @@ for np in 2 3; do
     python3 tools/mpi/serve_clients.py "$addr" >"$tmp/serve-np$np.json" || fail "serve-np$np: clients failed: $(tail -5 "$tmp/serve-np$np.err")"
     cmp -s "$tmp/serve-one.json" "$tmp/serve-np$np.json" \
         || fail "serve-np$np: clients got other ids or text than from one process: $(diff "$tmp/serve-one.json" "$tmp/serve-np$np.json" | head -20)"
+    # An idle server's followers wait for rank 0's next tick asleep, not spinning a core:
+    # under 0.5 s of CPU in 3 s idle (a spinning wait takes ~3 s).
+    cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+    follower=$(cat "$tmp/pid-serve-np$np.1")
+    before=$(cpu_ticks "$follower")
+    sleep 3
+    idle_cpu=$(( $(cpu_ticks "$follower") - before ))
+    hz=$(getconf CLK_TCK)
+    [ "$idle_cpu" -lt $(( hz / 2 )) ] || fail "serve-np$np: an idle follower used $idle_cpu/$hz s of CPU in 3 s"
+    echo "ok: an idle follower used $idle_cpu/$hz s of CPU in 3 s"
     serve_stop "serve-np$np"
     [ "$rc" = 0 ] || fail "serve-np$np: SIGTERM to rank 0 ended mpirun with exit $rc, want 0: $(tail -5 "$tmp/serve-np$np.err")"
     echo "ok: k3 serve over $np ranks = one process for 3 concurrent streaming clients; SIGTERM ends every rank (exit 0)"

@@ -125,7 +125,20 @@ mod transport {
             let w = world();
             let root = w.process_at_rank(root as i32);
             let mut len = ids.len() as u64;
-            root.broadcast_into(&mut len);
+            // The length comes by a non-blocking broadcast waited on with a backoff: a rank
+            // can wait here for minutes (an idle server's followers wait for the next tick,
+            // a chat's for the next line), and Open MPI's blocking waits spin a core.
+            mpi::request::scope(|scope| {
+                let mut req = root.immediate_broadcast_into(scope, &mut len);
+                let mut idle = Backoff::default();
+                loop {
+                    match req.test() {
+                        Ok(_) => break,
+                        Err(pending) => req = pending,
+                    }
+                    idle.pause();
+                }
+            });
             ids.resize(len as usize, 0);
             root.broadcast_into(&mut ids[..]);
             Ok(())
@@ -143,6 +156,35 @@ mod transport {
             eprintln!("k3: error: rank {} of {}: {reason}", self.rank, self.size);
             // MPI_Abort ends every rank of the job (mpirun reports the aborting rank).
             world().abort(1)
+        }
+    }
+
+    /// Pauses between tests of a pending request: spins through the first ~100 µs (peers
+    /// that are already in the collective finish it within microseconds), then sleeps from
+    /// 50 µs doubling up to 1 ms, so a long wait costs a few wake-ups per millisecond of one
+    /// core instead of all of it and the reply is late by at most 1 ms.
+    struct Backoff {
+        started: std::time::Instant,
+        sleep_us: u64,
+    }
+
+    impl Default for Backoff {
+        fn default() -> Self {
+            Backoff {
+                started: std::time::Instant::now(),
+                sleep_us: 0,
+            }
+        }
+    }
+
+    impl Backoff {
+        fn pause(&mut self) {
+            if self.started.elapsed() < std::time::Duration::from_micros(100) {
+                std::hint::spin_loop();
+                return;
+            }
+            self.sleep_us = (self.sleep_us * 2).clamp(50, 1_000);
+            std::thread::sleep(std::time::Duration::from_micros(self.sleep_us));
         }
     }
 
