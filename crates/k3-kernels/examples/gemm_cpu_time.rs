@@ -3,7 +3,7 @@
 //! trials per case, per on-CPU second of the calling thread (ignores other tenants' time
 //! slices) or, with `WALL=1` (needed for `THREADS` > 1), per wall-clock second.
 //!
-//! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|bfs|mx|mx8|mxs|q8|hot|all]`
+//! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|bfs|mx|mx8|mx16|mxs|q8|hot|all]`
 //! (`bfs`: only the short-row bf16 shape, 7168 × 1536; `LEVEL=avx2+fma`: a level below the
 //! detected one; `ROT=1`: one matrix per case instead of
 //! a rotation past the last-level cache)
@@ -131,6 +131,7 @@ fn main() {
                 .collect();
             let ts: &[usize] = match which.as_str() {
                 "mx8" => &[8],
+                "mx16" => &[16],
                 "mxs" => &[2, 3, 4, 6, 8],
                 _ => &[8, 16, 32],
             };

@@ -547,7 +547,8 @@ pub(super) unsafe fn micro_widen<const M: usize, const N: usize>(
 /// # Safety
 /// The CPU has AVX-512F and VBMI; `16 · groups` bytes readable at every `packed[r]` and
 /// `groups` at every `scales[r]`; `32 · groups` f32 readable at every `x + t·xs`; the state
-/// slots as in `avx2::micro` (not read when `fresh`).
+/// slots as in `avx2::micro` (not read when `fresh`). `pf`: next-panel hints spread over
+/// the groups (as in [`micro`]).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx512f,avx512vbmi,avx2,fma")]
@@ -560,11 +561,13 @@ pub(super) unsafe fn micro_mx<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
+    mut pf: super::gemm::Spread<'_>,
 ) {
     // SAFETY: the state slots are the caller's.
     let mut acc = unsafe { load_state::<M, N>(st, ss, fresh) };
     let unused = _mm512_setzero_ps();
     for g in 0..groups {
+        pf.tick();
         // SAFETY: `g < groups`: 16 code bytes and one scale byte of group `g` (caller).
         let wv: [[__m512; 2]; M] = std::array::from_fn(|r| unsafe {
             decode_vbmi(packed[r].add(16 * g), *scales[r].add(g), unused)
@@ -579,6 +582,7 @@ pub(super) unsafe fn micro_mx<const M: usize, const N: usize>(
             }
         }
     }
+    pf.finish();
     // SAFETY: the state slots are the caller's.
     unsafe { store_state(&acc, st, ss) };
 }
