@@ -4,7 +4,8 @@
 //! slices) or, with `WALL=1` (needed for `THREADS` > 1), per wall-clock second.
 //!
 //! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|bfs|mx|mx8|mx16|mxs|q8|hot|all]`
-//! (`bfs`: only the short-row bf16 shape, 7168 × 1536; `LEVEL=avx2+fma`: a level below the
+//! (`bfs`: only the short-row bf16 shape, 7168 × 1536; `TS=9,12`: the MXFP4 token counts;
+//! `LEVEL=avx2+fma`: a level below the
 //! detected one; `ROT=1`: one matrix per case instead of
 //! a rotation past the last-level cache)
 
@@ -129,13 +130,14 @@ fn main() {
                 .iter()
                 .map(|(p, s)| Matrix::mxfp4(3072, 3584, p, s).unwrap())
                 .collect();
-            let ts: &[usize] = match which.as_str() {
-                "mx8" => &[8],
-                "mx16" => &[16],
-                "mxs" => &[2, 3, 4, 6, 8],
-                _ => &[8, 16, 32],
+            let ts: Vec<usize> = match (std::env::var("TS"), which.as_str()) {
+                (Ok(list), _) => list.split(',').map(|v| v.parse().unwrap()).collect(),
+                (_, "mx8") => vec![8],
+                (_, "mx16") => vec![16],
+                (_, "mxs") => vec![2, 3, 4, 6, 8],
+                _ => vec![8, 16, 32],
             };
-            for &t in ts {
+            for t in ts {
                 case(level, "mxfp4", &m, t, peak);
             }
         }

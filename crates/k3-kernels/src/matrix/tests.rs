@@ -350,7 +350,7 @@ fn q8_constructor_checks_the_shape() {
     assert_eq!(y, [1.0, 1.0]);
 }
 
-/// MXFP4 at every token count 1..=40 — the fused tiles (AVX2 T ≤ 8, AVX-512 VBMI T ≤ 16, in
+/// MXFP4 at every token count 1..=40 — the fused tiles (AVX2 T ≤ 8, AVX-512 VBMI T ≤ 24, in
 /// near-equal token blocks) and the panel path past them — on ragged rows (not a multiple of
 /// any row block) and columns crossing a chunk, equals the scalar definition bit for bit on
 /// every level, with scales that include the edges (0, 255 = NaN, overflowing products).
