@@ -216,7 +216,7 @@ const FUSED_MAX_T_AVX2: usize = 8;
 /// ≤ 8 tokens. Zen 5 (session 8, `vpmultishiftqb` decoder): T 4 +30 %, T 8 +20–25 %, T 16
 /// level. Zen 4 with the `vpermb` decoder (session 11, `gemm_cpu_time mx` with `TS`, 1
 /// thread, alternate runs; docs/PERFORMANCE.md#session-11-gemm): fused ahead of the panel
-/// path by 7–15 points of the FMA peak at T 9–24, behind by 3 at T 32 and 48.
+/// path by 5–17 points of the FMA peak at T 9–24, behind by 3 at T 32 and 48.
 #[cfg(target_arch = "x86_64")]
 const FUSED_MAX_T_AVX512: usize = 24;
 
