@@ -3,7 +3,7 @@
 //! trials per case, per on-CPU second of the calling thread (ignores other tenants' time
 //! slices) or, with `WALL=1` (needed for `THREADS` > 1), per wall-clock second.
 //!
-//! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|bfs|mx|mx8|mx16|mxs|q8|hot|all]`
+//! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|bfs|mx|mx8|mx16|mxs|mxhot|q8|hot|all]`
 //! (`bfs`: only the short-row bf16 shape, 7168 × 1536; `TS=9,12`: the MXFP4 token counts;
 //! `LEVEL=avx2+fma`: a level below the
 //! detected one; `ROT=1`: one matrix per case instead of
@@ -104,6 +104,14 @@ fn main() {
                 .map(|w| Matrix::bf16(128, 2048, w).unwrap())
                 .collect();
             case(level, "bf16", &m, 48, peak);
+        }
+        if which == "mxhot" {
+            // MXFP4 weights that stay in L2 (512 KB + scales): the fused tile without DRAM.
+            let (p, s) = mx_data(256, 4096, 7);
+            let m = [Matrix::mxfp4(256, 4096, &p, &s).unwrap()];
+            for t in [8, 16] {
+                case(level, "mxfp4", &m, t, peak);
+            }
         }
         if which.starts_with("bf") || which == "all" {
             let w: Vec<_> = (0..rotation(3)).map(|_| bf16_data(1536 * 7168)).collect();
