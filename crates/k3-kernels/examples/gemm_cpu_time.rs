@@ -3,8 +3,9 @@
 //! trials per case, per on-CPU second of the calling thread (ignores other tenants' time
 //! slices) or, with `WALL=1` (needed for `THREADS` > 1), per wall-clock second.
 //!
-//! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|bfs|mx|mx8|mxs|q8|hot|all]`
-//! (`bfs`: only the short-row bf16 shape, 7168 × 1536; `LEVEL=avx2+fma`: a level below the
+//! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|bfs|mx|mx8|mx16|mxs|mxhot|q8|hot|all]`
+//! (`bfs`: only the short-row bf16 shape, 7168 × 1536; `TS=9,12`: the MXFP4 token counts;
+//! `LEVEL=avx2+fma`: a level below the
 //! detected one; `ROT=1`: one matrix per case instead of
 //! a rotation past the last-level cache)
 
@@ -104,6 +105,14 @@ fn main() {
                 .collect();
             case(level, "bf16", &m, 48, peak);
         }
+        if which == "mxhot" {
+            // MXFP4 weights that stay in L2 (512 KB + scales): the fused tile without DRAM.
+            let (p, s) = mx_data(256, 4096, 7);
+            let m = [Matrix::mxfp4(256, 4096, &p, &s).unwrap()];
+            for t in [8, 16] {
+                case(level, "mxfp4", &m, t, peak);
+            }
+        }
         if which.starts_with("bf") || which == "all" {
             let w: Vec<_> = (0..rotation(3)).map(|_| bf16_data(1536 * 7168)).collect();
             if which != "bfs" {
@@ -129,12 +138,14 @@ fn main() {
                 .iter()
                 .map(|(p, s)| Matrix::mxfp4(3072, 3584, p, s).unwrap())
                 .collect();
-            let ts: &[usize] = match which.as_str() {
-                "mx8" => &[8],
-                "mxs" => &[2, 3, 4, 6, 8],
-                _ => &[8, 16, 32],
+            let ts: Vec<usize> = match (std::env::var("TS"), which.as_str()) {
+                (Ok(list), _) => list.split(',').map(|v| v.parse().unwrap()).collect(),
+                (_, "mx8") => vec![8],
+                (_, "mx16") => vec![16],
+                (_, "mxs") => vec![2, 3, 4, 6, 8],
+                _ => vec![8, 16, 32],
             };
-            for &t in ts {
+            for t in ts {
                 case(level, "mxfp4", &m, t, peak);
             }
         }

@@ -349,3 +349,40 @@ fn q8_constructor_checks_the_shape() {
     matvec(&mut y, &m, &[1.0, 2.0, -1.0]);
     assert_eq!(y, [1.0, 1.0]);
 }
+
+/// MXFP4 at every token count 1..=40 — the fused tiles (AVX2 T ≤ 8, AVX-512 VBMI T ≤ 24, in
+/// near-equal token blocks) and the panel path past them — on ragged rows (not a multiple of
+/// any row block) and columns crossing a chunk, equals the scalar definition bit for bit on
+/// every level, with scales that include the edges (0, 255 = NaN, overflowing products).
+#[test]
+fn mxfp4_gemm_equals_scalar_at_every_token_count() {
+    let (rows, cols) = (13, 544);
+    let Owned::Mx(p, mut s) = fixed(2, rows, cols) else {
+        unreachable!("kind 2 is MXFP4")
+    };
+    for (i, v) in s.iter_mut().enumerate().step_by(23) {
+        *v = [0u8, 255, 254, 1][i % 4];
+    }
+    let m = Matrix::mxfp4(rows, cols, &p, &s).unwrap();
+    for t in 1..=40 {
+        let x: Vec<f32> = (0..t * cols)
+            .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 997.0)
+            .collect();
+        let want: Vec<u32> = (0..t * rows)
+            .map(|i| {
+                let (tok, r) = (i / rows, i % rows);
+                let xt = &x[tok * cols..(tok + 1) * cols];
+                let row = m.row(r);
+                let d = crate::dot::reduce16(
+                    &crate::simd::rows_lanes::<1>(Level::Scalar, [row], xt)[0],
+                );
+                m.finish(r, d).to_bits()
+            })
+            .collect();
+        for level in available_levels() {
+            let mut y = vec![f32::NAN; t * rows];
+            matmul_at(level, &mut y, &m, &x, t);
+            assert_eq!(bits(&y), want, "MXFP4 matmul, T {t}, level {level:?}");
+        }
+    }
+}

@@ -162,40 +162,49 @@ fn e2m1_table() -> __m512 {
     unsafe { _mm512_loadu_ps(E2M1.as_ptr()) }
 }
 
-/// Multishift control: in every 64-bit lane `q`, byte 0 takes bits `8q..` (the low nibble of
-/// code byte `q`, element `2q`) and byte 4 bits `8q + 4..` (its high nibble, element `2q + 1`).
-const MULTISHIFT: [u8; 64] = {
-    let mut c = [0u8; 64];
-    let mut q = 0;
-    while q < 8 {
-        c[8 * q] = 8 * q as u8;
-        c[8 * q + 4] = 8 * q as u8 + 4;
-        q += 1;
+/// `vpermb` indices of [`decode_vbmi`]: byte 0 of 32-bit lane `k` of half `h` takes code
+/// byte `8h + k / 2` (the byte holding element `16h + k`); the other bytes are don't-cares
+/// (byte 0 of the code vector).
+const SPREAD: [[u8; 64]; 2] = {
+    let mut c = [[0u8; 64]; 2];
+    let mut h = 0;
+    while h < 2 {
+        let mut k = 0;
+        while k < 16 {
+            c[h][4 * k] = (8 * h + k / 2) as u8;
+            k += 1;
+        }
+        h += 1;
     }
     c
 };
 
-/// [`decode`] with AVX-512 VBMI: the same 32 weights in the same order, bit for bit, in four
-/// shuffle-port operations instead of six. Each half's 8 code bytes are broadcast to every
-/// 64-bit lane (a load), one `vpmultishiftqb` puts code `k` into the low bits of 32-bit lane
-/// `k` (`vpermps` reads only the low 4 bits), and `vpermps` looks the codes up in the scale's row
-/// of [`E2M1_SCALED_F32`] (the scalar `decode`'s values; no multiply). `table` is unused.
+/// [`decode`] with AVX-512 VBMI: the same 32 weights in the same order, bit for bit. The 16
+/// code bytes are loaded once; per half, one `vpermb` puts the byte holding element `k` into
+/// byte 0 of 32-bit lane `k`, `vpsrlvd` shifts odd lanes right by 4 (their high nibble), and
+/// `vpermps` looks the low 4 bits up in the scale's row of [`E2M1_SCALED_F32`] (the scalar
+/// `decode`'s values; no multiply). `table` is unused. On Zen 4 `vpermb`, `vpsrlvd` and
+/// `vpermps` issue beside the `zmm` FMAs while the `vpmultishiftqb` of the earlier form took
+/// an FMA cycle each (docs/PERFORMANCE.md#session-11-gemm).
 ///
 /// # Safety
 /// 16 bytes readable at `codes`; the CPU has AVX-512 VBMI.
 #[inline]
 #[target_feature(enable = "avx512f,avx512vbmi,avx2,fma")]
 unsafe fn decode_vbmi(codes: *const u8, s: u8, _table: __m512) -> [__m512; 2] {
-    // SAFETY: the caller guarantees 16 readable bytes at `codes`; every row of the table is
-    // 64 readable, 64-byte aligned bytes; `MULTISHIFT` is 64 bytes. Unaligned code loads.
+    // SAFETY: the caller guarantees 16 readable bytes at `codes` (unaligned load); every row
+    // of the table is 64 readable, 64-byte aligned bytes; each `SPREAD` row is 64 bytes.
     unsafe {
         let t = _mm512_load_ps(E2M1_SCALED_F32.0[s as usize].as_ptr());
-        let ctrl = _mm512_loadu_si512(MULTISHIFT.as_ptr().cast());
-        let half = |o: usize| {
-            let b = _mm512_set1_epi64(codes.add(o).cast::<i64>().read_unaligned());
-            _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(ctrl, b), t)
+        // Bytes 16.. are never indexed (every `SPREAD` index is < 16).
+        let v = _mm512_castsi128_si512(_mm_loadu_si128(codes.cast()));
+        let odd_nibble = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+        let half = |h: usize| {
+            let idx = _mm512_loadu_si512(SPREAD[h].as_ptr().cast());
+            let b = _mm512_srlv_epi32(_mm512_permutexvar_epi8(idx, v), odd_nibble);
+            _mm512_permutexvar_ps(b, t)
         };
-        [half(0), half(8)]
+        [half(0), half(1)]
     }
 }
 
@@ -538,7 +547,8 @@ pub(super) unsafe fn micro_widen<const M: usize, const N: usize>(
 /// # Safety
 /// The CPU has AVX-512F and VBMI; `16 · groups` bytes readable at every `packed[r]` and
 /// `groups` at every `scales[r]`; `32 · groups` f32 readable at every `x + t·xs`; the state
-/// slots as in `avx2::micro` (not read when `fresh`).
+/// slots as in `avx2::micro` (not read when `fresh`). `pf`: next-panel hints spread over
+/// the groups (as in [`micro`]).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx512f,avx512vbmi,avx2,fma")]
@@ -551,11 +561,13 @@ pub(super) unsafe fn micro_mx<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
+    mut pf: super::gemm::Spread<'_>,
 ) {
     // SAFETY: the state slots are the caller's.
     let mut acc = unsafe { load_state::<M, N>(st, ss, fresh) };
     let unused = _mm512_setzero_ps();
     for g in 0..groups {
+        pf.tick();
         // SAFETY: `g < groups`: 16 code bytes and one scale byte of group `g` (caller).
         let wv: [[__m512; 2]; M] = std::array::from_fn(|r| unsafe {
             decode_vbmi(packed[r].add(16 * g), *scales[r].add(g), unused)
@@ -570,6 +582,7 @@ pub(super) unsafe fn micro_mx<const M: usize, const N: usize>(
             }
         }
     }
+    pf.finish();
     // SAFETY: the state slots are the caller's.
     unsafe { store_state(&acc, st, ss) };
 }

@@ -11,9 +11,9 @@
 //! tokens; `−0`-padded), and the level's microkernel adds the chunk to the 16 lanes of `MR`
 //! rows × `TB` tokens at a time, the lanes living in registers within a chunk and in a
 //! per-block state between chunks; meanwhile the next panel's weights are prefetched, spread
-//! over the microkernel calls. MXFP4 at T ≤ 8 on AVX2, and on AVX-512 with VBMI, skips the
-//! panel: its tile decodes the rows in registers for ≤ 4 tokens at a time (the level kernels
-//! are in [`isa`]). The lanes are reduced by the
+//! over the microkernel calls. MXFP4 at T ≤ 8 on AVX2, and T ≤ 24 on AVX-512 with VBMI,
+//! skips the panel: its tile decodes the rows in registers for ≤ 4 (AVX2) or ≤ 8 tokens at a
+//! time (the level kernels are in [`isa`]). The lanes are reduced by the
 //! level's form of the scalar tree (AVX2: the same additions, 8 / 4 / 2 / 1 at a time;
 //! AVX-512: 16 lane sets at once), and each token's outputs of a task are stored as one run.
 //!

@@ -203,24 +203,29 @@ isa_impl!(
     fused_avx2
 );
 
-/// Most tokens for which the MXFP4 GEMM decodes in registers ([`fused_avx2`],
-/// [`fused_avx512`]) rather than into a panel: the tiles decode each row once per 4 tokens
-/// but save the panel's stores and reloads. Measured (`gemm_cpu_time mxs`/`mx`,
-/// 3072 × 3584, alternate runs): AVX2 (Zen 3) T 3–4 +15–60 % (1 and 2 threads), T 8
-/// +10–60 % (1 thread; level on 2), T 16 7–15 % slower; AVX-512 VBMI (Zen 5) T 4 +30 %,
-/// T 8 +20–25 %, T 16 level. At released scale a prompt's expert groups average ~5 tokens
-/// (16 of 896 experts).
+/// Most tokens for which the AVX2 MXFP4 GEMM decodes in registers ([`fused_avx2`]) rather
+/// than into a panel: the tile decodes each row once per 4 tokens but saves the panel's
+/// stores and reloads. Measured (`gemm_cpu_time mxs`/`mx`, 3072 × 3584, alternate runs):
+/// AVX2 (Zen 3) T 3–4 +15–60 % (1 and 2 threads), T 8 +10–60 % (1 thread; level on 2),
+/// T 16 7–15 % slower. At released scale a prompt's expert groups average ~5 tokens (16 of
+/// 896 experts).
 #[cfg(target_arch = "x86_64")]
-const FUSED_MAX_T: usize = 8;
+const FUSED_MAX_T_AVX2: usize = 8;
+
+/// [`FUSED_MAX_T_AVX2`] for AVX-512 VBMI ([`fused_avx512`]), which decodes each row once per
+/// ≤ 8 tokens. Zen 5 (session 8, `vpmultishiftqb` decoder): T 4 +30 %, T 8 +20–25 %, T 16
+/// level. Zen 4 with the `vpermb` decoder (session 11, `gemm_cpu_time mx` with `TS`, 1
+/// thread, alternate runs; docs/PERFORMANCE.md#session-11-gemm): fused ahead of the panel
+/// path by 5–17 points of the FMA peak at T 9–24, behind by 3 at T 32 and 48.
+#[cfg(target_arch = "x86_64")]
+const FUSED_MAX_T_AVX512: usize = 24;
 
 #[cfg(target_arch = "x86_64")]
 impl Tile<'_> {
-    /// The packed codes and scales when the tile is MXFP4 of at most [`FUSED_MAX_T`] tokens.
-    fn small_mxfp4(&self) -> Option<(&[u8], &[u8])> {
+    /// The packed codes and scales when the tile is MXFP4 of at most `max_t` tokens.
+    fn small_mxfp4(&self, max_t: usize) -> Option<(&[u8], &[u8])> {
         match self.w.data {
-            MatrixData::Mxfp4 { packed, scales } if self.tg <= FUSED_MAX_T => {
-                Some((packed, scales))
-            }
+            MatrixData::Mxfp4 { packed, scales } if self.tg <= max_t => Some((packed, scales)),
             _ => None,
         }
     }
@@ -236,7 +241,7 @@ impl Tile<'_> {
 }
 
 /// [`Isa::fused_mx`] on AVX2: every row of the block through `avx2_mx::fused`, ≤ 4 tokens at a
-/// time, when `tg <= FUSED_MAX_T`.
+/// time, when `tg <= FUSED_MAX_T_AVX2`.
 ///
 /// # Safety
 /// See [`Isa::fused_mx`].
@@ -244,7 +249,7 @@ impl Tile<'_> {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn fused_avx2(tile: &Tile, ahead: &mut Ahead) -> bool {
     use crate::simd::avx2_mx::{fused, FUSED_TB};
-    let Some((packed, scales)) = tile.small_mxfp4() else {
+    let Some((packed, scales)) = tile.small_mxfp4(FUSED_MAX_T_AVX2) else {
         return false;
     };
     let Tile {
@@ -282,9 +287,9 @@ unsafe fn fused_avx2(tile: &Tile, ahead: &mut Ahead) -> bool {
     true
 }
 
-/// [`Isa::fused_mx`] on AVX-512 with VBMI, when `tg <= FUSED_MAX_T`: the block's rows through
-/// `avx512::micro_mx`, 4 rows × ≤ 4 tokens per call for `tg <= 4`, else 2 rows × ≤ 8 tokens
-/// (each row's groups decoded once per 8 tokens instead of per 4).
+/// [`Isa::fused_mx`] on AVX-512 with VBMI, when `tg <= FUSED_MAX_T_AVX512`: the block's rows
+/// through `avx512::micro_mx`, 4 rows × ≤ 4 tokens per call for `tg <= 4`, else 2 rows × ≤ 8
+/// tokens (each row's groups decoded once per 8 tokens instead of per 4).
 ///
 /// # Safety
 /// See [`Isa::fused_mx`].
@@ -292,7 +297,7 @@ unsafe fn fused_avx2(tile: &Tile, ahead: &mut Ahead) -> bool {
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn fused_avx512(tile: &Tile, ahead: &mut Ahead) -> bool {
     use crate::simd::avx512::has_vbmi;
-    let Some((packed, scales)) = tile.small_mxfp4().filter(|_| has_vbmi()) else {
+    let Some((packed, scales)) = tile.small_mxfp4(FUSED_MAX_T_AVX512).filter(|_| has_vbmi()) else {
         return false;
     };
     // SAFETY: VBMI detected; the caller's guarantees are forwarded.
@@ -306,7 +311,10 @@ unsafe fn fused_avx512(tile: &Tile, ahead: &mut Ahead) -> bool {
     true
 }
 
-/// [`fused_avx512`] with `R` rows × ≤ `TB` tokens per `micro_mx` call.
+/// [`fused_avx512`] with `R` rows × ≤ `TB` tokens per `micro_mx` call. The tokens are split
+/// into `⌈tg / TB⌉` near-equal blocks (T 9 is 5 + 4, not 8 + 1: a 1-token call waits on its
+/// FMA chains), the outer loop: a block's activations (≤ 16 KB) stay in L1 while every row
+/// pair of the block's rows passes over them.
 ///
 /// # Safety
 /// See [`Isa::fused_mx`]; the CPU has VBMI; `packed` and `scales` are the tile's matrix's.
@@ -328,42 +336,45 @@ unsafe fn fused_rows_avx512<const R: usize, const TB: usize>(
         ..
     } = *tile;
     let groups = tile.cols.1 / GROUP;
-    let per = ahead
-        .lines_left()
-        .div_ceil(tg.div_ceil(TB) * nr.div_ceil(R))
-        .max(1);
-    for rg in (0..nr).step_by(R) {
-        // Rows past `nr` repeat the last (their lanes land in unused slots of the block).
-        let rows: [usize; R] = std::array::from_fn(|i| rb + (rg + i).min(nr - 1));
-        let p = rows.map(|r| tile.row_mx(packed, scales, r).0.as_ptr());
-        let s = rows.map(|r| tile.row_mx(packed, scales, r).1.as_ptr());
-        let mut t0 = 0;
-        while t0 < tg {
-            ahead.step(per);
-            let n = (tg - t0).min(TB);
+    let blocks = tg.div_ceil(TB);
+    let per = ahead.lines_left().div_ceil(blocks * nr.div_ceil(R)).max(1);
+    let mut t0 = 0;
+    for b in 0..blocks {
+        let n = tg / blocks + usize::from(b < tg % blocks);
+        for rg in (0..nr).step_by(R) {
+            // Rows past `nr` repeat the last (their lanes land in unused slots of the block).
+            let rows: [usize; R] = std::array::from_fn(|i| rb + (rg + i).min(nr - 1));
+            let p = rows.map(|r| tile.row_mx(packed, scales, r).0.as_ptr());
+            let s = rows.map(|r| tile.row_mx(packed, scales, r).1.as_ptr());
             let (xp, sp) = (
                 x.wrapping_add(t0 * XS),
                 st.wrapping_add((rg * tg + t0) * 16),
             );
             let ss = tg * 16;
+            // The hints spread over the call's groups (a burst before each call stalled,
+            // ~10 % of the T 8 GEMM's samples; docs/PERFORMANCE.md#session-11-gemm).
+            let pf = ahead.take(per, groups);
             // SAFETY: VBMI (caller); the slices above hold `groups` groups of every row;
-            // tokens `t0 .. t0 + n <= tg` and rows `rg .. rg + R <= RB` are inside the
-            // caller's guarantees (`kc` f32 at every `x + j·XS`, the block's state slots).
+            // tokens `t0 .. t0 + n <= tg` (the blocks' sizes sum to `tg`, each ≤ `TB`) and
+            // rows `rg .. rg + R <= RB` are inside the caller's guarantees (`kc` f32 at
+            // every `x + j·XS`, the block's state slots).
             unsafe {
                 match n {
-                    1 => micro_mx::<R, 1>(p, s, groups, xp, XS, sp, ss, fresh),
-                    2 => micro_mx::<R, 2>(p, s, groups, xp, XS, sp, ss, fresh),
-                    3 => micro_mx::<R, 3>(p, s, groups, xp, XS, sp, ss, fresh),
-                    4 => micro_mx::<R, 4>(p, s, groups, xp, XS, sp, ss, fresh),
-                    5 => micro_mx::<R, 5>(p, s, groups, xp, XS, sp, ss, fresh),
-                    6 => micro_mx::<R, 6>(p, s, groups, xp, XS, sp, ss, fresh),
-                    7 => micro_mx::<R, 7>(p, s, groups, xp, XS, sp, ss, fresh),
-                    _ => micro_mx::<R, 8>(p, s, groups, xp, XS, sp, ss, fresh),
+                    1 => micro_mx::<R, 1>(p, s, groups, xp, XS, sp, ss, fresh, pf),
+                    2 => micro_mx::<R, 2>(p, s, groups, xp, XS, sp, ss, fresh, pf),
+                    3 => micro_mx::<R, 3>(p, s, groups, xp, XS, sp, ss, fresh, pf),
+                    4 => micro_mx::<R, 4>(p, s, groups, xp, XS, sp, ss, fresh, pf),
+                    5 => micro_mx::<R, 5>(p, s, groups, xp, XS, sp, ss, fresh, pf),
+                    6 => micro_mx::<R, 6>(p, s, groups, xp, XS, sp, ss, fresh, pf),
+                    7 => micro_mx::<R, 7>(p, s, groups, xp, XS, sp, ss, fresh, pf),
+                    _ => micro_mx::<R, 8>(p, s, groups, xp, XS, sp, ss, fresh, pf),
                 }
             }
-            t0 += n;
         }
+        t0 += n;
     }
+    // Lines the calls' shares did not cover.
+    ahead.step(usize::MAX);
 }
 
 /// [`Isa::sweep_bf16`] on AVX-512: the first ≤ `TB` tokens through `avx512::micro_widen`
