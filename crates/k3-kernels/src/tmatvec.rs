@@ -72,6 +72,124 @@ pub fn matvec_t_f64(y: &mut [f64], w: &Matrix, r0: usize, x: &[f32]) {
     }
 }
 
+/// Vectors per call of the lane kernels ([`matvec_t_f64_lanes`], [`latent_scores_lanes`]):
+/// every sum of one vector runs in its own lane, so a call is [`LANES`] independent
+/// accumulator chains the CPU overlaps (and the compiler vectorises across), each in the
+/// order of the one-vector form.
+pub const LANES: usize = 16;
+
+/// [`matvec_t_f64`] of up to [`LANES`] vectors at once, lane-interleaved: `xt` is
+/// `[n][LANES]` (`xt[i][j]` = `(f64)x_j[i]`; unused lanes 0), `yt` receives `[cols][LANES]`
+/// with `yt[c][j] = Σ_{i ascending} (f64)W[r0+i][c]·xt[i][j]` — per lane exactly the
+/// multiplies and adds of [`matvec_t_f64`] in its order (rows ascending from 0, no fusion),
+/// so every lane's bits are those of the one-vector call. Panics if the row block exceeds
+/// the matrix or the lengths disagree (callers validate shapes first).
+pub fn matvec_t_f64_lanes(yt: &mut [f64], w: &Matrix, r0: usize, xt: &[f64]) {
+    let (n, cols) = (xt.len() / LANES, w.cols);
+    assert_eq!(xt.len(), n * LANES, "matvec_t_lanes input length");
+    assert_eq!(yt.len(), cols * LANES, "matvec_t_lanes output length");
+    assert!(
+        r0 + n <= w.rows,
+        "matvec_t_lanes row block outside the matrix"
+    );
+    match w.data {
+        MatrixData::F32(d) => lanes_blocks(yt, xt, cols, |i, c| d[(r0 + i) * cols + c] as f64),
+        MatrixData::Bf16(d) => lanes_blocks(yt, xt, cols, |i, c| {
+            bf16_to_f32(d[(r0 + i) * cols + c]) as f64
+        }),
+        MatrixData::Mxfp4 { .. } | MatrixData::Q8 { .. } => {
+            lanes_blocks(yt, xt, cols, |i, c| element(w, r0 + i, c) as f64)
+        }
+    }
+}
+
+/// Columns per register block of [`matvec_t_f64_lanes`] (`COLS × LANES` f64 accumulators).
+const COLS: usize = 4;
+
+/// The column blocks of [`matvec_t_f64_lanes`]; `weight(i, c)` is `(f64)W[r0+i][c]`.
+#[inline(always)]
+fn lanes_blocks(yt: &mut [f64], xt: &[f64], cols: usize, weight: impl Fn(usize, usize) -> f64) {
+    let full = cols - cols % COLS;
+    for c0 in (0..full).step_by(COLS) {
+        lanes_block::<COLS>(&mut yt[c0 * LANES..(c0 + COLS) * LANES], xt, |i, cc| {
+            weight(i, c0 + cc)
+        });
+    }
+    for c in full..cols {
+        lanes_block::<1>(&mut yt[c * LANES..(c + 1) * LANES], xt, |i, _| weight(i, c));
+    }
+}
+
+/// `B` columns × [`LANES`] accumulators held over every row, then stored.
+#[inline(always)]
+fn lanes_block<const B: usize>(yt: &mut [f64], xt: &[f64], weight: impl Fn(usize, usize) -> f64) {
+    let mut acc = [[0f64; LANES]; B];
+    for (i, x) in xt.chunks_exact(LANES).enumerate() {
+        for (cc, a) in acc.iter_mut().enumerate() {
+            let wv = weight(i, cc);
+            for (a, &x) in a.iter_mut().zip(x) {
+                *a += wv * x;
+            }
+        }
+    }
+    for (dst, a) in yt.chunks_exact_mut(LANES).zip(&acc) {
+        dst.copy_from_slice(a);
+    }
+}
+
+/// Rows per step of [`latent_scores_lanes`] (independent chains: `KEYS × LANES`).
+const KEYS: usize = 4;
+
+/// MLA latent scores (the f64 dot of docs/NUMERICS.md#where-f64-stays, one accumulator per
+/// (query, key)) of up to [`LANES`] queries against each row of `rows` (`[S][kl + rope]`):
+/// `out[s][j] = Σ_{c<kl asc} qlt[c][j]·(f64)row_s[c] + Σ_{r asc} qrt[r][j]·(f64)row_s[kl+r]`,
+/// from 0, plain multiply then add — per lane the order of the one-query loop. `qlt` is
+/// `[kl][LANES]` (the absorbed queries, [`matvec_t_f64_lanes`]'s output), `qrt` `[rope][LANES]`
+/// (`(f64)q_rope`), `out` `[S][LANES]`.
+pub fn latent_scores_lanes(out: &mut [f64], qlt: &[f64], qrt: &[f64], rows: &[f32]) {
+    let (kl, rope) = (qlt.len() / LANES, qrt.len() / LANES);
+    let width = kl + rope;
+    let s = out.len() / LANES;
+    assert_eq!(qlt.len(), kl * LANES, "latent_scores_lanes latent length");
+    assert_eq!(qrt.len(), rope * LANES, "latent_scores_lanes rope length");
+    assert_eq!(rows.len(), s * width, "latent_scores_lanes rows length");
+    let full = s - s % KEYS;
+    for s0 in (0..full).step_by(KEYS) {
+        let r = &rows[s0 * width..(s0 + KEYS) * width];
+        scores_step::<KEYS>(&mut out[s0 * LANES..(s0 + KEYS) * LANES], qlt, qrt, r, kl);
+    }
+    for s0 in full..s {
+        let r = &rows[s0 * width..(s0 + 1) * width];
+        scores_step::<1>(&mut out[s0 * LANES..(s0 + 1) * LANES], qlt, qrt, r, kl);
+    }
+}
+
+/// `K` rows of [`latent_scores_lanes`] at once.
+#[inline(always)]
+fn scores_step<const K: usize>(out: &mut [f64], qlt: &[f64], qrt: &[f64], rows: &[f32], kl: usize) {
+    let width = rows.len() / K;
+    let mut acc = [[0f64; LANES]; K];
+    for (c, q) in qlt.chunks_exact(LANES).enumerate() {
+        for (k, a) in acc.iter_mut().enumerate() {
+            let v = rows[k * width + c] as f64;
+            for (a, &q) in a.iter_mut().zip(q) {
+                *a += q * v;
+            }
+        }
+    }
+    for (r, q) in qrt.chunks_exact(LANES).enumerate() {
+        for (k, a) in acc.iter_mut().enumerate() {
+            let v = rows[k * width + kl + r] as f64;
+            for (a, &q) in a.iter_mut().zip(q) {
+                *a += q * v;
+            }
+        }
+    }
+    for (dst, a) in out.chunks_exact_mut(LANES).zip(&acc) {
+        dst.copy_from_slice(a);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +225,71 @@ mod tests {
         let m = Matrix::mxfp4(rows, cols, &packed, &scales).unwrap();
         matvec_t_f64(&mut y, &m, 1, &x);
         assert_eq!(y, naive(&|r, c| deq[r * cols + c]));
+    }
+
+    /// Every lane of the lane kernels equals its one-vector loop bit for bit.
+    #[test]
+    fn lane_kernels_equal_the_one_vector_loops() {
+        let (rows, cols, n) = (9, 10, 7); // 10 columns: two full blocks and a tail of 2
+        let wf: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 53 % 97) as f32 - 48.0) / 7.0 * 1.37f32.powi((i % 9) as i32))
+            .collect();
+        let wb: Vec<bf16> = wf.iter().map(|v| bf16::from_f32(*v)).collect();
+        let x = |j: usize, i: usize| ((j * 31 + i * 17) % 23) as f32 / 3.3 - 3.0;
+        let mut xt = vec![0f64; n * LANES];
+        for i in 0..n {
+            for j in 0..LANES - 3 {
+                xt[i * LANES + j] = x(j, i) as f64;
+            }
+        }
+        for m in [
+            Matrix::f32(rows, cols, &wf).unwrap(),
+            Matrix::bf16(rows, cols, &wb).unwrap(),
+        ] {
+            let mut yt = vec![0f64; cols * LANES];
+            matvec_t_f64_lanes(&mut yt, &m, 2, &xt);
+            let mut y = vec![0f64; cols];
+            for j in 0..LANES - 3 {
+                let xj: Vec<f32> = (0..n).map(|i| x(j, i)).collect();
+                matvec_t_f64(&mut y, &m, 2, &xj);
+                for c in 0..cols {
+                    assert_eq!(
+                        yt[c * LANES + j].to_bits(),
+                        y[c].to_bits(),
+                        "lane {j} col {c}"
+                    );
+                }
+            }
+        }
+        // scores: 7 rows (one block of 4 and a tail of 3), kl 10, rope 3
+        let (kl, rope, s) = (10, 3, 7);
+        let qlt: Vec<f64> = (0..kl * LANES)
+            .map(|i| (i as f64 * 0.731).sin() * 5.0)
+            .collect();
+        let qrt: Vec<f64> = (0..rope * LANES)
+            .map(|i| (i as f32 * 0.377).cos() as f64)
+            .collect();
+        let data: Vec<f32> = (0..s * (kl + rope))
+            .map(|i| (i as f32 * 0.19).sin() * 3.0)
+            .collect();
+        let mut out = vec![0f64; s * LANES];
+        latent_scores_lanes(&mut out, &qlt, &qrt, &data);
+        for k in 0..s {
+            let row = &data[k * (kl + rope)..(k + 1) * (kl + rope)];
+            for j in 0..LANES {
+                let mut acc = 0f64;
+                for c in 0..kl {
+                    acc += qlt[c * LANES + j] * row[c] as f64;
+                }
+                for r in 0..rope {
+                    acc += qrt[r * LANES + j] * row[kl + r] as f64;
+                }
+                assert_eq!(
+                    out[k * LANES + j].to_bits(),
+                    acc.to_bits(),
+                    "row {k} lane {j}"
+                );
+            }
+        }
     }
 }
