@@ -92,6 +92,36 @@ pub fn matvec_t_f64_lanes(yt: &mut [f64], w: &Matrix, r0: usize, xt: &[f64]) {
         r0 + n <= w.rows,
         "matvec_t_lanes row block outside the matrix"
     );
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::simd::{active_level, Level};
+        match active_level() {
+            // SAFETY: the level is only active where the CPU supports it.
+            Level::Avx512 => return unsafe { matvec_t_lanes_avx512(yt, w, r0, xt) },
+            Level::Avx2 => return unsafe { matvec_t_lanes_avx2(yt, w, r0, xt) },
+            _ => {}
+        }
+    }
+    matvec_t_lanes_any(yt, w, r0, xt)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn matvec_t_lanes_avx512(yt: &mut [f64], w: &Matrix, r0: usize, xt: &[f64]) {
+    matvec_t_lanes_any(yt, w, r0, xt)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn matvec_t_lanes_avx2(yt: &mut [f64], w: &Matrix, r0: usize, xt: &[f64]) {
+    matvec_t_lanes_any(yt, w, r0, xt)
+}
+
+/// The body of [`matvec_t_f64_lanes`], compiled once per vector level (the same IEEE
+/// operations at every width: the same bits).
+#[inline(always)]
+fn matvec_t_lanes_any(yt: &mut [f64], w: &Matrix, r0: usize, xt: &[f64]) {
+    let cols = w.cols;
     match w.data {
         MatrixData::F32(d) => lanes_blocks(yt, xt, cols, |i, c| d[(r0 + i) * cols + c] as f64),
         MatrixData::Bf16(d) => lanes_blocks(yt, xt, cols, |i, c| {
@@ -153,6 +183,35 @@ pub fn latent_scores_lanes(out: &mut [f64], qlt: &[f64], qrt: &[f64], rows: &[f3
     assert_eq!(qlt.len(), kl * LANES, "latent_scores_lanes latent length");
     assert_eq!(qrt.len(), rope * LANES, "latent_scores_lanes rope length");
     assert_eq!(rows.len(), s * width, "latent_scores_lanes rows length");
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::simd::{active_level, Level};
+        match active_level() {
+            // SAFETY: the level is only active where the CPU supports it.
+            Level::Avx512 => return unsafe { scores_lanes_avx512(out, qlt, qrt, rows, kl) },
+            Level::Avx2 => return unsafe { scores_lanes_avx2(out, qlt, qrt, rows, kl) },
+            _ => {}
+        }
+    }
+    scores_lanes_any(out, qlt, qrt, rows, kl)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn scores_lanes_avx512(out: &mut [f64], qlt: &[f64], qrt: &[f64], rows: &[f32], kl: usize) {
+    scores_lanes_any(out, qlt, qrt, rows, kl)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn scores_lanes_avx2(out: &mut [f64], qlt: &[f64], qrt: &[f64], rows: &[f32], kl: usize) {
+    scores_lanes_any(out, qlt, qrt, rows, kl)
+}
+
+/// The body of [`latent_scores_lanes`], compiled once per vector level.
+#[inline(always)]
+fn scores_lanes_any(out: &mut [f64], qlt: &[f64], qrt: &[f64], rows: &[f32], kl: usize) {
+    let (s, width) = (out.len() / LANES, rows.len() / (out.len() / LANES).max(1));
     let full = s - s % KEYS;
     for s0 in (0..full).step_by(KEYS) {
         let r = &rows[s0 * width..(s0 + KEYS) * width];
@@ -230,6 +289,15 @@ mod tests {
     /// Every lane of the lane kernels equals its one-vector loop bit for bit.
     #[test]
     fn lane_kernels_equal_the_one_vector_loops() {
+        for scalar in [false, true] {
+            // the vector level in use, then the forced scalar path: the same bits
+            crate::simd::set_force_scalar(scalar);
+            lane_kernels_check();
+        }
+        crate::simd::set_force_scalar(false);
+    }
+
+    fn lane_kernels_check() {
         let (rows, cols, n) = (9, 10, 7); // 10 columns: two full blocks and a tail of 2
         let wf: Vec<f32> = (0..rows * cols)
             .map(|i| ((i * 53 % 97) as f32 - 48.0) / 7.0 * 1.37f32.powi((i % 9) as i32))
