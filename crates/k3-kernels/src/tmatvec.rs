@@ -10,6 +10,7 @@
 use crate::bf16_to_f32;
 use crate::matrix::{Matrix, MatrixData};
 use crate::mxfp4::{e8m0_scale, E2M1, GROUP};
+use std::ops::Range;
 
 /// A Q8 weight `(v as f32) · scale`: one f32 multiply (the only storage whose element is
 /// rounded; its row dot scales after the tree instead, docs/NUMERICS.md#q8-rows).
@@ -249,6 +250,98 @@ fn scores_step<const K: usize>(out: &mut [f64], qlt: &[f64], qrt: &[f64], rows: 
     }
 }
 
+/// Row dots of up to [`LANES`] vectors at once, lane-interleaved:
+/// `out[r − rows.start][j] = Σ_{i ascending} (f64)W[r][i]·xt[i][j]` for the rows `rows` of `w`, from 0, plain
+/// multiply then add — per lane the sequential f64 row dot (the router's logit,
+/// docs/NUMERICS.md#where-f64-stays) in its order. `xt` is `[cols][LANES]` (unused lanes 0),
+/// `out` `[rows][LANES]`. F32 and bf16 storage only (`false`, nothing written, otherwise).
+pub fn row_dots_f64_lanes(out: &mut [f64], w: &Matrix, rows: Range<usize>, xt: &[f64]) -> bool {
+    assert_eq!(xt.len(), w.cols * LANES, "row_dots_lanes input length");
+    assert!(rows.end <= w.rows, "row_dots_lanes rows outside the matrix");
+    assert_eq!(
+        out.len(),
+        rows.len() * LANES,
+        "row_dots_lanes output length"
+    );
+    if !matches!(w.data, MatrixData::F32(_) | MatrixData::Bf16(_)) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::simd::{active_level, Level};
+        match active_level() {
+            // SAFETY: the level is only active where the CPU supports it.
+            Level::Avx512 => return unsafe { row_dots_lanes_avx512(out, w, rows, xt) },
+            Level::Avx2 => return unsafe { row_dots_lanes_avx2(out, w, rows, xt) },
+            _ => {}
+        }
+    }
+    row_dots_lanes_any(out, w, rows, xt)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn row_dots_lanes_avx512(
+    out: &mut [f64],
+    w: &Matrix,
+    rows: Range<usize>,
+    xt: &[f64],
+) -> bool {
+    row_dots_lanes_any(out, w, rows, xt)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn row_dots_lanes_avx2(out: &mut [f64], w: &Matrix, rows: Range<usize>, xt: &[f64]) -> bool {
+    row_dots_lanes_any(out, w, rows, xt)
+}
+
+/// The body of [`row_dots_f64_lanes`], compiled once per vector level.
+#[inline(always)]
+fn row_dots_lanes_any(out: &mut [f64], w: &Matrix, rows: Range<usize>, xt: &[f64]) -> bool {
+    let (cols, r0, n) = (w.cols, rows.start, rows.len());
+    match w.data {
+        MatrixData::F32(d) => row_blocks(out, xt, n, |r, i| d[(r0 + r) * cols + i] as f64),
+        MatrixData::Bf16(d) => row_blocks(out, xt, n, |r, i| {
+            bf16_to_f32(d[(r0 + r) * cols + i]) as f64
+        }),
+        MatrixData::Mxfp4 { .. } | MatrixData::Q8 { .. } => return false,
+    }
+    true
+}
+
+/// The row blocks of [`row_dots_f64_lanes`]; `weight(r, i)` is `(f64)W[r][i]`.
+#[inline(always)]
+fn row_blocks(out: &mut [f64], xt: &[f64], rows: usize, weight: impl Fn(usize, usize) -> f64) {
+    let full = rows - rows % KEYS;
+    for r0 in (0..full).step_by(KEYS) {
+        let dst = &mut out[r0 * LANES..(r0 + KEYS) * LANES];
+        row_block::<KEYS>(dst, xt, |k, i| weight(r0 + k, i));
+    }
+    for r in full..rows {
+        row_block::<1>(&mut out[r * LANES..(r + 1) * LANES], xt, |_, i| {
+            weight(r, i)
+        });
+    }
+}
+
+/// `K` rows × [`LANES`] accumulators over every column, then stored.
+#[inline(always)]
+fn row_block<const K: usize>(out: &mut [f64], xt: &[f64], weight: impl Fn(usize, usize) -> f64) {
+    let mut acc = [[0f64; LANES]; K];
+    for (i, x) in xt.chunks_exact(LANES).enumerate() {
+        for (k, a) in acc.iter_mut().enumerate() {
+            let wv = weight(k, i);
+            for (a, &x) in a.iter_mut().zip(x) {
+                *a += wv * x;
+            }
+        }
+    }
+    for (dst, a) in out.chunks_exact_mut(LANES).zip(&acc) {
+        dst.copy_from_slice(a);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,6 +418,39 @@ mod tests {
                         yt[c * LANES + j].to_bits(),
                         y[c].to_bits(),
                         "lane {j} col {c}"
+                    );
+                }
+            }
+        }
+        // row dots: 9 rows (two blocks of 4 and a tail of 1) against LANES − 3 vectors of 10
+        let xt: Vec<f64> = (0..cols * LANES)
+            .map(|k| {
+                if k % LANES < LANES - 3 {
+                    x(k % LANES, k / LANES) as f64
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        for m in [
+            Matrix::f32(rows, cols, &wf).unwrap(),
+            Matrix::bf16(rows, cols, &wb).unwrap(),
+        ] {
+            let mut out = vec![0f64; rows * LANES];
+            assert!(row_dots_f64_lanes(&mut out, &m, 0..rows, &xt));
+            let mut part = vec![0f64; 3 * LANES];
+            assert!(row_dots_f64_lanes(&mut part, &m, 5..8, &xt));
+            assert_eq!(part[..], out[5 * LANES..8 * LANES]);
+            for r in 0..rows {
+                for j in 0..LANES - 3 {
+                    let mut acc = 0f64;
+                    for i in 0..cols {
+                        acc += element(&m, r, i) as f64 * x(j, i) as f64;
+                    }
+                    assert_eq!(
+                        out[r * LANES + j].to_bits(),
+                        acc.to_bits(),
+                        "row {r} lane {j}"
                     );
                 }
             }

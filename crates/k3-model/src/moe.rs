@@ -10,7 +10,7 @@ use crate::dims::Dims;
 use crate::dist::Dist;
 use crate::error::{check_len, check_shape, ModelError};
 use crate::pass::Pass;
-use crate::router::{route, RouteScratch, RouterParams};
+use crate::router::{route, router_scores_tokens, select_topk, RouteScratch, RouterParams};
 use crate::scratch::grow;
 use crate::share::FFN_SPLIT;
 use crate::weights::{ExpertWeights, MoeWeights, SourceError};
@@ -155,9 +155,25 @@ pub fn moe_forward(
         renorm: d.renorm,
         scale: d.routed_scale,
     };
-    for tok in 0..t {
+    let unsupported = || ModelError::ConfigUnsupported(format!("layer {layer}: MXFP4 router gate"));
+    if t > 1 {
+        // a prefill: every token's scores at once (each score the bits of routing alone)
+        let ne = d.n_experts;
+        let mut scores = vec![0f32; t * ne];
+        if !router_scores_tokens(&mut scores, &w.router, x, t) {
+            return Err(unsupported());
+        }
+        for (tok, s) in scores.chunks_exact(ne).enumerate() {
+            let (idx, wts) = (
+                &mut sc.idx[tok * k..(tok + 1) * k],
+                &mut sc.wts[tok * k..(tok + 1) * k],
+            );
+            select_topk(s, w.router_bias, &rp, &mut sc.taken, idx, wts);
+        }
+    } else {
+        // one token (decode): experts in parallel inside `route`
         let ok = route(
-            &x[tok * e..(tok + 1) * e],
+            &x[..e],
             &w.router,
             w.router_bias,
             &rp,
@@ -165,13 +181,11 @@ pub fn moe_forward(
                 scores: &mut sc.scores[..d.n_experts],
                 taken: &mut sc.taken,
             },
-            &mut sc.idx[tok * k..(tok + 1) * k],
-            &mut sc.wts[tok * k..(tok + 1) * k],
+            &mut sc.idx[..k],
+            &mut sc.wts[..k],
         );
         if !ok {
-            return Err(ModelError::ConfigUnsupported(format!(
-                "layer {layer}: MXFP4 router gate"
-            )));
+            return Err(unsupported());
         }
     }
     // 2. latent down-projection
