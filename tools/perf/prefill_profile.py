@@ -27,11 +27,11 @@ CATEGORIES = [
     ("mat-vec (T = 1)", ["rows16", "rows_mx", "par_matvec", "matvec_rows"]),
     # rayon's `bridge_producer_consumer::helper` is where the MLA heads' closures are inlined:
     # `perf annotate -l` put its samples on mla.rs (scores and context loops).
-    ("MLA attention (absorbed query, scores, context)", ["matvec_t_f64", "latent_scores", "scores_lanes", "matvec_t_lanes", "attend_latent", "k3_model::mla", "bridge_producer_consumer::helper"]),
-    ("KDA recurrence, conv, decay", ["kda_step_head", "kda_recurrence", "shortconv", "kda_decay", "k3_model::kda"]),
+    ("MLA attention (absorbed query, scores, context)", ["matvec_t_f64", "latent_scores", "scores_lanes", "matvec_t_lanes", "attend_latent", "add_scaled", "k3_model::mla", "bridge_producer_consumer::helper"]),
+    ("KDA recurrence, conv, decay", ["kda_step_head", "kda::step_", "kda_recurrence", "shortconv", "kda_decay", "k3_model::kda"]),
     ("activations (exp, tanh: SiTU-GLU, sigmoid)", ["expm1f", "tanhf", "expf", "act::", "situ", "sigmoid", "silu"]),
     ("norms, residual mixes", ["rmsnorm", "l2norm", "norm::", "attn_res", "residual::", "softmax"]),
-    ("router", ["router"]),
+    ("router", ["router", "row_dots"]),
     ("expert gather/scatter (MoE bookkeeping, copies)", ["moe::", "memmove", "memcpy", "memset"]),
     ("page faults, kernel memory", ["clear_page", "folio", "page_range", "do_fault", "handle_mm", "filemap", "exc_page_fault", "do_anonymous", "lru_", "zap_", "memcg"]),
     ("thread joins, scheduling (rayon, futex)", ["rayon", "crossbeam", "futex", "spin_unlock", "task_switch", "schedule", "sched_", "irqentry", "syscall", "__x64_sys"]),

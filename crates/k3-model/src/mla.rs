@@ -25,7 +25,7 @@ use crate::share::mla_split;
 use crate::state::{AttnState, MlaCache};
 use crate::weights::MlaWeights;
 use k3_kernels::act::sigmoid;
-use k3_kernels::attn::softmax_inplace;
+use k3_kernels::attn::{add_scaled, softmax_inplace};
 use k3_kernels::norm::rmsnorm_inplace;
 use k3_kernels::tmatvec::{latent_scores_lanes, matvec_t_f64, matvec_t_f64_lanes, LANES};
 use k3_kernels::Matrix;
@@ -473,10 +473,7 @@ impl HeadQueries<'_> {
             let c = &self.rows[s * kvr..s * kvr + kl];
             for j in s.saturating_sub(first)..m {
                 let p = t.scores[j * stride + s];
-                let cx = &mut t.ctx[j * kl..(j + 1) * kl];
-                for (a, &c) in cx.iter_mut().zip(c) {
-                    *a += p * c;
-                }
+                add_scaled(&mut t.ctx[j * kl..(j + 1) * kl], p, c);
             }
         }
         for j in 0..m {
