@@ -29,9 +29,9 @@ const TANH_TINY: f64 = 1.0 / 8192.0;
 /// `2|x|` is clamped here (`tanh 20 = 1` in f64), which keeps `2^k` a normal f64.
 const TANH_CLAMP: f64 = 40.0;
 /// `ln 2` split so that `k · LN2_HI` is exact for the `k ≤ 58` used (fdlibm's split).
-const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-1;
-const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
-const INV_LN2: f64 = 1.442_695_040_888_963_387_00;
+const LN2_HI: f64 = 6.931_471_803_691_238e-1;
+const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+const INV_LN2: f64 = std::f64::consts::LOG2_E;
 /// `1.5 · 2^52`: adding it rounds to an integer (ties to even) held in the low mantissa bits.
 const SHIFTER: f64 = 6_755_399_441_055_744.0;
 
@@ -104,6 +104,7 @@ fn situ_chunk_best(out: &mut [f32], gate: &[f32], up: &[f32], b1: f32, b2: f32) 
         match active_level() {
             // SAFETY: the level is only active where the CPU supports it.
             Level::Avx512 => return unsafe { situ_chunk_avx512(out, gate, up, b1, b2) },
+            // SAFETY: as above (AVX2).
             Level::Avx2 => return unsafe { situ_chunk_avx2(out, gate, up, b1, b2) },
             _ => {}
         }

@@ -28,6 +28,7 @@ pub fn add_scaled(acc: &mut [f32], p: f32, row: &[f32]) {
         match active_level() {
             // SAFETY: the level is only active where the CPU supports it.
             Level::Avx512 => return unsafe { add_scaled_avx512(acc, p, row) },
+            // SAFETY: as above (AVX2).
             Level::Avx2 => return unsafe { add_scaled_avx2(acc, p, row) },
             _ => {}
         }

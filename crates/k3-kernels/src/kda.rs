@@ -31,6 +31,7 @@ pub fn kda_step_head(
         match active_level() {
             // SAFETY: the level is only active where the CPU supports it.
             Level::Avx512 => return unsafe { step_avx512(s, q, k, v, alpha, beta, u, out) },
+            // SAFETY: as above (AVX2).
             Level::Avx2 => return unsafe { step_avx2(s, q, k, v, alpha, beta, u, out) },
             _ => {}
         }

@@ -99,6 +99,7 @@ pub fn matvec_t_f64_lanes(yt: &mut [f64], w: &Matrix, r0: usize, xt: &[f64]) {
         match active_level() {
             // SAFETY: the level is only active where the CPU supports it.
             Level::Avx512 => return unsafe { matvec_t_lanes_avx512(yt, w, r0, xt) },
+            // SAFETY: as above (AVX2).
             Level::Avx2 => return unsafe { matvec_t_lanes_avx2(yt, w, r0, xt) },
             _ => {}
         }
@@ -190,6 +191,7 @@ pub fn latent_scores_lanes(out: &mut [f64], qlt: &[f64], qrt: &[f64], rows: &[f3
         match active_level() {
             // SAFETY: the level is only active where the CPU supports it.
             Level::Avx512 => return unsafe { scores_lanes_avx512(out, qlt, qrt, rows, kl) },
+            // SAFETY: as above (AVX2).
             Level::Avx2 => return unsafe { scores_lanes_avx2(out, qlt, qrt, rows, kl) },
             _ => {}
         }
@@ -272,6 +274,7 @@ pub fn row_dots_f64_lanes(out: &mut [f64], w: &Matrix, rows: Range<usize>, xt: &
         match active_level() {
             // SAFETY: the level is only active where the CPU supports it.
             Level::Avx512 => return unsafe { row_dots_lanes_avx512(out, w, rows, xt) },
+            // SAFETY: as above (AVX2).
             Level::Avx2 => return unsafe { row_dots_lanes_avx2(out, w, rows, xt) },
             _ => {}
         }
