@@ -58,13 +58,32 @@ const EXPERT_BLOCK: usize = 16;
 /// [`router_scores`] of `t` tokens at once (`x` `[T][E]`, `scores` `[T][NE]`): tiles of
 /// [`LANES`] tokens run in the lanes of [`row_dots_f64_lanes`] (each gate row read once per
 /// tile), blocks of [`EXPERT_BLOCK`] experts in parallel; every logit is the sequential f64
-/// sum of [`router_logit`], so every score has its bits. Returns `false` when the gate
-/// storage is unsupported.
+/// sum of [`router_logit`], so every score has its bits. Tokens go in groups of
+/// [`ROUTER_GROUP`], so the lane-interleaved copy stays within `ROUTER_GROUP · E · 8` bytes
+/// (3.7 MB at E = 7168) whatever `t`. Returns `false` when the gate storage is unsupported.
 pub fn router_scores_tokens(scores: &mut [f32], gate: &Matrix, x: &[f32], t: usize) -> bool {
     let (ne, e) = (gate.rows, gate.cols);
     if !matches!(gate.data, MatrixData::F32(_) | MatrixData::Bf16(_)) {
         return false;
     }
+    for g in (0..t).step_by(ROUTER_GROUP) {
+        let n = ROUTER_GROUP.min(t - g);
+        scores_group(
+            &mut scores[g * ne..(g + n) * ne],
+            gate,
+            &x[g * e..(g + n) * e],
+            n,
+        );
+    }
+    true
+}
+
+/// Tokens per group of [`router_scores_tokens`] (4 tiles of [`LANES`]).
+const ROUTER_GROUP: usize = 4 * LANES;
+
+/// One group of [`router_scores_tokens`]: `t ≤ ROUTER_GROUP` tokens.
+fn scores_group(scores: &mut [f32], gate: &Matrix, x: &[f32], t: usize) {
+    let (ne, e) = (gate.rows, gate.cols);
     let tiles = t.div_ceil(LANES);
     // [tiles][E][LANES] the tokens, lane-interleaved (unused lanes 0)
     let mut xt = vec![0f64; tiles * e * LANES];
@@ -100,7 +119,6 @@ pub fn router_scores_tokens(scores: &mut [f32], gate: &Matrix, x: &[f32], t: usi
             *s = sigmoid(blocks[b][(tile * width + r) * LANES + j] as f32);
         }
     }
-    true
 }
 
 /// Top-k selection and weights from precomputed sigmoid `scores` (`[NE]`) and `bias` (`[NE]`).
@@ -257,7 +275,7 @@ mod tests {
             .map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 97.0)
             .collect();
         let wb: Vec<half::bf16> = wf.iter().map(|v| half::bf16::from_f32(*v)).collect();
-        for t in [2, 16, 17, 35] {
+        for t in [2, 16, 17, 35, 2 * ROUTER_GROUP + 3] {
             let x: Vec<f32> = (0..t * e)
                 .map(|i| ((i as f32) * 0.613).sin() * 3.0)
                 .collect();
