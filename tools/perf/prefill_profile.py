@@ -9,7 +9,9 @@ marginal per token = (long window - short window) / (long - short tokens).
     python3 tools/perf/prefill_profile.py prefill.perf phases.txt 499
 
 Prints a markdown table (docs/PERFORMANCE.md "Prefill against its compute floor"). The
-first window (cold) is reported apart: its excess is first-touch cost (page faults).
+first window (cold) is reported apart: its excess is first-touch cost (page faults). Also
+prints each compute thread's on-CPU time per marginal token and, per window, the idle
+thread time `wall × threads − on-CPU` (serial sections, joins, other tenants' slices).
 Needs only `perf` and Python 3 (no packages).
 """
 import re
@@ -19,17 +21,17 @@ from collections import Counter
 
 # (category, symbol or DSO substrings); the first match wins, in this order.
 CATEGORIES = [
-    ("GEMM microkernel (sweep, fused MXFP4 tile)", ["sweep_avx", "sweep_neon", "micro_mx", "fused_avx", "avx2_mx::fused"]),
+    ("GEMM microkernel (sweep, fused MXFP4 tile)", ["sweep_avx", "sweep_bf16", "sweep_neon", "micro_mx", "fused_avx", "avx2_mx::fused"]),
     ("GEMM panel fill (bf16 widen, MXFP4 decode)", ["widen_bf16", "widen_q8", "panel_mx", "Job::fill"]),
-    ("GEMM emit, packing, task loop", ["reduce16", "gemm::Job", "gemm::pack_x", "gemm::matmul", "next_chunk", "Ahead"]),
+    ("GEMM emit, packing, task loop", ["reduce16", "gemm::Job", "Job::rows", "gemm::pack_x", "gemm::matmul", "next_chunk", "Ahead"]),
     ("mat-vec (T = 1)", ["rows16", "rows_mx", "par_matvec", "matvec_rows"]),
     # rayon's `bridge_producer_consumer::helper` is where the MLA heads' closures are inlined:
     # `perf annotate -l` put its samples on mla.rs (scores and context loops).
-    ("MLA attention (absorbed query, scores, context)", ["matvec_t_f64", "attend_latent", "k3_model::mla", "bridge_producer_consumer::helper"]),
-    ("KDA recurrence, conv, decay", ["kda_step_head", "kda_recurrence", "shortconv", "kda_decay", "k3_model::kda"]),
+    ("MLA attention (absorbed query, scores, context)", ["matvec_t_f64", "latent_scores", "scores_lanes", "matvec_t_lanes", "attend_latent", "add_scaled", "k3_model::mla", "bridge_producer_consumer::helper"]),
+    ("KDA recurrence, conv, decay", ["kda_step_head", "kda::step_", "kda_recurrence", "shortconv", "kda_decay", "k3_model::kda"]),
     ("activations (exp, tanh: SiTU-GLU, sigmoid)", ["expm1f", "tanhf", "expf", "act::", "situ", "sigmoid", "silu"]),
     ("norms, residual mixes", ["rmsnorm", "l2norm", "norm::", "attn_res", "residual::", "softmax"]),
-    ("router", ["router"]),
+    ("router", ["router", "row_dots"]),
     ("expert gather/scatter (MoE bookkeeping, copies)", ["moe::", "memmove", "memcpy", "memset"]),
     ("page faults, kernel memory", ["clear_page", "folio", "page_range", "do_fault", "handle_mm", "filemap", "exc_page_fault", "do_anonymous", "lru_", "zap_", "memcg"]),
     ("thread joins, scheduling (rayon, futex)", ["rayon", "crossbeam", "futex", "spin_unlock", "task_switch", "schedule", "sched_", "irqentry", "syscall", "__x64_sys"]),
@@ -63,19 +65,21 @@ def main():
     data, phase_file, hz = sys.argv[1], sys.argv[2], float(sys.argv[3])
     (n_cold, c0, c1), (n_short, s0, s1), (n_long, l0, l1) = windows(phase_file)
     script = subprocess.run(
-        ["perf", "script", "-i", data, "-F", "comm,time,ip,sym,dso"],
+        ["perf", "script", "-i", data, "-F", "comm,tid,time,ip,sym,dso"],
         capture_output=True, text=True, check=True).stdout
-    # "k3-compute-0 1796288924.766492:   55d27aa7d574 sym (dso)"
-    line_pat = re.compile(r"^\s*(\S+)\s+([\d.]+):\s+[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$")
+    # "k3-compute-0  2679 1796288924.766492:   55d27aa7d574 sym (dso)"
+    line_pat = re.compile(r"^\s*(\S+)\s+(\d+)\s+([\d.]+):\s+[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$")
     counts = {w: Counter() for w in ("cold", "short", "long")}
+    threads = {w: Counter() for w in ("cold", "short", "long")}
     for line in script.splitlines():
         m = line_pat.match(line)
         if not m:
             continue
-        t, sym, dso = float(m.group(2)), m.group(3), m.group(4)
+        thread, t, sym, dso = f"{m.group(1)}/{m.group(2)}", float(m.group(3)), m.group(4), m.group(5)
         for w, (a, b) in (("cold", (c0, c1)), ("short", (s0, s1)), ("long", (l0, l1))):
             if a <= t <= b:
                 counts[w][category(sym, dso)] += 1
+                threads[w][thread] += 1
     per = 1e3 / hz  # ms of CPU per sample
     tokens = n_long - n_short
     wall = (l1 - l0 - (s1 - s0)) / tokens * 1e3
@@ -88,6 +92,20 @@ def main():
     for c in cats:
         d = counts["long"][c] - counts["short"][c]
         print(f"| {c} | {d * per / tokens:.1f} | {100 * d / max(total, 1):.1f} % |")
+    print("\n| thread | on-CPU ms per marginal token |\n|---|---:|")
+    for th in sorted(set(threads["long"]) | set(threads["short"])):
+        d = threads["long"][th] - threads["short"][th]
+        if abs(d * per / tokens) >= 0.05:
+            print(f"| {th} | {d * per / tokens:.1f} |")
+    n_thr = sum(1 for th in threads["long"] if th.startswith("k3-compute")) or 1
+    print(f"\nidle thread time = wall x {n_thr} compute threads - on-CPU of all threads:")
+    for w, (a, b), n in (("cold", (c0, c1), n_cold), ("short", (s0, s1), n_short), ("long", (l0, l1), n_long)):
+        on = sum(threads[w].values()) * per / 1e3
+        idle = (b - a) * n_thr - on
+        print(f"  {w} ({n} tokens): wall {b - a:.2f} s, on-CPU {on:.2f} s, idle {idle:.2f} s "
+              f"({100 * idle / max((b - a) * n_thr, 1e-9):.0f} %)")
+    idle_marg = wall * n_thr - total * per / tokens
+    print(f"  marginal: {idle_marg:.1f} ms/token idle of {wall * n_thr:.1f}")
     extra = sum(counts["cold"].values()) - sum(counts["long"].values())
     print(f"\ncold prefill ({n_cold} tokens): {c1 - c0:.2f} s wall vs {l1 - l0:.2f} s warm; "
           f"{extra * per / 1e3:+.2f} s more on-CPU, of which by category:")

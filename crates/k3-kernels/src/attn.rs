@@ -17,6 +17,44 @@ pub fn softmax_inplace(s: &mut [f32]) {
     }
 }
 
+/// `acc[i] += p · row[i]` (f32 product rounded, then added: no fusion) — one key's term of
+/// an attention context sum; compiled for the vector level in use (the same operations at
+/// every width, so the same bits).
+pub fn add_scaled(acc: &mut [f32], p: f32, row: &[f32]) {
+    assert_eq!(acc.len(), row.len(), "add_scaled lengths");
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::simd::{active_level, Level};
+        match active_level() {
+            // SAFETY: the level is only active where the CPU supports it.
+            Level::Avx512 => return unsafe { add_scaled_avx512(acc, p, row) },
+            // SAFETY: as above (AVX2).
+            Level::Avx2 => return unsafe { add_scaled_avx2(acc, p, row) },
+            _ => {}
+        }
+    }
+    add_scaled_any(acc, p, row)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn add_scaled_avx512(acc: &mut [f32], p: f32, row: &[f32]) {
+    add_scaled_any(acc, p, row)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn add_scaled_avx2(acc: &mut [f32], p: f32, row: &[f32]) {
+    add_scaled_any(acc, p, row)
+}
+
+#[inline(always)]
+fn add_scaled_any(acc: &mut [f32], p: f32, row: &[f32]) {
+    for (a, &c) in acc.iter_mut().zip(row) {
+        *a += p * c;
+    }
+}
+
 /// Attention-residual aggregation over `sources` (each `[n]`):
 /// key of source s = RMS-normalised source; `score_s = (f32) Σ (f64)(v_i·inv_s)·(f64)fold_i`;
 /// `p = softmax(score)` (f64 denominator); `out_i = Σ_s p_s·v_i^{(s)}` in f32, source order,
@@ -48,6 +86,24 @@ pub fn attn_res(out: &mut [f32], sources: &[&[f32]], fold: &[f32], eps: f64, sco
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn add_scaled_is_the_same_at_every_level() {
+        let row: Vec<f32> = (0..531).map(|i| (i as f32 * 0.31).sin() * 7.0).collect();
+        let run = |scalar: bool| {
+            crate::simd::set_force_scalar(scalar);
+            let mut acc: Vec<f32> = (0..531).map(|i| (i as f32 * 0.17).cos()).collect();
+            add_scaled(&mut acc, 0.377, &row);
+            add_scaled(&mut acc, -1.3e-3, &row);
+            acc.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        let (vector, scalar) = (run(false), run(true));
+        crate::simd::set_force_scalar(false);
+        assert_eq!(vector, scalar);
+        let mut one = [1.5f32];
+        add_scaled(&mut one, 0.1, &[3.0]);
+        assert_eq!(one[0], 1.5 + 0.1f32 * 3.0);
+    }
 
     #[test]
     fn softmax_sums_to_one() {

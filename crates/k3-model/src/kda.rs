@@ -312,27 +312,39 @@ pub fn kda_forward_batch(
             &mut sc.kc[r.clone()],
             &mut sc.vc[r.clone()],
         );
-        conv_tokens(qc, &sc.q[r.clone()], q_conv, qh, pl, k, n);
-        conv_tokens(kc, &sc.k[r.clone()], k_conv, kh, pl, k, n);
-        conv_tokens(vc, &sc.v[r], v_conv, vh, pl, k, n);
+        // the three convs carry separate histories: they run side by side
+        let (xq, xk, xv) = (&sc.q[r.clone()], &sc.k[r.clone()], &sc.v[r]);
+        rayon::join(
+            || conv_tokens(qc, xq, q_conv, qh, pl, k, n),
+            || {
+                rayon::join(
+                    || conv_tokens(kc, xk, k_conv, kh, pl, k, n),
+                    || conv_tokens(vc, xv, v_conv, vh, pl, k, n),
+                )
+            },
+        );
     }
-    // 3. per-head L2 norm of q and k; q scaled by 1/sqrt(D)
+    // 3. per-head L2 norm of q and k; q scaled by 1/sqrt(D) (tokens in parallel: every
+    //    norm is one head's own)
     let q_scale = 1.0 / (dd as f32).sqrt();
-    for head in sc.qc[..tpl].chunks_exact_mut(dd) {
-        l2norm_inplace(head, L2_EPS);
-        head.iter_mut().for_each(|v| *v *= q_scale);
-    }
-    for head in sc.kc[..tpl].chunks_exact_mut(dd) {
-        l2norm_inplace(head, L2_EPS);
-    }
-    // 4. beta = σ(b_proj x), one per head; 5. per-channel decay (A_log of this rank's heads)
+    sc.qc[..tpl].par_chunks_mut(pl.max(1)).for_each(|row| {
+        for head in row.chunks_exact_mut(dd) {
+            l2norm_inplace(head, L2_EPS);
+            head.iter_mut().for_each(|v| *v *= q_scale);
+        }
+    });
+    sc.kc[..tpl].par_chunks_mut(pl.max(1)).for_each(|row| {
+        row.chunks_exact_mut(dd)
+            .for_each(|head| l2norm_inplace(head, L2_EPS));
+    });
+    // 4. beta = σ(b_proj x), one per head; 5. per-channel decay (A_log of this rank's heads),
+    //    tokens in parallel
     sc.braw[..t * hl].iter_mut().for_each(|b| *b = sigmoid(*b));
     let a_log = &w.a_log[heads.clone()];
-    for tok in 0..t {
-        let r = tok * pl..(tok + 1) * pl;
-        let (alpha, z) = (&mut sc.alpha[r.clone()], &sc.z[r]);
-        kda_decay(alpha, None, z, a_log, dt_bias, d.gate_lb, dd);
-    }
+    sc.alpha[..tpl]
+        .par_chunks_mut(pl.max(1))
+        .zip(sc.z[..tpl].par_chunks(pl.max(1)))
+        .for_each(|(alpha, z)| kda_decay(alpha, None, z, a_log, dt_bias, d.gate_lb, dd));
     // 6. recurrence per sequence, heads in parallel; o_hm holds each sequence's rows
     //    head-major (`[H][len][D]` from row `start·P`)
     for i in 0..pass.n_seqs() {
@@ -356,22 +368,24 @@ pub fn kda_forward_batch(
     }
     // 7. head-wise RMSNorm, 8. sigmoid gate (after the norm), into this rank's `[T][P_r]`
     //    (held in `q`, whose projections the convs have consumed)
-    let o_mine = &mut sc.q;
+    //    (tokens in parallel)
+    let (o_hm, gate) = (&sc.o_hm, &sc.g);
     for i in 0..pass.n_seqs() {
         let seq = pass.seq(i);
         let base = seq.start * pl;
-        for j in 0..seq.len {
-            let tok = seq.start + j;
-            for head in 0..hl {
-                let cols = tok * pl + head * dd..tok * pl + (head + 1) * dd;
-                let o = &mut o_mine[cols.clone()];
-                let src = base + (head * seq.len + j) * dd;
-                o.copy_from_slice(&sc.o_hm[src..src + dd]);
-                rmsnorm_inplace(o, w.o_norm, d.eps);
-                let g = &sc.g[cols];
-                o.iter_mut().zip(g).for_each(|(o, &g)| *o *= sigmoid(g));
-            }
-        }
+        let mine = &mut sc.q[base..base + seq.len * pl];
+        mine.par_chunks_mut(pl.max(1))
+            .enumerate()
+            .for_each(|(j, row)| {
+                let tok = seq.start + j;
+                for (head, o) in row.chunks_exact_mut(dd).enumerate() {
+                    let src = base + (head * seq.len + j) * dd;
+                    o.copy_from_slice(&o_hm[src..src + dd]);
+                    rmsnorm_inplace(o, w.o_norm, d.eps);
+                    let g = &gate[tok * pl + head * dd..tok * pl + (head + 1) * dd];
+                    o.iter_mut().zip(g).for_each(|(o, &g)| *o *= sigmoid(g));
+                }
+            });
     }
     // 9. every rank's heads in head order, then the output projection (rows dealt)
     dist.allgather_cols(&sc.q[..tpl], p, split.qkvg, &mut sc.o[..tp], t)?;

@@ -20,6 +20,7 @@ use crate::residual::{fold, mix};
 use crate::scratch::LayerScratch;
 use crate::weights::{AttnWeights, FfnWeights, LayerWeights};
 use k3_kernels::norm::rmsnorm;
+use rayon::prelude::*;
 
 pub use crate::state::AttnState;
 
@@ -60,7 +61,8 @@ fn check_layer(d: &Dims, w: &LayerWeights, l: usize) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// Mixes every token of `s` into `out`: sources `[blocks[t][0..n), src[t]]`.
+/// Mixes every token of `s` into `out`: sources `[blocks[t][0..n), src[t]]`; tokens in
+/// parallel (each token's mix is computed alone, so the bits are thread-count-free).
 fn mix_tokens(
     d: &Dims,
     out: &mut [f32],
@@ -71,30 +73,29 @@ fn mix_tokens(
     t: usize,
 ) {
     let (e, bs) = (d.hidden, d.max_blocks * d.hidden);
-    for tok in 0..t {
-        let r = tok * e..(tok + 1) * e;
-        mix(
-            &mut out[r.clone()],
-            &blocks[tok * bs..(tok + 1) * bs],
-            n,
-            &src[r],
-            fold,
-            d.eps,
-        );
-    }
+    out[..t * e]
+        .par_chunks_mut(e)
+        .enumerate()
+        .for_each(|(tok, o)| {
+            let r = tok * e..(tok + 1) * e;
+            mix(
+                o,
+                &blocks[tok * bs..(tok + 1) * bs],
+                n,
+                &src[r],
+                fold,
+                d.eps,
+            );
+        });
 }
 
-/// RMSNorm of every token of `x` into `y` (`[T][E]`).
+/// RMSNorm of every token of `x` into `y` (`[T][E]`), tokens in parallel.
 fn norm_tokens(d: &Dims, y: &mut [f32], x: &[f32], w: &[f32], t: usize) {
     let e = d.hidden;
-    for tok in 0..t {
-        rmsnorm(
-            &mut y[tok * e..(tok + 1) * e],
-            &x[tok * e..(tok + 1) * e],
-            w,
-            d.eps,
-        );
-    }
+    y[..t * e]
+        .par_chunks_mut(e)
+        .zip(x[..t * e].par_chunks(e))
+        .for_each(|(y, x)| rmsnorm(y, x, w, d.eps));
 }
 
 /// Runs decoder layer `l` over the residual stream `res` (docs/MODEL.md#decoder-layer).

@@ -25,9 +25,9 @@ use crate::share::mla_split;
 use crate::state::{AttnState, MlaCache};
 use crate::weights::MlaWeights;
 use k3_kernels::act::sigmoid;
-use k3_kernels::attn::softmax_inplace;
+use k3_kernels::attn::{add_scaled, softmax_inplace};
 use k3_kernels::norm::rmsnorm_inplace;
-use k3_kernels::tmatvec::matvec_t_f64;
+use k3_kernels::tmatvec::{latent_scores_lanes, matvec_t_f64, matvec_t_f64_lanes, LANES};
 use k3_kernels::Matrix;
 use rayon::prelude::*;
 
@@ -205,9 +205,9 @@ pub fn mla_forward_batch(
     if let Some(g) = &w.g_proj {
         dist.local_matmuls(&mut [(&mut sc.gate[..t * hvl], g, hv, split.g)], x, t)?;
     }
-    for row in sc.cq[..t * d.q_lora].chunks_exact_mut(d.q_lora) {
-        rmsnorm_inplace(row, w.q_a_norm, d.mla_norm_eps);
-    }
+    sc.cq[..t * d.q_lora]
+        .par_chunks_mut(d.q_lora)
+        .for_each(|row| rmsnorm_inplace(row, w.q_a_norm, d.mla_norm_eps));
     let mut q = [(&mut sc.q[..t * qwl], &w.q_b_proj, qw, split.q_b)];
     dist.local_matmuls(&mut q, &sc.cq[..t * d.q_lora], t)?;
     let kv_rows = h * (d.nope + d.v_head);
@@ -220,9 +220,9 @@ pub fn mla_forward_batch(
             want: format!("[{kv_rows}, {}] or this rank's heads' rows", d.kv_lora),
         })?;
     // 2. latent: RMSNorm on the latent part only of kv_a's output
-    for row in sc.ckv[..t * kvr].chunks_exact_mut(kvr) {
-        rmsnorm_inplace(&mut row[..d.kv_lora], w.kv_a_norm, d.mla_norm_eps);
-    }
+    sc.ckv[..t * kvr]
+        .par_chunks_mut(kvr)
+        .for_each(|row| rmsnorm_inplace(&mut row[..d.kv_lora], w.kv_a_norm, d.mla_norm_eps));
     // 3.–4. per sequence: its rows into its cache at pos..pos+len, then causal attention,
     //       token by token, this rank's heads in parallel
     for i in 0..pass.n_seqs() {
@@ -259,9 +259,9 @@ pub fn mla_forward_batch(
     // 5. output gate on this rank's heads (no norm), 6. every head in order, o_proj
     if w.g_proj.is_some() {
         sc.o[..t * hvl]
-            .iter_mut()
-            .zip(&sc.gate[..t * hvl])
-            .for_each(|(o, &g)| *o *= sigmoid(g));
+            .par_chunks_mut(hvl.max(1))
+            .zip(sc.gate[..t * hvl].par_chunks(hvl.max(1)))
+            .for_each(|(o, g)| o.iter_mut().zip(g).for_each(|(o, &g)| *o *= sigmoid(g)));
     }
     //    (the gate's pre-activations are spent: the gathered outputs go there)
     dist.allgather_cols(&sc.o[..t * hvl], hv, split.g, &mut sc.gate[..t * hv], t)?;
@@ -329,12 +329,20 @@ pub fn attend_latent(
         });
 }
 
-/// Most queries per tile of [`attend_latent_chunk`]: each thread holds `[tile][S]` scores.
-const CHUNK_TILE: usize = 16;
+/// Most queries per tile of [`attend_latent_chunk`]: each thread holds `[tile][S]` scores;
+/// a tile's queries run in the lanes of the k3-kernels lane kernels.
+const CHUNK_TILE: usize = LANES;
 
-/// One thread's buffers of [`attend_latent_chunk`] for one tile of queries.
+/// Keys per block of a tile's dots (a few KB per thread, whatever the context).
+const DOT_KEYS: usize = 64;
+
+/// One thread's buffers of [`attend_latent_chunk`] for one tile of queries, lane-interleaved
+/// (`[·][LANES]`, unused lanes 0).
 struct ChunkTile {
-    q_lat: Vec<f64>,  // [TILE][kv_lora]
+    nope_t: Vec<f64>, // [nope][LANES] (f64)q_nope
+    rope_t: Vec<f64>, // [rope][LANES] (f64)q_rope
+    q_lat: Vec<f64>,  // [kv_lora][LANES] absorbed queries
+    dots: Vec<f64>,   // [DOT_KEYS][LANES] latent + rope dots of a block of keys
     ctx: Vec<f32>,    // [TILE][kv_lora]
     scores: Vec<f32>, // [TILE][S]
 }
@@ -367,7 +375,10 @@ pub fn attend_latent_chunk(
     let room = d.mla_heads / rayon::current_num_threads().max(1);
     let per_tile = room.clamp(1, CHUNK_TILE);
     let tile = || ChunkTile {
-        q_lat: vec![0.0; per_tile * kl],
+        nope_t: vec![0.0; d.nope * LANES],
+        rope_t: vec![0.0; d.rope * LANES],
+        q_lat: vec![0.0; kl * LANES],
+        dots: vec![0.0; DOT_KEYS * LANES],
         ctx: vec![0.0; per_tile * kl],
         scores: vec![0.0; per_tile * keys],
     };
@@ -418,7 +429,8 @@ impl HeadQueries<'_> {
     }
 
     /// Attends the tile's `m` queries (the sums and orders of [`attend_latent`]); `oh`
-    /// receives `[m][v]`.
+    /// receives `[m][v]`. The absorbed queries and the scores run the tile's queries in the
+    /// lanes of [`matvec_t_f64_lanes`] and [`latent_scores_lanes`] (per lane the same sums).
     fn attend(&self, t: &mut ChunkTile, m: usize, oh: &mut [f32]) {
         let d = self.d;
         let (kl, kvr, vh, nope) = (d.kv_lora, d.kv_row(), d.v_head, d.nope);
@@ -427,23 +439,29 @@ impl HeadQueries<'_> {
         let stride = t.scores.len() / (t.ctx.len() / kl).max(1);
         let kv0 = self.h * (nope + vh);
         let scale = mla_scale(d);
+        t.nope_t.fill(0.0);
+        t.rope_t.fill(0.0);
         for j in 0..m {
-            let ql = &mut t.q_lat[j * kl..(j + 1) * kl];
-            matvec_t_f64(ql, self.kv_b, kv0, &self.query(j)[..nope]);
+            let q = self.query(j);
+            for (i, &v) in q[..nope].iter().enumerate() {
+                t.nope_t[i * LANES + j] = v as f64;
+            }
+            for (r, &v) in q[nope..].iter().enumerate() {
+                t.rope_t[r * LANES + j] = v as f64;
+            }
         }
-        // scores: each latent row once, for every query of the tile that sees it
-        for s in 0..keys {
-            let c = &self.rows[s * kvr..(s + 1) * kvr];
-            for j in s.saturating_sub(first)..m {
-                let (ql, q) = (&t.q_lat[j * kl..(j + 1) * kl], self.query(j));
-                let mut acc = 0f64;
-                for (&a, &b) in ql.iter().zip(&c[..kl]) {
-                    acc += a * b as f64;
+        matvec_t_f64_lanes(&mut t.q_lat, self.kv_b, kv0, &t.nope_t);
+        // scores: each latent row once, for every query of the tile that sees it, in
+        // blocks of DOT_KEYS rows
+        for s0 in (0..keys).step_by(DOT_KEYS) {
+            let n = DOT_KEYS.min(keys - s0);
+            let dots = &mut t.dots[..n * LANES];
+            let rows = &self.rows[s0 * kvr..(s0 + n) * kvr];
+            latent_scores_lanes(dots, &t.q_lat, &t.rope_t, rows);
+            for s in s0..s0 + n {
+                for j in s.saturating_sub(first)..m {
+                    t.scores[j * stride + s] = dots[(s - s0) * LANES + j] as f32 * scale;
                 }
-                for (&a, &b) in q[nope..].iter().zip(&c[kl..]) {
-                    acc += a as f64 * b as f64;
-                }
-                t.scores[j * stride + s] = acc as f32 * scale;
             }
         }
         for j in 0..m {
@@ -455,10 +473,7 @@ impl HeadQueries<'_> {
             let c = &self.rows[s * kvr..s * kvr + kl];
             for j in s.saturating_sub(first)..m {
                 let p = t.scores[j * stride + s];
-                let cx = &mut t.ctx[j * kl..(j + 1) * kl];
-                for (a, &c) in cx.iter_mut().zip(c) {
-                    *a += p * c;
-                }
+                add_scaled(&mut t.ctx[j * kl..(j + 1) * kl], p, c);
             }
         }
         for j in 0..m {

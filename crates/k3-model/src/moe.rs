@@ -10,13 +10,14 @@ use crate::dims::Dims;
 use crate::dist::Dist;
 use crate::error::{check_len, check_shape, ModelError};
 use crate::pass::Pass;
-use crate::router::{route, RouteScratch, RouterParams};
+use crate::router::{route, router_scores_tokens, select_topk, RouteScratch, RouterParams};
 use crate::scratch::grow;
 use crate::share::FFN_SPLIT;
 use crate::weights::{ExpertWeights, MoeWeights, SourceError};
 use k3_kernels::act::situ_glu;
 use k3_kernels::norm::rmsnorm_inplace;
 use k3_kernels::{matmul, Matrix};
+use rayon::prelude::*;
 
 /// Buffers of one routed expert over the tokens routed to it (n ≤ T rows).
 #[derive(Default)]
@@ -154,9 +155,25 @@ pub fn moe_forward(
         renorm: d.renorm,
         scale: d.routed_scale,
     };
-    for tok in 0..t {
+    let unsupported = || ModelError::ConfigUnsupported(format!("layer {layer}: MXFP4 router gate"));
+    if t > 1 {
+        // a prefill: every token's scores at once (each score the bits of routing alone)
+        let ne = d.n_experts;
+        let mut scores = vec![0f32; t * ne];
+        if !router_scores_tokens(&mut scores, &w.router, x, t) {
+            return Err(unsupported());
+        }
+        for (tok, s) in scores.chunks_exact(ne).enumerate() {
+            let (idx, wts) = (
+                &mut sc.idx[tok * k..(tok + 1) * k],
+                &mut sc.wts[tok * k..(tok + 1) * k],
+            );
+            select_topk(s, w.router_bias, &rp, &mut sc.taken, idx, wts);
+        }
+    } else {
+        // one token (decode): experts in parallel inside `route`
         let ok = route(
-            &x[tok * e..(tok + 1) * e],
+            &x[..e],
             &w.router,
             w.router_bias,
             &rp,
@@ -164,13 +181,11 @@ pub fn moe_forward(
                 scores: &mut sc.scores[..d.n_experts],
                 taken: &mut sc.taken,
             },
-            &mut sc.idx[tok * k..(tok + 1) * k],
-            &mut sc.wts[tok * k..(tok + 1) * k],
+            &mut sc.idx[..k],
+            &mut sc.wts[..k],
         );
         if !ok {
-            return Err(ModelError::ConfigUnsupported(format!(
-                "layer {layer}: MXFP4 router gate"
-            )));
+            return Err(unsupported());
         }
     }
     // 2. latent down-projection
@@ -187,18 +202,22 @@ pub fn moe_forward(
         drop_undelivered(d, t, sc);
     }
     // 4. aggregate in each token's top-k order, then RMSNorm on the aggregate
-    for tok in 0..t {
-        let acc = &mut sc.acc[tok * lat..(tok + 1) * lat];
-        acc.fill(0.0);
-        for j in 0..k {
-            let wj = sc.wts[tok * k + j];
-            let y = &sc.ybuf[(tok * k + j) * lat..(tok * k + j + 1) * lat];
-            acc.iter_mut().zip(y).for_each(|(a, &y)| *a += wj * y);
-        }
-        if d.latent_norm {
-            rmsnorm_inplace(acc, w.latent_norm, d.eps);
-        }
-    }
+    //    (tokens in parallel: each token's sum is its own, in its own order)
+    let (wts, ybuf) = (&sc.wts, &sc.ybuf);
+    sc.acc[..t * lat]
+        .par_chunks_mut(lat)
+        .enumerate()
+        .for_each(|(tok, acc)| {
+            acc.fill(0.0);
+            for j in 0..k {
+                let wj = wts[tok * k + j];
+                let y = &ybuf[(tok * k + j) * lat..(tok * k + j + 1) * lat];
+                acc.iter_mut().zip(y).for_each(|(a, &y)| *a += wj * y);
+            }
+            if d.latent_norm {
+                rmsnorm_inplace(acc, w.latent_norm, d.eps);
+            }
+        });
     // 5. up-projection, 6. shared experts (gate and up of the ORIGINAL input, step 2), unweighted
     let out = &mut out[..t * e];
     let dist = pass.dist;
@@ -211,9 +230,9 @@ pub fn moe_forward(
         d.situ_b2,
     );
     dist.matmul(&mut sc.sd[..t * e], &w.shared_down, &sc.sa[..t * si], t)?;
-    out.iter_mut()
-        .zip(&sc.sd[..t * e])
-        .for_each(|(o, &s)| *o += s);
+    out.par_chunks_mut(e)
+        .zip(sc.sd[..t * e].par_chunks(e))
+        .for_each(|(o, sd)| o.iter_mut().zip(sd).for_each(|(o, &s)| *o += s));
     Ok(())
 }
 
@@ -331,10 +350,10 @@ fn compute_expert(
 ) {
     let ExpertScratch { gz, gg, gu, ga, gy } = sc;
     let (k, l, i, n) = (d.topk, d.latent, d.moe_inter, slots.len());
-    for (r, &s) in slots.iter().enumerate() {
-        let tok = s / k;
-        gz[r * l..(r + 1) * l].copy_from_slice(&z[tok * l..(tok + 1) * l]);
-    }
+    gz[..n * l]
+        .par_chunks_mut(l)
+        .zip(slots)
+        .for_each(|(row, &s)| row.copy_from_slice(&z[s / k * l..(s / k + 1) * l]));
     matmul(&mut gg[..n * i], &ew.w1, &gz[..n * l], n);
     matmul(&mut gu[..n * i], &ew.w3, &gz[..n * l], n);
     situ_glu(
