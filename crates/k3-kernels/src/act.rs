@@ -95,33 +95,10 @@ pub fn situ_glu(out: &mut [f32], gate: &[f32], up: &[f32], b1: f32, b2: f32) {
         .for_each(|((o, g), u)| situ_chunk_best(o, g, u, b1, b2));
 }
 
-/// [`situ_chunk`] compiled for the widest vector level in use ([`crate::simd::active_level`];
-/// the same IEEE operations at every width, so the same bits).
-fn situ_chunk_best(out: &mut [f32], gate: &[f32], up: &[f32], b1: f32, b2: f32) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::simd::{active_level, Level};
-        match active_level() {
-            // SAFETY: the level is only active where the CPU supports it.
-            Level::Avx512 => return unsafe { situ_chunk_avx512(out, gate, up, b1, b2) },
-            // SAFETY: as above (AVX2).
-            Level::Avx2 => return unsafe { situ_chunk_avx2(out, gate, up, b1, b2) },
-            _ => {}
-        }
-    }
-    situ_chunk(out, gate, up, b1, b2)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn situ_chunk_avx512(out: &mut [f32], gate: &[f32], up: &[f32], b1: f32, b2: f32) {
-    situ_chunk(out, gate, up, b1, b2)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn situ_chunk_avx2(out: &mut [f32], gate: &[f32], up: &[f32], b1: f32, b2: f32) {
-    situ_chunk(out, gate, up, b1, b2)
+crate::simd::per_level! {
+    /// [`situ_chunk`] compiled for the widest vector level in use ([`crate::simd::active_level`];
+    /// the same IEEE operations at every width, so the same bits).
+    fn situ_chunk_best(out: &mut [f32], gate: &[f32], up: &[f32], b1: f32, b2: f32) = situ_chunk;
 }
 
 /// [`situ`] of at most [`SITU_CHUNK`] elements: both `tanh`s in a loop of their own (it

@@ -22,30 +22,11 @@ pub fn softmax_inplace(s: &mut [f32]) {
 /// every width, so the same bits).
 pub fn add_scaled(acc: &mut [f32], p: f32, row: &[f32]) {
     assert_eq!(acc.len(), row.len(), "add_scaled lengths");
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::simd::{active_level, Level};
-        match active_level() {
-            // SAFETY: the level is only active where the CPU supports it.
-            Level::Avx512 => return unsafe { add_scaled_avx512(acc, p, row) },
-            // SAFETY: as above (AVX2).
-            Level::Avx2 => return unsafe { add_scaled_avx2(acc, p, row) },
-            _ => {}
-        }
-    }
-    add_scaled_any(acc, p, row)
+    add_scaled_best(acc, p, row)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn add_scaled_avx512(acc: &mut [f32], p: f32, row: &[f32]) {
-    add_scaled_any(acc, p, row)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn add_scaled_avx2(acc: &mut [f32], p: f32, row: &[f32]) {
-    add_scaled_any(acc, p, row)
+crate::simd::per_level! {
+    fn add_scaled_best(acc: &mut [f32], p: f32, row: &[f32]) = add_scaled_any;
 }
 
 #[inline(always)]

@@ -25,50 +25,20 @@ pub fn kda_step_head(
     assert_eq!(alpha.len(), dk, "kda alpha length");
     assert_eq!(u.len(), dv, "kda scratch length");
     assert_eq!(out.len(), dv, "kda output length");
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::simd::{active_level, Level};
-        match active_level() {
-            // SAFETY: the level is only active where the CPU supports it.
-            Level::Avx512 => return unsafe { step_avx512(s, q, k, v, alpha, beta, u, out) },
-            // SAFETY: as above (AVX2).
-            Level::Avx2 => return unsafe { step_avx2(s, q, k, v, alpha, beta, u, out) },
-            _ => {}
-        }
-    }
-    step_any(s, q, k, v, alpha, beta, u, out)
+    step_best(s, q, k, v, alpha, beta, u, out)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn step_avx512(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    alpha: &[f32],
-    beta: f32,
-    u: &mut [f32],
-    out: &mut [f32],
-) {
-    step_any(s, q, k, v, alpha, beta, u, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn step_avx2(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    alpha: &[f32],
-    beta: f32,
-    u: &mut [f32],
-    out: &mut [f32],
-) {
-    step_any(s, q, k, v, alpha, beta, u, out)
+crate::simd::per_level! {
+    fn step_best(
+        s: &mut [f32],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        alpha: &[f32],
+        beta: f32,
+        u: &mut [f32],
+        out: &mut [f32],
+    ) = step_any;
 }
 
 /// The body of [`kda_step_head`], compiled once per vector level: every loop runs over `j`

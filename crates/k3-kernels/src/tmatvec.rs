@@ -93,30 +93,11 @@ pub fn matvec_t_f64_lanes(yt: &mut [f64], w: &Matrix, r0: usize, xt: &[f64]) {
         r0 + n <= w.rows,
         "matvec_t_lanes row block outside the matrix"
     );
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::simd::{active_level, Level};
-        match active_level() {
-            // SAFETY: the level is only active where the CPU supports it.
-            Level::Avx512 => return unsafe { matvec_t_lanes_avx512(yt, w, r0, xt) },
-            // SAFETY: as above (AVX2).
-            Level::Avx2 => return unsafe { matvec_t_lanes_avx2(yt, w, r0, xt) },
-            _ => {}
-        }
-    }
-    matvec_t_lanes_any(yt, w, r0, xt)
+    matvec_t_lanes_best(yt, w, r0, xt)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn matvec_t_lanes_avx512(yt: &mut [f64], w: &Matrix, r0: usize, xt: &[f64]) {
-    matvec_t_lanes_any(yt, w, r0, xt)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn matvec_t_lanes_avx2(yt: &mut [f64], w: &Matrix, r0: usize, xt: &[f64]) {
-    matvec_t_lanes_any(yt, w, r0, xt)
+crate::simd::per_level! {
+    fn matvec_t_lanes_best(yt: &mut [f64], w: &Matrix, r0: usize, xt: &[f64]) = matvec_t_lanes_any;
 }
 
 /// The body of [`matvec_t_f64_lanes`], compiled once per vector level (the same IEEE
@@ -185,30 +166,11 @@ pub fn latent_scores_lanes(out: &mut [f64], qlt: &[f64], qrt: &[f64], rows: &[f3
     assert_eq!(qlt.len(), kl * LANES, "latent_scores_lanes latent length");
     assert_eq!(qrt.len(), rope * LANES, "latent_scores_lanes rope length");
     assert_eq!(rows.len(), s * width, "latent_scores_lanes rows length");
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::simd::{active_level, Level};
-        match active_level() {
-            // SAFETY: the level is only active where the CPU supports it.
-            Level::Avx512 => return unsafe { scores_lanes_avx512(out, qlt, qrt, rows, kl) },
-            // SAFETY: as above (AVX2).
-            Level::Avx2 => return unsafe { scores_lanes_avx2(out, qlt, qrt, rows, kl) },
-            _ => {}
-        }
-    }
-    scores_lanes_any(out, qlt, qrt, rows, kl)
+    scores_lanes_best(out, qlt, qrt, rows, kl)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn scores_lanes_avx512(out: &mut [f64], qlt: &[f64], qrt: &[f64], rows: &[f32], kl: usize) {
-    scores_lanes_any(out, qlt, qrt, rows, kl)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn scores_lanes_avx2(out: &mut [f64], qlt: &[f64], qrt: &[f64], rows: &[f32], kl: usize) {
-    scores_lanes_any(out, qlt, qrt, rows, kl)
+crate::simd::per_level! {
+    fn scores_lanes_best(out: &mut [f64], qlt: &[f64], qrt: &[f64], rows: &[f32], kl: usize) = scores_lanes_any;
 }
 
 /// The body of [`latent_scores_lanes`], compiled once per vector level.
@@ -268,35 +230,11 @@ pub fn row_dots_f64_lanes(out: &mut [f64], w: &Matrix, rows: Range<usize>, xt: &
     if !matches!(w.data, MatrixData::F32(_) | MatrixData::Bf16(_)) {
         return false;
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::simd::{active_level, Level};
-        match active_level() {
-            // SAFETY: the level is only active where the CPU supports it.
-            Level::Avx512 => return unsafe { row_dots_lanes_avx512(out, w, rows, xt) },
-            // SAFETY: as above (AVX2).
-            Level::Avx2 => return unsafe { row_dots_lanes_avx2(out, w, rows, xt) },
-            _ => {}
-        }
-    }
-    row_dots_lanes_any(out, w, rows, xt)
+    row_dots_lanes_best(out, w, rows, xt)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn row_dots_lanes_avx512(
-    out: &mut [f64],
-    w: &Matrix,
-    rows: Range<usize>,
-    xt: &[f64],
-) -> bool {
-    row_dots_lanes_any(out, w, rows, xt)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn row_dots_lanes_avx2(out: &mut [f64], w: &Matrix, rows: Range<usize>, xt: &[f64]) -> bool {
-    row_dots_lanes_any(out, w, rows, xt)
+crate::simd::per_level! {
+    fn row_dots_lanes_best(out: &mut [f64], w: &Matrix, rows: Range<usize>, xt: &[f64]) -> bool = row_dots_lanes_any;
 }
 
 /// The body of [`row_dots_f64_lanes`], compiled once per vector level.

@@ -145,6 +145,44 @@ pub fn active_level() -> Level {
     }
 }
 
+/// `fn NAME(args) -> R` that runs `BODY(args)` compiled for the vector level in use: `BODY`
+/// (an `#[inline(always)]` fn) is called from a function with the level's `target_feature`,
+/// so its plain loops over f32/f64 (one IEEE multiply and one add per element, never fused —
+/// Rust does not contract) are vectorised as wide as the CPU allows and give the same bits at
+/// every width. Used by the non-GEMM kernels' loops (`act`, `attn`, `kda`, `tmatvec`). A macro,
+/// not a generic taking a closure: LLVM does not inline a closure into a `target_feature`
+/// function, which left the body at the baseline width (measured: a tail jump to the closure).
+macro_rules! per_level {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? = $body:ident;) => {
+        $(#[$meta])*
+        #[allow(clippy::too_many_arguments)]
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    $body($($arg),*)
+                }
+                match $crate::simd::active_level() {
+                    // SAFETY: the level is only active where the CPU supports it.
+                    $crate::simd::Level::Avx512 => return unsafe { avx512($($arg),*) },
+                    // SAFETY: as above (AVX2).
+                    $crate::simd::Level::Avx2 => return unsafe { avx2($($arg),*) },
+                    _ => {}
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+pub(crate) use per_level;
+
 /// Name of the path in use now (`"avx512f"`, `"avx2+fma"`, `"neon"` or `"scalar"`).
 pub fn simd_level() -> &'static str {
     active_level().name()
