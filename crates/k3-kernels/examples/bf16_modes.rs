@@ -37,7 +37,7 @@ fn main() {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::common::{bf16_data, cpu_ns, vector};
+    use super::common::{best_seconds, bf16_data, vector};
     use half::bf16;
     use k3_kernels::simd::Level;
     use k3_kernels::{matmul_at, probe, Matrix};
@@ -153,19 +153,8 @@ mod x86 {
         }
     }
 
-    fn best(mut f: impl FnMut()) -> f64 {
-        let wall = std::env::var_os("WALL").is_some();
-        (0..15)
-            .map(|_| {
-                let (c0, t0) = (cpu_ns(), std::time::Instant::now());
-                f();
-                if wall {
-                    t0.elapsed().as_secs_f64()
-                } else {
-                    (cpu_ns() - c0) as f64 / 1e9
-                }
-            })
-            .fold(f64::INFINITY, f64::min)
+    fn best(f: impl FnMut()) -> f64 {
+        best_seconds(15, f)
     }
 
     /// Max over outputs of `|y − y_f64| / Σ|w·x|`.

@@ -15,24 +15,11 @@ use std::hint::black_box;
 
 #[path = "../benches/common/mod.rs"]
 mod common;
-use common::{bf16_data, bytes, cpu_ns, mx_data, vector};
+use common::{best_seconds, bf16_data, bytes, mx_data, vector};
 
-/// Best seconds of `f` over 31 trials: on-CPU seconds unless `WALL` is set in the
-/// environment (the on-CPU clock may advance in scheduler ticks; short trials then need the
-/// wall clock, which an idle machine makes equal).
-fn best(mut f: impl FnMut()) -> f64 {
-    let wall = std::env::var_os("WALL").is_some();
-    (0..31)
-        .map(|_| {
-            let (c0, t0) = (cpu_ns(), std::time::Instant::now());
-            f();
-            if wall {
-                t0.elapsed().as_secs_f64()
-            } else {
-                (cpu_ns() - c0) as f64 / 1e9
-            }
-        })
-        .fold(f64::INFINITY, f64::min)
+/// Best seconds of `f` over 31 trials (on-CPU, or wall with `WALL`).
+fn best(f: impl FnMut()) -> f64 {
+    best_seconds(31, f)
 }
 
 /// Matrices per case: `default` (past the last-level cache), or `ROT=n` (1: one matrix, whose

@@ -50,3 +50,21 @@ pub fn cpu_ns() -> u64 {
         .and_then(|v| v.parse().ok())
         .expect("schedstat format")
 }
+
+/// Best seconds of `f` over `trials` runs: on-CPU seconds of the calling thread unless `WALL`
+/// is set in the environment (the on-CPU clock may advance in scheduler ticks; short trials
+/// then need the wall clock, which an idle machine makes equal; `THREADS` > 1 needs it too).
+pub fn best_seconds(trials: usize, mut f: impl FnMut()) -> f64 {
+    let wall = std::env::var_os("WALL").is_some();
+    (0..trials)
+        .map(|_| {
+            let (c0, t0) = (cpu_ns(), std::time::Instant::now());
+            f();
+            if wall {
+                t0.elapsed().as_secs_f64()
+            } else {
+                (cpu_ns() - c0) as f64 / 1e9
+            }
+        })
+        .fold(f64::INFINITY, f64::min)
+}
