@@ -85,26 +85,28 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }
 
+/// The scalar definition's bits of `Y[t] = W·X[t]`, row by row (`[t][rows]`).
+fn scalar_bits(m: &Matrix, x: &[f32], t: usize) -> Vec<u32> {
+    let (rows, cols) = (m.rows, m.cols);
+    (0..t * rows)
+        .map(|i| {
+            let (tok, r) = (i / rows, i % rows);
+            let xt = &x[tok * cols..(tok + 1) * cols];
+            let d = crate::dot::reduce16(
+                &crate::simd::rows_lanes::<1>(Level::Scalar, [m.row(r)], xt)[0],
+            );
+            m.finish(r, d).to_bits()
+        })
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
     fn matmul_equals_per_token_matvec_and_scalar((w, rows, cols, t, x) in case()) {
         let m = w.view(rows, cols);
-        // The scalar definition, row by row.
-        let want: Vec<u32> = (0..t)
-            .flat_map(|tok| {
-                let xt = &x[tok * cols..(tok + 1) * cols];
-                (0..rows).map(move |r| (r, xt))
-            })
-            .map(|(r, xt)| {
-                let row = m.row(r);
-                let d = crate::dot::reduce16(
-                    &crate::simd::rows_lanes::<1>(Level::Scalar, [row], xt)[0],
-                );
-                m.finish(r, d).to_bits()
-            })
-            .collect();
+        let want = scalar_bits(&m, &x, t);
         for level in available_levels() {
             let mut y = vec![f32::NAN; t * rows];
             matmul_at(level, &mut y, &m, &x, t);
@@ -368,17 +370,7 @@ fn mxfp4_gemm_equals_scalar_at_every_token_count() {
         let x: Vec<f32> = (0..t * cols)
             .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 997.0)
             .collect();
-        let want: Vec<u32> = (0..t * rows)
-            .map(|i| {
-                let (tok, r) = (i / rows, i % rows);
-                let xt = &x[tok * cols..(tok + 1) * cols];
-                let row = m.row(r);
-                let d = crate::dot::reduce16(
-                    &crate::simd::rows_lanes::<1>(Level::Scalar, [row], xt)[0],
-                );
-                m.finish(r, d).to_bits()
-            })
-            .collect();
+        let want = scalar_bits(&m, &x, t);
         for level in available_levels() {
             let mut y = vec![f32::NAN; t * rows];
             matmul_at(level, &mut y, &m, &x, t);
