@@ -7,13 +7,22 @@ use crate::norm::rms_inv;
 /// `Z = Σ (f64)e` sequential, `p = (f32)(e / Z)`.
 pub fn softmax_inplace(s: &mut [f32]) {
     let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut z = 0f64;
-    for v in s.iter_mut() {
-        *v = (*v - m).exp();
-        z += *v as f64;
-    }
+    exp_shifted_best(s, m);
+    let z: f64 = s.iter().fold(0.0, |z, &v| z + v as f64);
     for v in s.iter_mut() {
         *v = (*v as f64 / z) as f32;
+    }
+}
+
+crate::simd::per_level! {
+    fn exp_shifted_best(s: &mut [f32], m: f32) = exp_shifted_any;
+}
+
+/// `s[i] = exp(s[i] − m)` (k3's own `act::exp`), compiled for the vector level in use.
+#[inline(always)]
+fn exp_shifted_any(s: &mut [f32], m: f32) {
+    for v in s.iter_mut() {
+        *v = crate::act::exp(*v - m);
     }
 }
 
@@ -84,6 +93,24 @@ mod tests {
         let mut one = [1.5f32];
         add_scaled(&mut one, 0.1, &[3.0]);
         assert_eq!(one[0], 1.5 + 0.1f32 * 3.0);
+    }
+
+    #[test]
+    fn softmax_is_the_definition_at_every_level() {
+        let row: Vec<f32> = (0..203).map(|i| (i as f32 * 0.29).sin() * 12.0).collect();
+        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f32> = row.iter().map(|&v| crate::act::exp(v - m)).collect();
+        let z = e.iter().fold(0f64, |z, &v| z + v as f64);
+        for scalar in [false, true] {
+            crate::simd::set_force_scalar(scalar);
+            let mut s = row.clone();
+            softmax_inplace(&mut s);
+            for (i, (&got, &ei)) in s.iter().zip(&e).enumerate() {
+                let want = (ei as f64 / z) as f32;
+                assert_eq!(got.to_bits(), want.to_bits(), "{i}, scalar {scalar}");
+            }
+        }
+        crate::simd::set_force_scalar(false);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Causal depthwise short convolution with SiLU and carried history (docs/NUMERICS.md#model-ops,
 //! "KDA conv").
 
-use crate::act::sigmoid;
+use crate::act::silu;
 
 /// One token through the conv for `c` channels with kernel `k`:
 /// `acc = w[c][k−1]·x + Σ_{j<k−1} w[c][j]·hist[c][j]` (current tap first, then oldest→newest),
@@ -21,17 +21,66 @@ pub fn shortconv_step(out: &mut [f32], x: &[f32], w: &[f32], hist: &mut [f32], k
         for j in 0..h {
             acc += wc[j] * hc[j];
         }
-        out[ch] = acc * sigmoid(acc);
+        out[ch] = acc;
         if h > 0 {
             hc.copy_within(1.., 0);
             hc[h - 1] = x[ch];
         }
+    }
+    silu_inplace_best(out);
+}
+
+crate::simd::per_level! {
+    /// `x = x·σ(x)` in place (SiLU), compiled for the vector level in use.
+    fn silu_inplace_best(x: &mut [f32]) = silu_inplace_any;
+}
+
+#[inline(always)]
+fn silu_inplace_any(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = silu(*v);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::act::sigmoid;
+
+    /// Many channels (past a vector's width, with a tail) at the level in use and on the
+    /// forced scalar path: each output is the per-channel definition.
+    #[test]
+    fn every_level_computes_the_definition() {
+        let (c, k) = (203, 4);
+        let w: Vec<f32> = (0..c * k).map(|i| (i as f32 * 0.41).sin()).collect();
+        for scalar in [false, true] {
+            crate::simd::set_force_scalar(scalar);
+            let mut hist: Vec<f32> = (0..c * (k - 1))
+                .map(|i| (i as f32 * 0.7).cos() * 3.0)
+                .collect();
+            for tok in 0..3 {
+                let x: Vec<f32> = (0..c)
+                    .map(|i| ((i + tok) as f32 * 0.13).sin() * 9.0)
+                    .collect();
+                let before = hist.clone();
+                let mut out = vec![0f32; c];
+                shortconv_step(&mut out, &x, &w, &mut hist, k);
+                for ch in 0..c {
+                    let mut acc = w[ch * k + k - 1] * x[ch];
+                    for j in 0..k - 1 {
+                        acc += w[ch * k + j] * before[ch * (k - 1) + j];
+                    }
+                    let want = acc * sigmoid(acc);
+                    assert_eq!(
+                        out[ch].to_bits(),
+                        want.to_bits(),
+                        "channel {ch}, scalar {scalar}"
+                    );
+                }
+            }
+        }
+        crate::simd::set_force_scalar(false);
+    }
 
     #[test]
     fn history_carries_pre_conv_input() {

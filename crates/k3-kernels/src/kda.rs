@@ -42,7 +42,11 @@ crate::simd::per_level! {
 }
 
 /// The body of [`kda_step_head`], compiled once per vector level: every loop runs over `j`
-/// with one multiply and one add per element (no fusion), the same at every width.
+/// with one multiply and one add per element (no fusion), the same at every width. Steps 1–2
+/// share one sweep of the state (row `i` decayed, then added to `u`: `u` still sums rows in
+/// ascending `i`), and so do steps 3–4 (row `i` written, then added to `out`), so the
+/// `[dk][dv]` state (64 KB at D = 128, past L1) is read twice per token instead of four
+/// times, with the same operations in the same order.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn step_any(
@@ -56,32 +60,112 @@ fn step_any(
     out: &mut [f32],
 ) {
     let dv = v.len();
-    for (row, &a) in s.chunks_exact_mut(dv).zip(alpha) {
-        for x in row.iter_mut() {
-            *x *= a;
-        }
-    }
     u.fill(0.0);
-    for (row, &ki) in s.chunks_exact(dv).zip(k) {
+    for ((row, &a), &ki) in s.chunks_exact_mut(dv).zip(alpha).zip(k) {
         if ki != 0.0 {
-            for (uj, &sj) in u.iter_mut().zip(row) {
-                *uj += ki * sj;
+            for (x, uj) in row.iter_mut().zip(u.iter_mut()) {
+                *x *= a;
+                *uj += ki * *x;
             }
-        }
-    }
-    for (row, &ki) in s.chunks_exact_mut(dv).zip(k) {
-        if ki != 0.0 {
-            let kb = ki * beta;
-            for ((sj, &vj), &uj) in row.iter_mut().zip(v).zip(u.iter()) {
-                *sj += kb * (vj - uj);
-            }
+        } else {
+            row.iter_mut().for_each(|x| *x *= a);
         }
     }
     out.fill(0.0);
-    for (row, &qi) in s.chunks_exact(dv).zip(q) {
-        if qi != 0.0 {
-            for (oj, &sj) in out.iter_mut().zip(row) {
-                *oj += qi * sj;
+    for ((row, &ki), &qi) in s.chunks_exact_mut(dv).zip(k).zip(q) {
+        let kb = ki * beta;
+        match (ki != 0.0, qi != 0.0) {
+            (true, true) => {
+                for (((sj, &vj), &uj), oj) in
+                    row.iter_mut().zip(v).zip(u.iter()).zip(out.iter_mut())
+                {
+                    *sj += kb * (vj - uj);
+                    *oj += qi * *sj;
+                }
+            }
+            (true, false) => {
+                for ((sj, &vj), &uj) in row.iter_mut().zip(v).zip(u.iter()) {
+                    *sj += kb * (vj - uj);
+                }
+            }
+            (false, true) => {
+                for (oj, &sj) in out.iter_mut().zip(row.iter()) {
+                    *oj += qi * sj;
+                }
+            }
+            (false, false) => {}
+        }
+    }
+}
+
+/// Per-channel decay of one token (docs/MODEL.md#kda-decay): for head h, channel i = h·D + d,
+/// `u = exp(A_log[h]) · (z_i + dt_bias_i)`, `g_i = lb · σ(u)`, `α_i = exp(g_i)` (k3's own
+/// `act::exp`; `exp(A_log[h])` once per head — the same value for each of its channels).
+/// `z`, `dt_bias`, `alpha` are `[P]`; `a_log` holds at least P / D values (one per HEAD).
+/// `g_out`, when given, receives `g` (`[P]`). Compiled for the vector level in use.
+pub fn decay(
+    alpha: &mut [f32],
+    mut g_out: Option<&mut [f32]>,
+    z: &[f32],
+    a_log: &[f32],
+    dt_bias: &[f32],
+    lb: f32,
+    dim: usize,
+) {
+    let p = alpha.len();
+    assert!(
+        dim > 0 && p.is_multiple_of(dim),
+        "kda decay: [P] is heads × dim"
+    );
+    assert!(
+        z.len() == p && dt_bias.len() == p,
+        "kda decay input lengths"
+    );
+    assert!(a_log.len() >= p / dim, "kda decay: one A_log per head");
+    if let Some(g) = g_out.as_deref() {
+        assert_eq!(g.len(), p, "kda decay g length");
+    }
+    for (h, c0) in (0..p).step_by(dim).enumerate() {
+        let r = c0..c0 + dim;
+        let ah = crate::act::exp(a_log[h]);
+        let g = g_out.as_deref_mut().map(|g| &mut g[r.clone()]);
+        decay_best(&mut alpha[r.clone()], g, &z[r.clone()], &dt_bias[r], ah, lb);
+    }
+}
+
+crate::simd::per_level! {
+    fn decay_best(
+        alpha: &mut [f32],
+        g_out: Option<&mut [f32]>,
+        z: &[f32],
+        dt_bias: &[f32],
+        ah: f32,
+        lb: f32,
+    ) = decay_any;
+}
+
+/// One head of [`decay`]: `ah = exp(A_log[h])`.
+#[inline(always)]
+fn decay_any(
+    alpha: &mut [f32],
+    g_out: Option<&mut [f32]>,
+    z: &[f32],
+    dt_bias: &[f32],
+    ah: f32,
+    lb: f32,
+) {
+    use crate::act::{exp, sigmoid};
+    let gate = |zi: f32, bi: f32| lb * sigmoid(ah * (zi + bi));
+    match g_out {
+        Some(go) => {
+            for (((a, g), &zi), &bi) in alpha.iter_mut().zip(go).zip(z).zip(dt_bias) {
+                *g = gate(zi, bi);
+                *a = exp(*g);
+            }
+        }
+        None => {
+            for ((a, &zi), &bi) in alpha.iter_mut().zip(z).zip(dt_bias) {
+                *a = exp(gate(zi, bi));
             }
         }
     }
@@ -119,5 +203,96 @@ mod tests {
         let (vector, scalar) = (run(false), run(true));
         crate::simd::set_force_scalar(false);
         assert_eq!(vector, scalar);
+    }
+
+    /// The four steps of [`kda_step_head`]'s doc, one sweep each, as written there.
+    #[allow(clippy::too_many_arguments)]
+    fn four_sweeps(
+        s: &mut [f32],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        alpha: &[f32],
+        beta: f32,
+        out: &mut [f32],
+    ) {
+        let dv = v.len();
+        for (row, &a) in s.chunks_exact_mut(dv).zip(alpha) {
+            row.iter_mut().for_each(|x| *x *= a);
+        }
+        let mut u = vec![0f32; dv];
+        for (row, &ki) in s.chunks_exact(dv).zip(k).filter(|(_, &ki)| ki != 0.0) {
+            u.iter_mut().zip(row).for_each(|(uj, &sj)| *uj += ki * sj);
+        }
+        for (row, &ki) in s.chunks_exact_mut(dv).zip(k).filter(|(_, &ki)| ki != 0.0) {
+            let kb = ki * beta;
+            for ((sj, &vj), &uj) in row.iter_mut().zip(v).zip(&u) {
+                *sj += kb * (vj - uj);
+            }
+        }
+        out.fill(0.0);
+        for (row, &qi) in s.chunks_exact(dv).zip(q).filter(|(_, &qi)| qi != 0.0) {
+            out.iter_mut().zip(row).for_each(|(oj, &sj)| *oj += qi * sj);
+        }
+    }
+
+    /// The fused sweeps equal the four separate ones bit for bit, on every level, over
+    /// several tokens (zero k and q entries in every combination).
+    #[test]
+    fn step_equals_its_four_sweeps() {
+        let (dk, dv) = (16, 40);
+        let f = |n: usize, m: f32, zero: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| {
+                    if i % zero == 1 {
+                        0.0
+                    } else {
+                        ((i as f32 + m) * 0.77).sin() * 1.3
+                    }
+                })
+                .collect()
+        };
+        for scalar in [false, true] {
+            crate::simd::set_force_scalar(scalar);
+            let (mut s1, mut s2) = (f(dk * dv, 5.0, 1000), f(dk * dv, 5.0, 1000));
+            let (mut u, mut o1, mut o2) = (vec![0f32; dv], vec![0f32; dv], vec![0f32; dv]);
+            for tok in 0..6 {
+                let m = tok as f32;
+                let (q, k) = (f(dk, 1.0 + m, 3), f(dk, 2.0 + m, 4));
+                let (v, alpha) = (f(dv, 3.0 + m, 1000), f(dk, 4.0 + m, 1000));
+                kda_step_head(&mut s1, &q, &k, &v, &alpha, 0.6, &mut u, &mut o1);
+                four_sweeps(&mut s2, &q, &k, &v, &alpha, 0.6, &mut o2);
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&s1), bits(&s2), "state, token {tok}, scalar {scalar}");
+                assert_eq!(bits(&o1), bits(&o2), "out, token {tok}, scalar {scalar}");
+            }
+        }
+        crate::simd::set_force_scalar(false);
+    }
+
+    /// The decay at the vector level in use and on the forced scalar path equals the
+    /// per-channel definition, with and without `g_out`.
+    #[test]
+    fn decay_is_the_definition_at_every_level() {
+        use crate::act::{exp, sigmoid};
+        let (heads, dim) = (3, 37);
+        let p = heads * dim;
+        let z: Vec<f32> = (0..p).map(|i| (i as f32 * 0.31).sin() * 6.0).collect();
+        let dt: Vec<f32> = (0..p).map(|i| (i as f32 * 0.17).cos()).collect();
+        let a_log = [0.3f32, -1.2, 2.0];
+        let lb = -5.0;
+        for scalar in [false, true] {
+            crate::simd::set_force_scalar(scalar);
+            let (mut alpha, mut alpha2, mut g) = (vec![0f32; p], vec![0f32; p], vec![0f32; p]);
+            decay(&mut alpha, Some(&mut g), &z, &a_log, &dt, lb, dim);
+            decay(&mut alpha2, None, &z, &a_log, &dt, lb, dim);
+            for i in 0..p {
+                let want_g = lb * sigmoid(exp(a_log[i / dim]) * (z[i] + dt[i]));
+                assert_eq!(g[i].to_bits(), want_g.to_bits(), "g {i}, scalar {scalar}");
+                assert_eq!(alpha[i].to_bits(), exp(want_g).to_bits(), "alpha {i}");
+                assert_eq!(alpha2[i].to_bits(), alpha[i].to_bits());
+            }
+        }
+        crate::simd::set_force_scalar(false);
     }
 }

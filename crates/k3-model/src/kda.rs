@@ -11,7 +11,7 @@ use crate::scratch::grow;
 use crate::share::{kda_split, Split};
 use crate::state::{AttnState, KdaState};
 use crate::weights::KdaWeights;
-use k3_kernels::act::sigmoid;
+use k3_kernels::act::{mul_sigmoid, sigmoid_inplace};
 use k3_kernels::conv::shortconv_step;
 use k3_kernels::kda::kda_step_head;
 use k3_kernels::norm::{l2norm_inplace, rmsnorm_inplace, L2_EPS};
@@ -98,27 +98,19 @@ pub fn check_kda(
 }
 
 /// Per-channel decay of one token (docs/MODEL.md#kda-decay): for head h, channel i = h·D + d,
-/// `u = expf(A_log[h]) · (z_i + dt_bias_i)`, `g_i = lb · σ(u)`, `α_i = expf(g_i)`.
-/// `z`, `dt_bias`, `alpha` are `[P]`; `a_log` holds at least H values (one per HEAD).
-/// `g_out`, when given, receives `g` (`[P]`).
+/// `u = exp(A_log[h]) · (z_i + dt_bias_i)`, `g_i = lb · σ(u)`, `α_i = exp(g_i)`
+/// (`k3_kernels::kda::decay`). `z`, `dt_bias`, `alpha` are `[P]`; `a_log` holds at least H
+/// values (one per HEAD). `g_out`, when given, receives `g` (`[P]`).
 pub fn kda_decay(
     alpha: &mut [f32],
-    mut g_out: Option<&mut [f32]>,
+    g_out: Option<&mut [f32]>,
     z: &[f32],
     a_log: &[f32],
     dt_bias: &[f32],
     lb: f32,
     dim: usize,
 ) {
-    for (i, a) in alpha.iter_mut().enumerate() {
-        let ah = a_log[i / dim].exp();
-        let u = ah * (z[i] + dt_bias[i]);
-        let g = lb * sigmoid(u);
-        if let Some(go) = g_out.as_deref_mut() {
-            go[i] = g;
-        }
-        *a = g.exp();
-    }
+    k3_kernels::kda::decay(alpha, g_out, z, a_log, dt_bias, lb, dim)
 }
 
 /// The inputs of one call's recurrence: `q, k, v, alpha` are `[T][P]`, `beta` `[T][H]`; `q`
@@ -178,20 +170,46 @@ pub fn kda_recurrence(s: &mut [f32], x: &KdaInputs<'_>, o_hm: &mut [f32], u: &mu
         });
 }
 
-/// Short conv (+SiLU) of `t` tokens of `[P]` channels through one carried history.
-fn conv_tokens(
-    out: &mut [f32],
-    x: &[f32],
-    w: &[f32],
-    hist: &mut [f32],
-    p: usize,
-    k: usize,
-    t: usize,
-) {
-    for tok in 0..t {
-        let r = tok * p..(tok + 1) * p;
-        shortconv_step(&mut out[r.clone()], &x[r], w, hist, k);
+/// Channels per short-conv task: 3 convs × P / 1024 tasks (36 at the released P = 12,288)
+/// balance two threads where the three whole convs side by side left one thread idle a
+/// third of the time.
+const CONV_BLOCK: usize = 1024;
+
+/// One short conv (+SiLU) over `[T][P]` rows: `out`, `x`, taps `w` `[P][k]`, carried history
+/// `hist` `[P][k−1]`.
+type ConvJob<'a> = (&'a mut [f32], &'a [f32], &'a [f32], &'a mut [f32]);
+
+/// The convs of `jobs` over `t` tokens of `p` channels, split into blocks of
+/// [`CONV_BLOCK`] channels that run in parallel; each block carries its own channels'
+/// history through the tokens in order, so every output is the one-token step's.
+fn conv_tokens(jobs: [ConvJob<'_>; 3], p: usize, k: usize, t: usize) {
+    if p == 0 {
+        return; // a rank without heads (docs/DISTRIBUTED.md#the-seam)
     }
+    let mut tasks = Vec::new();
+    for (out, x, w, hist) in jobs {
+        let blocks = p.div_ceil(CONV_BLOCK);
+        let mut rows: Vec<Vec<&mut [f32]>> = (0..blocks).map(|_| Vec::with_capacity(t)).collect();
+        for row in out.chunks_mut(p).take(t) {
+            for (b, piece) in row.chunks_mut(CONV_BLOCK).enumerate() {
+                rows[b].push(piece);
+            }
+        }
+        let mut rest = hist;
+        for (b, outs) in rows.into_iter().enumerate() {
+            let width = CONV_BLOCK.min(p - b * CONV_BLOCK);
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(width * (k - 1));
+            rest = tail;
+            tasks.push((outs, x, w, mine, b * CONV_BLOCK));
+        }
+    }
+    tasks.into_par_iter().for_each(|(outs, x, w, hist, c0)| {
+        for (tok, out) in outs.into_iter().enumerate() {
+            let c1 = c0 + out.len();
+            let xr = &x[tok * p + c0..tok * p + c1];
+            shortconv_step(out, xr, &w[c0 * k..c1 * k], hist, k);
+        }
+    });
 }
 
 /// One KDA layer over `t` tokens with carried state: `x` is the normed input `[T][E]`,
@@ -312,17 +330,14 @@ pub fn kda_forward_batch(
             &mut sc.kc[r.clone()],
             &mut sc.vc[r.clone()],
         );
-        // the three convs carry separate histories: they run side by side
+        // the three convs carry separate histories; their channel blocks run in parallel
         let (xq, xk, xv) = (&sc.q[r.clone()], &sc.k[r.clone()], &sc.v[r]);
-        rayon::join(
-            || conv_tokens(qc, xq, q_conv, qh, pl, k, n),
-            || {
-                rayon::join(
-                    || conv_tokens(kc, xk, k_conv, kh, pl, k, n),
-                    || conv_tokens(vc, xv, v_conv, vh, pl, k, n),
-                )
-            },
-        );
+        let jobs = [
+            (qc, xq, q_conv, qh),
+            (kc, xk, k_conv, kh),
+            (vc, xv, v_conv, vh),
+        ];
+        conv_tokens(jobs, pl, k, n);
     }
     // 3. per-head L2 norm of q and k; q scaled by 1/sqrt(D) (tokens in parallel: every
     //    norm is one head's own)
@@ -339,7 +354,7 @@ pub fn kda_forward_batch(
     });
     // 4. beta = σ(b_proj x), one per head; 5. per-channel decay (A_log of this rank's heads),
     //    tokens in parallel
-    sc.braw[..t * hl].iter_mut().for_each(|b| *b = sigmoid(*b));
+    sigmoid_inplace(&mut sc.braw[..t * hl]);
     let a_log = &w.a_log[heads.clone()];
     sc.alpha[..tpl]
         .par_chunks_mut(pl.max(1))
@@ -383,7 +398,7 @@ pub fn kda_forward_batch(
                     o.copy_from_slice(&o_hm[src..src + dd]);
                     rmsnorm_inplace(o, w.o_norm, d.eps);
                     let g = &gate[tok * pl + head * dd..tok * pl + (head + 1) * dd];
-                    o.iter_mut().zip(g).for_each(|(o, &g)| *o *= sigmoid(g));
+                    mul_sigmoid(o, g);
                 }
             });
     }

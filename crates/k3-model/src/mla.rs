@@ -24,7 +24,7 @@ use crate::scratch::grow;
 use crate::share::mla_split;
 use crate::state::{AttnState, MlaCache};
 use crate::weights::MlaWeights;
-use k3_kernels::act::sigmoid;
+use k3_kernels::act::mul_sigmoid;
 use k3_kernels::attn::{add_scaled, softmax_inplace};
 use k3_kernels::norm::rmsnorm_inplace;
 use k3_kernels::tmatvec::{latent_scores_lanes, matvec_t_f64, matvec_t_f64_lanes, LANES};
@@ -261,7 +261,7 @@ pub fn mla_forward_batch(
         sc.o[..t * hvl]
             .par_chunks_mut(hvl.max(1))
             .zip(sc.gate[..t * hvl].par_chunks(hvl.max(1)))
-            .for_each(|(o, g)| o.iter_mut().zip(g).for_each(|(o, &g)| *o *= sigmoid(g)));
+            .for_each(|(o, g)| mul_sigmoid(o, g));
     }
     //    (the gate's pre-activations are spent: the gathered outputs go there)
     dist.allgather_cols(&sc.o[..t * hvl], hv, split.g, &mut sc.gate[..t * hv], t)?;
