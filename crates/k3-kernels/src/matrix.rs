@@ -71,6 +71,36 @@ impl<'a> Matrix<'a> {
         })
     }
 
+    /// Rows `r0 .. r0 + n` as a matrix of their own (the same storage, borrowed): its row
+    /// `i` is this matrix's row `r0 + i`, so every product over it has the same bits. Panics
+    /// when the rows are out of range.
+    pub fn rows(&self, r0: usize, n: usize) -> Matrix<'a> {
+        assert!(
+            r0 + n <= self.rows,
+            "matrix rows {r0}..{} of {}",
+            r0 + n,
+            self.rows
+        );
+        let (c, r) = (self.cols, r0..r0 + n);
+        let data = match self.data {
+            MatrixData::Bf16(d) => MatrixData::Bf16(&d[r.start * c..r.end * c]),
+            MatrixData::F32(d) => MatrixData::F32(&d[r.start * c..r.end * c]),
+            MatrixData::Mxfp4 { packed, scales } => MatrixData::Mxfp4 {
+                packed: &packed[r.start * c / 2..r.end * c / 2],
+                scales: &scales[r.start * c / GROUP..r.end * c / GROUP],
+            },
+            MatrixData::Q8 { values, scales } => MatrixData::Q8 {
+                values: &values[r.start * c..r.end * c],
+                scales: &scales[r],
+            },
+        };
+        Matrix {
+            rows: n,
+            cols: c,
+            data,
+        }
+    }
+
     /// Bytes of weight data read by one full product (for bandwidth reports).
     pub fn weight_bytes(&self) -> usize {
         match self.data {

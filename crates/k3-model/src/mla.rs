@@ -28,7 +28,7 @@ use k3_kernels::act::mul_sigmoid;
 use k3_kernels::attn::{add_scaled, softmax_inplace};
 use k3_kernels::norm::rmsnorm_inplace;
 use k3_kernels::tmatvec::{latent_scores_lanes, matvec_t_f64, matvec_t_f64_lanes, LANES};
-use k3_kernels::Matrix;
+use k3_kernels::{matvec, Matrix};
 use rayon::prelude::*;
 
 /// Which attention formulation to run.
@@ -319,13 +319,10 @@ pub fn attend_latent(
             softmax_inplace(sc);
             cx.fill(0.0);
             for (s, &p) in sc.iter().enumerate() {
-                for (a, &c) in cx.iter_mut().zip(&rows[s * kvr..s * kvr + kl]) {
-                    *a += p * c;
-                }
+                add_scaled(cx, p, &rows[s * kvr..s * kvr + kl]);
             }
-            for (j, oj) in o.iter_mut().enumerate() {
-                *oj = kv_b.row_dot(kv0 + d.nope + j, cx);
-            }
+            // the head's W_vb rows as one mat-vec (each output its row dot)
+            matvec(o, &kv_b.rows(kv0 + d.nope, vh), cx);
         });
 }
 
@@ -476,11 +473,14 @@ impl HeadQueries<'_> {
                 add_scaled(&mut t.ctx[j * kl..(j + 1) * kl], p, c);
             }
         }
-        for j in 0..m {
-            let cx = &t.ctx[j * kl..(j + 1) * kl];
-            for (jj, oj) in oh[j * vh..(j + 1) * vh].iter_mut().enumerate() {
-                *oj = self.kv_b.row_dot(kv0 + nope + jj, cx);
-            }
+        // the head's W_vb rows, one mat-vec per query (each output its row dot; one layout
+        // copy of the context per query instead of one per row)
+        let w_vb = self.kv_b.rows(kv0 + nope, vh);
+        for (cx, o) in t.ctx[..m * kl]
+            .chunks_exact(kl)
+            .zip(oh.chunks_exact_mut(vh))
+        {
+            matvec(o, &w_vb, cx);
         }
     }
 }

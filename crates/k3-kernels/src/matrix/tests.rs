@@ -378,3 +378,39 @@ fn mxfp4_gemm_equals_scalar_at_every_token_count() {
         }
     }
 }
+
+/// A row view's products are the original rows' row dots, in every storage.
+#[test]
+fn row_views_keep_their_rows() {
+    let (rows, cols) = (11, 64);
+    let f: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+    let b: Vec<bf16> = f.iter().map(|&v| bf16::from_f32(v)).collect();
+    let packed: Vec<u8> = (0..rows * cols / 2).map(|i| (i * 37 % 251) as u8).collect();
+    let scales: Vec<u8> = (0..rows * cols / GROUP)
+        .map(|i| 120 + (i % 9) as u8)
+        .collect();
+    let q: Vec<i8> = (0..rows * cols).map(|i| (i * 13 % 255) as i8).collect();
+    let qs: Vec<f32> = (0..rows).map(|r| 0.01 * (r + 1) as f32).collect();
+    let owned = [
+        Owned::F32(f.clone()),
+        Owned::Bf16(b),
+        Owned::Mx(packed, scales),
+        Owned::Q8(q, qs),
+    ];
+    let mats: Vec<Matrix> = owned.iter().map(|o| o.view(rows, cols)).collect();
+    let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.11).cos()).collect();
+    for m in &mats {
+        let view = m.rows(3, 6);
+        assert_eq!((view.rows, view.cols), (6, cols));
+        let mut y = vec![0f32; 6];
+        matvec(&mut y, &view, &x);
+        for (i, yi) in y.iter().enumerate() {
+            assert_eq!(
+                yi.to_bits(),
+                m.row_dot(3 + i, &x).to_bits(),
+                "{:?} row {i}",
+                m.data
+            );
+        }
+    }
+}
