@@ -122,6 +122,7 @@ pub fn situ_glu(out: &mut [f32], gate: &[f32], up: &[f32], b1: f32, b2: f32) {
     out.par_chunks_mut(SITU_CHUNK)
         .zip(gate.par_chunks(SITU_CHUNK))
         .zip(up.par_chunks(SITU_CHUNK))
+        .with_max_len(2) // short jobs: rayon's default leaves unshareable runs at the tail
         .for_each(|((o, g), u)| situ_chunk_best(o, g, u, b1, b2));
 }
 

@@ -6,7 +6,7 @@
 use crate::dims::Dims;
 use crate::dist::Dist;
 use crate::error::{check_len, ModelError};
-use crate::pass::Pass;
+use crate::pass::{Pass, ROWS_PER_JOB};
 use crate::scratch::grow;
 use crate::share::{kda_split, Split};
 use crate::state::{AttnState, KdaState};
@@ -153,6 +153,7 @@ pub fn kda_recurrence(s: &mut [f32], x: &KdaInputs<'_>, o_hm: &mut [f32], u: &mu
         .zip(o_hm.par_chunks_mut(t * dim))
         .zip(u.par_chunks_mut(dim))
         .enumerate()
+        .with_max_len(1) // one head per job: rayon's default leaves runs a thread can't share
         .for_each(|(h, ((sh, oh), uh))| {
             for tok in 0..t {
                 let r = tok * p + h * dim..tok * p + (h + 1) * dim;
@@ -203,13 +204,16 @@ fn conv_tokens(jobs: [ConvJob<'_>; 3], p: usize, k: usize, t: usize) {
             tasks.push((outs, x, w, mine, b * CONV_BLOCK));
         }
     }
-    tasks.into_par_iter().for_each(|(outs, x, w, hist, c0)| {
-        for (tok, out) in outs.into_iter().enumerate() {
-            let c1 = c0 + out.len();
-            let xr = &x[tok * p + c0..tok * p + c1];
-            shortconv_step(out, xr, &w[c0 * k..c1 * k], hist, k);
-        }
-    });
+    tasks
+        .into_par_iter()
+        .with_max_len(1)
+        .for_each(|(outs, x, w, hist, c0)| {
+            for (tok, out) in outs.into_iter().enumerate() {
+                let c1 = c0 + out.len();
+                let xr = &x[tok * p + c0..tok * p + c1];
+                shortconv_step(out, xr, &w[c0 * k..c1 * k], hist, k);
+            }
+        });
 }
 
 /// One KDA layer over `t` tokens with carried state: `x` is the normed input `[T][E]`,
@@ -342,16 +346,22 @@ pub fn kda_forward_batch(
     // 3. per-head L2 norm of q and k; q scaled by 1/sqrt(D) (tokens in parallel: every
     //    norm is one head's own)
     let q_scale = 1.0 / (dd as f32).sqrt();
-    sc.qc[..tpl].par_chunks_mut(pl.max(1)).for_each(|row| {
-        for head in row.chunks_exact_mut(dd) {
-            l2norm_inplace(head, L2_EPS);
-            head.iter_mut().for_each(|v| *v *= q_scale);
-        }
-    });
-    sc.kc[..tpl].par_chunks_mut(pl.max(1)).for_each(|row| {
-        row.chunks_exact_mut(dd)
-            .for_each(|head| l2norm_inplace(head, L2_EPS));
-    });
+    sc.qc[..tpl]
+        .par_chunks_mut(pl.max(1))
+        .with_max_len(ROWS_PER_JOB)
+        .for_each(|row| {
+            for head in row.chunks_exact_mut(dd) {
+                l2norm_inplace(head, L2_EPS);
+                head.iter_mut().for_each(|v| *v *= q_scale);
+            }
+        });
+    sc.kc[..tpl]
+        .par_chunks_mut(pl.max(1))
+        .with_max_len(ROWS_PER_JOB)
+        .for_each(|row| {
+            row.chunks_exact_mut(dd)
+                .for_each(|head| l2norm_inplace(head, L2_EPS));
+        });
     // 4. beta = σ(b_proj x), one per head; 5. per-channel decay (A_log of this rank's heads),
     //    tokens in parallel
     sigmoid_inplace(&mut sc.braw[..t * hl]);
@@ -359,6 +369,7 @@ pub fn kda_forward_batch(
     sc.alpha[..tpl]
         .par_chunks_mut(pl.max(1))
         .zip(sc.z[..tpl].par_chunks(pl.max(1)))
+        .with_max_len(ROWS_PER_JOB)
         .for_each(|(alpha, z)| kda_decay(alpha, None, z, a_log, dt_bias, d.gate_lb, dd));
     // 6. recurrence per sequence, heads in parallel; o_hm holds each sequence's rows
     //    head-major (`[H][len][D]` from row `start·P`)
@@ -391,6 +402,7 @@ pub fn kda_forward_batch(
         let mine = &mut sc.q[base..base + seq.len * pl];
         mine.par_chunks_mut(pl.max(1))
             .enumerate()
+            .with_max_len(ROWS_PER_JOB)
             .for_each(|(j, row)| {
                 let tok = seq.start + j;
                 for (head, o) in row.chunks_exact_mut(dd).enumerate() {

@@ -15,7 +15,7 @@ use crate::error::{check_len, ModelError};
 use crate::kda::kda_forward_batch;
 use crate::mla::mla_forward_batch;
 use crate::moe::moe_forward;
-use crate::pass::Pass;
+use crate::pass::{Pass, ROWS_PER_JOB};
 use crate::residual::{fold, mix};
 use crate::scratch::LayerScratch;
 use crate::weights::{AttnWeights, FfnWeights, LayerWeights};
@@ -76,6 +76,7 @@ fn mix_tokens(
     out[..t * e]
         .par_chunks_mut(e)
         .enumerate()
+        .with_max_len(ROWS_PER_JOB)
         .for_each(|(tok, o)| {
             let r = tok * e..(tok + 1) * e;
             mix(
@@ -95,6 +96,7 @@ fn norm_tokens(d: &Dims, y: &mut [f32], x: &[f32], w: &[f32], t: usize) {
     y[..t * e]
         .par_chunks_mut(e)
         .zip(x[..t * e].par_chunks(e))
+        .with_max_len(ROWS_PER_JOB)
         .for_each(|(y, x)| rmsnorm(y, x, w, d.eps));
 }
 

@@ -19,7 +19,7 @@
 use crate::dims::Dims;
 use crate::dist::Dist;
 use crate::error::{check_len, check_shape, ModelError};
-use crate::pass::{Pass, Seq};
+use crate::pass::{Pass, Seq, ROWS_PER_JOB};
 use crate::scratch::grow;
 use crate::share::mla_split;
 use crate::state::{AttnState, MlaCache};
@@ -207,6 +207,7 @@ pub fn mla_forward_batch(
     }
     sc.cq[..t * d.q_lora]
         .par_chunks_mut(d.q_lora)
+        .with_max_len(ROWS_PER_JOB)
         .for_each(|row| rmsnorm_inplace(row, w.q_a_norm, d.mla_norm_eps));
     let mut q = [(&mut sc.q[..t * qwl], &w.q_b_proj, qw, split.q_b)];
     dist.local_matmuls(&mut q, &sc.cq[..t * d.q_lora], t)?;
@@ -222,6 +223,7 @@ pub fn mla_forward_batch(
     // 2. latent: RMSNorm on the latent part only of kv_a's output
     sc.ckv[..t * kvr]
         .par_chunks_mut(kvr)
+        .with_max_len(ROWS_PER_JOB)
         .for_each(|row| rmsnorm_inplace(&mut row[..d.kv_lora], w.kv_a_norm, d.mla_norm_eps));
     // 3.–4. per sequence: its rows into its cache at pos..pos+len, then causal attention,
     //       token by token, this rank's heads in parallel
@@ -261,6 +263,7 @@ pub fn mla_forward_batch(
         sc.o[..t * hvl]
             .par_chunks_mut(hvl.max(1))
             .zip(sc.gate[..t * hvl].par_chunks(hvl.max(1)))
+            .with_max_len(ROWS_PER_JOB)
             .for_each(|(o, g)| mul_sigmoid(o, g));
     }
     //    (the gate's pre-activations are spent: the gathered outputs go there)
@@ -300,6 +303,7 @@ pub fn attend_latent(
         .zip(ctx.par_chunks_mut(kl))
         .zip(scores.par_chunks_mut(stride))
         .enumerate()
+        .with_max_len(1) // one head per job (rayon's default leaves unshareable runs)
         .for_each(|(h, (((o, ql), cx), sc))| {
             let q = &q_t[h * qh..(h + 1) * qh];
             let kv0 = h * (d.nope + vh);
@@ -381,6 +385,7 @@ pub fn attend_latent_chunk(
     };
     o_hm.par_chunks_mut((n * vh).max(1))
         .enumerate()
+        .with_max_len(2) // short runs of heads (each run allocates its tile)
         .for_each_init(tile, |t, (h, oh)| {
             for start in (0..n).step_by(per_tile) {
                 let m = per_tile.min(n - start);

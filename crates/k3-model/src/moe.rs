@@ -9,7 +9,7 @@
 use crate::dims::Dims;
 use crate::dist::Dist;
 use crate::error::{check_len, check_shape, ModelError};
-use crate::pass::Pass;
+use crate::pass::{Pass, ROWS_PER_JOB};
 use crate::router::{route, router_scores_tokens, select_topk, RouteScratch, RouterParams};
 use crate::scratch::grow;
 use crate::share::FFN_SPLIT;
@@ -207,6 +207,7 @@ pub fn moe_forward(
     sc.acc[..t * lat]
         .par_chunks_mut(lat)
         .enumerate()
+        .with_max_len(ROWS_PER_JOB)
         .for_each(|(tok, acc)| {
             acc.fill(0.0);
             for j in 0..k {
@@ -232,6 +233,7 @@ pub fn moe_forward(
     dist.matmul(&mut sc.sd[..t * e], &w.shared_down, &sc.sa[..t * si], t)?;
     out.par_chunks_mut(e)
         .zip(sc.sd[..t * e].par_chunks(e))
+        .with_max_len(ROWS_PER_JOB)
         .for_each(|(o, sd)| o.iter_mut().zip(sd).for_each(|(o, &s)| *o += s));
     Ok(())
 }

@@ -9,6 +9,11 @@ use crate::error::ModelError;
 use crate::mla::MlaPath;
 use crate::weights::ExpertProvider;
 
+/// Most token rows per rayon job of the per-row loops (norms, mixes, gates, decay): rayon's
+/// default split leaves runs of up to a quarter of the rows that an idle thread cannot
+/// share at a loop's tail; 4 rows (tens of µs) bound that tail.
+pub(crate) const ROWS_PER_JOB: usize = 4;
+
 /// A lookahead hook: called once per MoE layer `l` with layer `l + 1` and `l`'s normed MoE
 /// input `x` (`[T][E]`), right after layer `l`'s own expert reads were issued, so the reads it
 /// starts queue behind them. The result of the forward never depends on it.
