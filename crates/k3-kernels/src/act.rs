@@ -187,7 +187,7 @@ mod tests {
     #[test]
     fn tanh_is_within_half_an_ulp_of_f64_on_a_sweep_of_every_binade() {
         // every 251st bit pattern of the positive finite f32 (the sign is a copysign):
-        // 8.5 million inputs across every binade; the full sweep is the example `tanh_ulp`
+        // 8.5 million inputs across every binade; the full sweep is the example `transcendental_ulp`
         let mut worst = 0f64;
         for bits in (0..0x7f80_0000u32).step_by(251) {
             let x = f32::from_bits(bits);
@@ -201,7 +201,7 @@ mod tests {
     #[test]
     fn exp_is_within_half_an_ulp_of_f64_on_a_sweep_of_every_binade() {
         // every 97th bit pattern of both signs whose f32 exp is finite: across every binade
-        // (the full sweep is the example `tanh_ulp`)
+        // (the full sweep is the example `transcendental_ulp`)
         let mut worst = 0f64;
         for bits in (0..0x42b1_7218u32).step_by(97) {
             for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
