@@ -13,7 +13,7 @@ use crate::state::{AttnState, KdaState};
 use crate::weights::KdaWeights;
 use k3_kernels::act::{mul_sigmoid, sigmoid_inplace};
 use k3_kernels::conv::shortconv_step;
-use k3_kernels::kda::kda_step_head;
+use k3_kernels::kda::{kda_head_tokens, HeadTokens};
 use k3_kernels::norm::{l2norm_inplace, rmsnorm_inplace, L2_EPS};
 use k3_kernels::Matrix;
 use rayon::prelude::*;
@@ -34,7 +34,7 @@ pub struct KdaScratch {
     alpha: Vec<f32>, // [T][P] per-channel decay
     o_hm: Vec<f32>,  // [H][T][D] recurrence output, head-major
     o: Vec<f32>,     // [T][P] every rank's heads' outputs (token-major)
-    u: Vec<f32>,     // [H][D] per-head read scratch
+    u: Vec<f32>,     // [H][2·D] per-head read scratch (u and v − u)
 }
 
 impl KdaScratch {
@@ -63,7 +63,7 @@ impl KdaScratch {
         }
         grow(&mut self.braw, t * h);
         grow(&mut self.f, t * dd);
-        grow(&mut self.u, h * dd);
+        grow(&mut self.u, 2 * h * dd);
     }
 }
 
@@ -136,7 +136,8 @@ pub struct KdaInputs<'a> {
 
 /// The delta-rule recurrence over `x.t` tokens for all heads (docs/MODEL.md#kda-recurrence),
 /// heads in parallel, tokens in order within a head. `s` is `[H][D][D]`; output `o_hm` is
-/// head-major `[H][T][D]`; `u` is `[H][D]` scratch.
+/// head-major `[H][T][D]`; `u` is `[H][2·D]` scratch. Each head's tokens run in one call
+/// of `k3_kernels::kda::kda_head_tokens` (one sweep of its state per token).
 pub fn kda_recurrence(s: &mut [f32], x: &KdaInputs<'_>, o_hm: &mut [f32], u: &mut [f32]) {
     let KdaInputs {
         q,
@@ -151,23 +152,24 @@ pub fn kda_recurrence(s: &mut [f32], x: &KdaInputs<'_>, o_hm: &mut [f32], u: &mu
     let p = heads * dim;
     s.par_chunks_mut(dim * dim)
         .zip(o_hm.par_chunks_mut(t * dim))
-        .zip(u.par_chunks_mut(dim))
+        .zip(u.par_chunks_mut(2 * dim))
         .enumerate()
         .with_max_len(1) // one head per job: rayon's default leaves runs a thread can't share
         .for_each(|(h, ((sh, oh), uh))| {
-            for tok in 0..t {
-                let r = tok * p + h * dim..tok * p + (h + 1) * dim;
-                kda_step_head(
-                    sh,
-                    &q[r.clone()],
-                    &k[r.clone()],
-                    &v[r.clone()],
-                    &alpha[r],
-                    beta[tok * heads + h],
-                    uh,
-                    &mut oh[tok * dim..(tok + 1) * dim],
-                );
-            }
+            let head = HeadTokens {
+                q,
+                k,
+                v,
+                alpha,
+                beta,
+                tokens: t,
+                dim,
+                stride: p,
+                offset: h * dim,
+                beta_stride: heads,
+                beta_offset: h,
+            };
+            kda_head_tokens(sh, &head, oh, uh);
         });
 }
 
@@ -390,7 +392,7 @@ pub fn kda_forward_batch(
             dim: dd,
         };
         let (s, ..) = kda_state(states, i, shape)?.parts_mut();
-        kda_recurrence(s, &inputs, &mut sc.o_hm[r], &mut sc.u[..pl]);
+        kda_recurrence(s, &inputs, &mut sc.o_hm[r], &mut sc.u[..2 * pl]);
     }
     // 7. head-wise RMSNorm, 8. sigmoid gate (after the norm), into this rank's `[T][P_r]`
     //    (held in `q`, whose projections the convs have consumed)

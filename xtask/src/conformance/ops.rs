@@ -158,7 +158,7 @@ fn op_recur(fx: &Fx, tol: Tol, _: &Dims) -> R<String> {
     let qs = fx.num("q_scale")? as f32;
     let q: Vec<f32> = fx.t("q")?.iter().map(|v| v * qs).collect();
     let mut s = vec![0f32; h * dk * dk];
-    let (mut o_hm, mut u) = (vec![0f32; t * h * dk], vec![0f32; h * dk]);
+    let (mut o_hm, mut u) = (vec![0f32; t * h * dk], vec![0f32; 2 * h * dk]);
     let (k, v, a, b) = (fx.t("k")?, fx.t("v")?, fx.t("alpha")?, fx.t("beta")?);
     let inputs = KdaInputs {
         q: &q,
