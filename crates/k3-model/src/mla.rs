@@ -30,6 +30,7 @@ use k3_kernels::norm::rmsnorm_inplace;
 use k3_kernels::tmatvec::{latent_scores_lanes, matvec_t_f64, matvec_t_f64_lanes, LANES};
 use k3_kernels::{matvec, Matrix};
 use rayon::prelude::*;
+use std::sync::Mutex;
 
 /// Which attention formulation to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -383,10 +384,17 @@ pub fn attend_latent_chunk(
         ctx: vec![0.0; per_tile * kl],
         scores: vec![0.0; per_tile * keys],
     };
+    // one tile per pool thread, taken by the thread running a head (a job never waits on
+    // another: nothing inside `attend` runs on the pool, so each lock is uncontended)
+    let threads = rayon::current_num_threads().max(1);
+    let tiles: Vec<Mutex<ChunkTile>> = (0..threads).map(|_| Mutex::new(tile())).collect();
     o_hm.par_chunks_mut((n * vh).max(1))
         .enumerate()
-        .with_max_len(2) // short runs of heads (each run allocates its tile)
-        .for_each_init(tile, |t, (h, oh)| {
+        .with_max_len(1) // one head per job (rayon's default leaves unshareable runs)
+        .for_each(|(h, oh)| {
+            let me = rayon::current_thread_index().unwrap_or(0) % threads;
+            let mut t = tiles[me].lock().unwrap_or_else(|e| e.into_inner());
+            let t = &mut *t;
             for start in (0..n).step_by(per_tile) {
                 let m = per_tile.min(n - start);
                 let head = HeadQueries {
