@@ -53,8 +53,9 @@ pub fn machine_facts() -> String {
             .map_or(0.0, |kb| kb * 1024.0 / 1e9)
     };
     format!(
-        "{cpu}, {cores} logical cores, kernels {}, RAM {:.1} GB (available {:.1} GB), load average {}",
+        "{cpu}, {cores} logical cores, kernels {}, AMX-BF16 {}, RAM {:.1} GB (available {:.1} GB), load average {}",
         k3_kernels::simd::simd_level(),
+        k3_kernels::probe::amx_bf16().label(),
         mem("MemTotal:"),
         mem("MemAvailable:"),
         load_average()

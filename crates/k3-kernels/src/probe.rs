@@ -160,9 +160,85 @@ mod arm {
     }
 }
 
+/// AMX bf16 tiles on this machine (docs/NUMERICS.md#avx512_bf16-and-amx): no k3 kernel uses
+/// them yet; benchmarks report it so a table says which machine could.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Amx {
+    /// CPUID reports no AMX-BF16 or no AMX-TILE (or not an x86-64 CPU).
+    NotOnCpu,
+    /// The CPU has them but the OS has not enabled the tile state in XCR0.
+    NotEnabledByOs,
+    /// CPU and OS support them (on Linux a process must still ask for the tile data state
+    /// with `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)` before its first tile
+    /// instruction).
+    Available,
+}
+
+impl Amx {
+    /// A short label for reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            Amx::NotOnCpu => "no (not on this CPU)",
+            Amx::NotEnabledByOs => "no (CPU has it, OS has not enabled the tile state)",
+            Amx::Available => "yes",
+        }
+    }
+}
+
+/// [`Amx`] from CPUID leaf 7 (EDX bit 22 AMX-BF16, bit 24 AMX-TILE) and XCR0 (bits 17–18,
+/// XTILECFG and XTILEDATA).
+pub fn amx_bf16() -> Amx {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__cpuid, __cpuid_count};
+        // (CPUID is safe on every x86-64 CPU; an absent leaf 7 reads as zeros or is ignored)
+        let (max_leaf, leaf7, leaf1) = (__cpuid(0).eax, __cpuid_count(7, 0), __cpuid(1));
+        let cpu = max_leaf >= 7 && leaf7.edx & (1 << 22) != 0 && leaf7.edx & (1 << 24) != 0;
+        if !cpu {
+            return Amx::NotOnCpu;
+        }
+        let osxsave = leaf1.ecx & (1 << 27) != 0;
+        // SAFETY: XGETBV is available when CPUID.1:ECX.OSXSAVE is set (checked first).
+        let xcr0 = if osxsave { unsafe { xcr0() } } else { 0 };
+        if xcr0 & (0b11 << 17) == 0b11 << 17 {
+            Amx::Available
+        } else {
+            Amx::NotEnabledByOs
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        Amx::NotOnCpu
+    }
+}
+
+/// XCR0 (the OS-enabled state components).
+///
+/// # Safety
+/// The CPU must report OSXSAVE (CPUID.1:ECX bit 27).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "xsave")]
+unsafe fn xcr0() -> u64 {
+    std::arch::x86_64::_xgetbv(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn amx_detection_agrees_with_proc_cpuinfo() {
+        // Linux lists `amx_bf16` and `amx_tile` among the flags exactly when CPUID has them
+        // (and the kernel supports them); elsewhere only check that it answers
+        let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+            let _ = amx_bf16();
+            return;
+        };
+        let flags = info.lines().find(|l| l.starts_with("flags")).unwrap_or("");
+        let listed = flags.split_whitespace().any(|f| f == "amx_bf16")
+            && flags.split_whitespace().any(|f| f == "amx_tile");
+        assert_eq!(amx_bf16() == Amx::Available, listed, "{:?}", amx_bf16());
+    }
 
     #[test]
     fn probes_run_and_converge() {
