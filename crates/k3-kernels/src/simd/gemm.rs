@@ -77,18 +77,28 @@ pub(crate) fn kind_of(w: &Matrix) -> Kind {
     }
 }
 
+/// Below this many activations (`t · cols`, 256 KB of f32) [`pack_x`] runs on the calling
+/// thread: a copy of ≤ ~25 µs costs less than a fork-join of the pool and its join barrier
+/// (docs/PERFORMANCE.md#session-12-gemm).
+const PACK_SERIAL_MAX: usize = 1 << 16;
+
 /// Packs the `t` activation rows of `x` (`[t][cols]`) chunk-major into `buf`: chunk `c`,
 /// token `j` at `(c·t + j)·XS`, columns `c·KC ..` in `lay`, `+0` beyond `cols`.
 fn pack_x<'b>(lay: Layout, x: &[f32], t: usize, cols: usize, buf: &'b mut Vec<f32>) -> &'b [f32] {
     let chunks = cols.div_ceil(KC);
     let xs = scratch::aligned_any(buf, chunks * t * XS);
-    xs.par_chunks_mut(t * XS).enumerate().for_each(|(c, dst)| {
+    let pack_chunk = |(c, dst): (usize, &mut [f32])| {
         let (k0, end) = (c * KC, cols.min(c * KC + KC));
         for (j, d) in dst.chunks_mut(XS).enumerate() {
             copy_in_layout(lay, &x[j * cols + k0..j * cols + end], &mut d[..end - k0]);
             d[end - k0..].fill(0.0);
         }
-    });
+    };
+    if t * cols <= PACK_SERIAL_MAX {
+        xs.chunks_mut(t * XS).enumerate().for_each(pack_chunk);
+    } else {
+        xs.par_chunks_mut(t * XS).enumerate().for_each(pack_chunk);
+    }
     xs
 }
 
@@ -120,8 +130,14 @@ pub(crate) fn matmul(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usiz
             out: &out,
         };
         let sb = blocks_per_task(w.rows.div_ceil(RB), rayon::current_num_threads());
+        // Split down to single tasks: rayon's default stops splitting a range after a few
+        // halvings unless a part is stolen, and a thread that runs out of tasks cannot steal
+        // from inside the other's unsplit run, so the call's tail waited on up to a quarter
+        // of the tasks (docs/PERFORMANCE.md#session-12-gemm). Tasks keep their order on each
+        // thread (the next-task prefetch in `next_chunk` still points at the right rows).
         (0..w.rows.div_ceil(RB * sb))
             .into_par_iter()
+            .with_max_len(1)
             .for_each(|b| job.run(level, b * RB * sb, sb));
     });
 }
