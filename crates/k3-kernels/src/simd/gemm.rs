@@ -77,28 +77,21 @@ pub(crate) fn kind_of(w: &Matrix) -> Kind {
     }
 }
 
-/// Below this many activations (`t · cols`, 256 KB of f32) [`pack_x`] runs on the calling
-/// thread: a copy of ≤ ~25 µs costs less than a fork-join of the pool and its join barrier
-/// (docs/PERFORMANCE.md#session-12-gemm).
-const PACK_SERIAL_MAX: usize = 1 << 16;
-
 /// Packs the `t` activation rows of `x` (`[t][cols]`) chunk-major into `buf`: chunk `c`,
 /// token `j` at `(c·t + j)·XS`, columns `c·KC ..` in `lay`, `+0` beyond `cols`.
 fn pack_x<'b>(lay: Layout, x: &[f32], t: usize, cols: usize, buf: &'b mut Vec<f32>) -> &'b [f32] {
     let chunks = cols.div_ceil(KC);
     let xs = scratch::aligned_any(buf, chunks * t * XS);
-    let pack_chunk = |(c, dst): (usize, &mut [f32])| {
+    // In parallel even when small: the fork wakes the other workers while this thread
+    // packs (packing on the calling thread alone delayed their first task by ~20 µs and
+    // cost the 2-thread T 8 MXFP4 GEMM ~5 points; docs/PERFORMANCE.md#session-12-gemm).
+    xs.par_chunks_mut(t * XS).enumerate().for_each(|(c, dst)| {
         let (k0, end) = (c * KC, cols.min(c * KC + KC));
         for (j, d) in dst.chunks_mut(XS).enumerate() {
             copy_in_layout(lay, &x[j * cols + k0..j * cols + end], &mut d[..end - k0]);
             d[end - k0..].fill(0.0);
         }
-    };
-    if t * cols <= PACK_SERIAL_MAX {
-        xs.chunks_mut(t * XS).enumerate().for_each(pack_chunk);
-    } else {
-        xs.par_chunks_mut(t * XS).enumerate().for_each(pack_chunk);
-    }
+    });
     xs
 }
 
