@@ -6,7 +6,7 @@
 //! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|bfs|mx|mx8|mx16|mxs|mxhot|q8|hot|all|calls]`
 //! (`calls`: single calls as `bench-compute` times them — wall clock, weights rotated past the
 //! last-level cache, ~`SECS` (0.6) s per case — best and median per call, `THREADS` threads
-//! (default 2), bench-compute's GEMM shapes or those `ONLY=bf,mx,q8` names;
+//! (default 2), the GEMM shapes of `ONLY=bf,mx,q8` (the default; `f32` adds the f32 ones);
 //! (`bfs`: only the short-row bf16 shape, 7168 × 1536; `TS=9,12`: the MXFP4 token counts;
 //! `LEVEL=avx2+fma`: a level below the
 //! detected one; `ROT=1`: one matrix per case instead of

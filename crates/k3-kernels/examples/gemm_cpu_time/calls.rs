@@ -88,6 +88,20 @@ pub fn main() {
                 case("bf16", &m, 64);
             }
         }
+        if only.contains("f32") {
+            let w: Vec<Vec<f32>> = (0..rotation(1536 * 7168 * 4) as u64)
+                .map(|s| {
+                    vector(1536 * 7168)
+                        .iter()
+                        .map(|v| v * (1.0 + s as f32))
+                        .collect()
+                })
+                .collect();
+            for (r, c, t) in [(1536, 7168, 32), (7168, 1536, 64)] {
+                let m: Vec<_> = w.iter().map(|w| Matrix::f32(r, c, w).unwrap()).collect();
+                case("f32", &m, t);
+            }
+        }
         if only.contains("mx") {
             let per = 3072 * 3584 / 2 + 3072 * 3584 / 32;
             let d: Vec<_> = (0..rotation(per) as u64)
