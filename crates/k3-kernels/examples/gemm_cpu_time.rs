@@ -3,7 +3,10 @@
 //! trials per case, per on-CPU second of the calling thread (ignores other tenants' time
 //! slices) or, with `WALL=1` (needed for `THREADS` > 1), per wall-clock second.
 //!
-//! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|bfs|mx|mx8|mx16|mxs|mxhot|q8|hot|all]`
+//! `[THREADS=N] [WALL=1] cargo run --release -p k3-kernels --example gemm_cpu_time [bf|bfs|mx|mx8|mx16|mxs|mxhot|q8|hot|all|calls]`
+//! (`calls`: single calls as `bench-compute` times them — wall clock, weights rotated past the
+//! last-level cache, ~`SECS` (0.6) s per case — best and median per call, `THREADS` threads
+//! (default 2), the GEMM shapes of `ONLY=bf,mx,q8` (the default; `f32` adds the f32 ones);
 //! (`bfs`: only the short-row bf16 shape, 7168 × 1536; `TS=9,12`: the MXFP4 token counts;
 //! `LEVEL=avx2+fma`: a level below the
 //! detected one; `ROT=1`: one matrix per case instead of
@@ -16,6 +19,9 @@ use std::hint::black_box;
 #[path = "../benches/common/mod.rs"]
 mod common;
 use common::{best_seconds, bf16_data, bytes, mx_data, vector};
+
+#[path = "gemm_cpu_time/calls.rs"]
+mod calls;
 
 /// Best seconds of `f` over 31 trials (on-CPU, or wall with `WALL`).
 fn best(f: impl FnMut()) -> f64 {
@@ -62,6 +68,9 @@ fn level() -> Level {
 
 fn main() {
     let which = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    if which == "calls" {
+        return calls::main();
+    }
     let threads = std::env::var("THREADS").map_or(1, |v| v.parse().unwrap());
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)

@@ -13,6 +13,8 @@ thread_local! {
     pub(crate) static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// GEMM lane state (one per task at a time).
     pub(crate) static STATE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// GEMM outputs staged token-major before they are stored (one per task at a time).
+    pub(crate) static EMIT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's buffer `key` (or a fresh one if it is in use).

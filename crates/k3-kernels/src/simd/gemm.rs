@@ -82,6 +82,9 @@ pub(crate) fn kind_of(w: &Matrix) -> Kind {
 fn pack_x<'b>(lay: Layout, x: &[f32], t: usize, cols: usize, buf: &'b mut Vec<f32>) -> &'b [f32] {
     let chunks = cols.div_ceil(KC);
     let xs = scratch::aligned_any(buf, chunks * t * XS);
+    // In parallel even when small: the fork wakes the other workers while this thread
+    // packs (packing on the calling thread alone delayed their first task by ~20 µs and
+    // cost the 2-thread T 8 MXFP4 GEMM ~5 points; docs/PERFORMANCE.md#session-12-gemm).
     xs.par_chunks_mut(t * XS).enumerate().for_each(|(c, dst)| {
         let (k0, end) = (c * KC, cols.min(c * KC + KC));
         for (j, d) in dst.chunks_mut(XS).enumerate() {
@@ -120,8 +123,14 @@ pub(crate) fn matmul(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usiz
             out: &out,
         };
         let sb = blocks_per_task(w.rows.div_ceil(RB), rayon::current_num_threads());
+        // Split down to single tasks: rayon's default stops splitting a range after a few
+        // halvings unless a part is stolen, and a thread that runs out of tasks cannot steal
+        // from inside the other's unsplit run, so the call's tail waited on up to a quarter
+        // of the tasks (docs/PERFORMANCE.md#session-12-gemm). Tasks keep their order on each
+        // thread (the next-task prefetch in `next_chunk` still points at the right rows).
         (0..w.rows.div_ceil(RB * sb))
             .into_par_iter()
+            .with_max_len(1)
             .for_each(|b| job.run(level, b * RB * sb, sb));
     });
 }
@@ -337,19 +346,29 @@ impl Job<'_> {
             (r0 + blocks * RB, 0)
         };
         let c = self.w.cols;
-        let end = c.min(k0 + KC);
+        let (end, rows) = (c.min(k0 + KC), r0..self.w.rows.min(r0 + RB));
         let mut a = Ahead::default();
-        for r in r0..self.w.rows.min(r0 + RB) {
-            match self.w.data {
-                MatrixData::F32(d) => a.push(d[r * c + k0..].as_ptr().cast(), (end - k0) * 4),
-                MatrixData::Bf16(d) => a.push(d[r * c + k0..].as_ptr().cast(), (end - k0) * 2),
-                MatrixData::Q8 { values, .. } => {
-                    a.push(values[r * c + k0..].as_ptr().cast(), end - k0)
-                }
-                MatrixData::Mxfp4 { packed, scales } => {
-                    a.push(packed[(r * c + k0) / 2..].as_ptr(), (end - k0) / 2);
-                    a.push(scales[(r * c + k0) / GROUP..].as_ptr(), (end - k0) / GROUP);
-                }
+        // Hint addresses only (never dereferenced), stepped per row without slicing: this
+        // runs once per block and chunk (3–4 % of the T 8 MXFP4 GEMM with a bounds-checked
+        // slice and a storage match per row, `perf`).
+        // (base, bytes per row, offset in the row, bytes) of each region of a row.
+        let regions: [(*const u8, usize, usize, usize); 2] = match self.w.data {
+            MatrixData::F32(d) => [(d.as_ptr().cast(), c * 4, k0 * 4, (end - k0) * 4); 2],
+            MatrixData::Bf16(d) => [(d.as_ptr().cast(), c * 2, k0 * 2, (end - k0) * 2); 2],
+            MatrixData::Q8 { values, .. } => [(values.as_ptr().cast(), c, k0, end - k0); 2],
+            MatrixData::Mxfp4 { packed, scales } => [
+                (packed.as_ptr(), c / 2, k0 / 2, (end - k0) / 2),
+                (scales.as_ptr(), c / GROUP, k0 / GROUP, (end - k0) / GROUP),
+            ],
+        };
+        let n = if matches!(self.w.data, MatrixData::Mxfp4 { .. }) {
+            2
+        } else {
+            1
+        };
+        for r in rows {
+            for &(base, row_bytes, at, bytes) in &regions[..n] {
+                a.push(base.wrapping_add(r * row_bytes + at), bytes);
             }
         }
         a
@@ -402,7 +421,23 @@ impl Job<'_> {
         tg: usize,
         states: impl Iterator<Item = &'s [f32]>,
     ) {
-        let mut staged = [0f32; SB * RB * TG];
+        scratch::with(&scratch::EMIT, |buf| {
+            // Every staged value read below is written first (no clearing: a zeroed 8 KB
+            // array per call was ~1 % of the T 8 MXFP4 GEMM, `perf`).
+            let staged = scratch::aligned_any(buf, SB * RB * TG);
+            self.emit_into::<I>(staged, r0, tok0, tg, states);
+        })
+    }
+
+    /// [`Job::emit`] staging through `staged` (`SB · RB · TG` long).
+    fn emit_into<'s, I: Isa>(
+        &self,
+        staged: &mut [f32],
+        r0: usize,
+        tok0: usize,
+        tg: usize,
+        states: impl Iterator<Item = &'s [f32]>,
+    ) {
         let mut nrows = 0;
         for (b, state) in states.enumerate() {
             let nr = RB.min(self.w.rows - (r0 + b * RB));

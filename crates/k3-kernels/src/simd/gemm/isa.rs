@@ -336,6 +336,15 @@ unsafe fn fused_rows_avx512<const R: usize, const TB: usize>(
         ..
     } = *tile;
     let groups = tile.cols.1 / GROUP;
+    // The block's rows at the tile's columns, checked once here (their pointers are then
+    // stepped per row pair: slicing each row per call cost ~3 % of the T 8 GEMM, `perf`).
+    let (cols, k0) = (tile.w.cols, tile.cols.0);
+    let (last_p, last_s) = tile.row_mx(packed, scales, rb + nr - 1);
+    assert!(
+        last_p.len() == 16 * groups && last_s.len() == groups,
+        "MXFP4 tile"
+    );
+    let (code0, scale0) = (packed[k0 / 2..].as_ptr(), scales[k0 / GROUP..].as_ptr());
     let blocks = tg.div_ceil(TB);
     let per = ahead.lines_left().div_ceil(blocks * nr.div_ceil(R)).max(1);
     let mut t0 = 0;
@@ -344,8 +353,8 @@ unsafe fn fused_rows_avx512<const R: usize, const TB: usize>(
         for rg in (0..nr).step_by(R) {
             // Rows past `nr` repeat the last (their lanes land in unused slots of the block).
             let rows: [usize; R] = std::array::from_fn(|i| rb + (rg + i).min(nr - 1));
-            let p = rows.map(|r| tile.row_mx(packed, scales, r).0.as_ptr());
-            let s = rows.map(|r| tile.row_mx(packed, scales, r).1.as_ptr());
+            let p = rows.map(|r| code0.wrapping_add(r * cols / 2));
+            let s = rows.map(|r| scale0.wrapping_add(r * cols / GROUP));
             let (xp, sp) = (
                 x.wrapping_add(t0 * XS),
                 st.wrapping_add((rg * tg + t0) * 16),
@@ -354,7 +363,8 @@ unsafe fn fused_rows_avx512<const R: usize, const TB: usize>(
             // The hints spread over the call's groups (a burst before each call stalled,
             // ~10 % of the T 8 GEMM's samples; docs/PERFORMANCE.md#session-11-gemm).
             let pf = ahead.take(per, groups);
-            // SAFETY: VBMI (caller); the slices above hold `groups` groups of every row;
+            // SAFETY: VBMI (caller); rows `rb ..= rb + nr - 1` hold `groups` groups from
+            // column `k0` (the last row's slice, asserted, ends past the others);
             // tokens `t0 .. t0 + n <= tg` (the blocks' sizes sum to `tg`, each ≤ `TB`) and
             // rows `rg .. rg + R <= RB` are inside the caller's guarantees (`kc` f32 at
             // every `x + j·XS`, the block's state slots).
