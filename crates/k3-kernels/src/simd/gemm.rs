@@ -60,10 +60,23 @@ impl Out {
     ///
     /// # Safety
     /// No other thread accesses indices `i .. i + run.len()` during the `matmul` call.
+    /// Runs are ≤ `SB · RB` values, so they go out 8 at a time as fixed-size copies, not
+    /// through a `memcpy` call per run (the call was ~0.6 % of a prefill's samples, `perf`).
     unsafe fn write_run(&self, i: usize, run: &[f32]) {
         assert!(i + run.len() <= self.len, "matmul output run");
-        // SAFETY: in bounds (checked) and owned by the caller; `run` is a local buffer.
-        unsafe { std::ptr::copy_nonoverlapping(run.as_ptr(), self.ptr.add(i), run.len()) };
+        let mut eights = run.chunks_exact(8);
+        let mut at = i;
+        for e in &mut eights {
+            let e: [f32; 8] = e.try_into().unwrap_or_default();
+            // SAFETY: in bounds (checked) and owned by the caller; an unaligned store.
+            unsafe { self.ptr.add(at).cast::<[f32; 8]>().write_unaligned(e) };
+            at += 8;
+        }
+        for &v in eights.remainder() {
+            // SAFETY: as above.
+            unsafe { self.ptr.add(at).write(v) };
+            at += 1;
+        }
     }
 }
 
