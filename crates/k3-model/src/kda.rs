@@ -139,38 +139,32 @@ pub struct KdaInputs<'a> {
 /// head-major `[H][T][D]`; `u` is `[H][2·D]` scratch. Each head's tokens run in one call
 /// of `k3_kernels::kda::kda_head_tokens` (one sweep of its state per token).
 pub fn kda_recurrence(s: &mut [f32], x: &KdaInputs<'_>, o_hm: &mut [f32], u: &mut [f32]) {
-    let KdaInputs {
-        q,
-        k,
-        v,
-        alpha,
-        beta,
-        t,
-        heads,
-        dim,
-    } = *x;
-    let p = heads * dim;
+    let (t, dim) = (x.t, x.dim);
     s.par_chunks_mut(dim * dim)
         .zip(o_hm.par_chunks_mut(t * dim))
         .zip(u.par_chunks_mut(2 * dim))
         .enumerate()
         .with_max_len(1) // one head per job: rayon's default leaves runs a thread can't share
-        .for_each(|(h, ((sh, oh), uh))| {
-            let head = HeadTokens {
-                q,
-                k,
-                v,
-                alpha,
-                beta,
-                tokens: t,
-                dim,
-                stride: p,
-                offset: h * dim,
-                beta_stride: heads,
-                beta_offset: h,
-            };
-            kda_head_tokens(sh, &head, oh, uh);
-        });
+        .for_each(|(h, ((sh, oh), uh))| kda_head_tokens(sh, &x.head(h), oh, uh));
+}
+
+impl<'a> KdaInputs<'a> {
+    /// Head `h`'s view of the call's tokens.
+    fn head(&self, h: usize) -> HeadTokens<'a> {
+        HeadTokens {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            alpha: self.alpha,
+            beta: self.beta,
+            tokens: self.t,
+            dim: self.dim,
+            stride: self.heads * self.dim,
+            offset: h * self.dim,
+            beta_stride: self.heads,
+            beta_offset: h,
+        }
+    }
 }
 
 /// Channels per short-conv task: 3 convs × P / 1024 tasks (36 at the released P = 12,288)
