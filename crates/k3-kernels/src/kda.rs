@@ -1,102 +1,5 @@
-//! One KDA delta-rule recurrence step for one head (docs/NUMERICS.md#model-ops, "KDA
-//! recurrence"), state `S[d_k][d_v]` f32.
-
-/// Updates `s` (`[dk][dv]`, row-major) with one token and writes `out` (`[dv]`):
-/// 1. decay rows `S[i][:] *= alpha[i]`;
-/// 2. read `u[j] = Σ_i k[i]·S[i][j]` (i ascending, rows with `k[i] == 0` skipped);
-/// 3. write `S[i][j] += (k[i]·beta)·(v[j] − u[j])` (rows with `k[i] == 0` skipped);
-/// 4. `out[j] = Σ_i q[i]·S[i][j]` from the UPDATED state (rows with `q[i] == 0` skipped).
-///
-/// `q` must already be L2-normalised and scaled by `1/sqrt(d_k)`; `u` is scratch `[dv]`.
-#[allow(clippy::too_many_arguments)]
-pub fn kda_step_head(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    alpha: &[f32],
-    beta: f32,
-    u: &mut [f32],
-    out: &mut [f32],
-) {
-    let (dk, dv) = (k.len(), v.len());
-    assert_eq!(s.len(), dk * dv, "kda state size");
-    assert_eq!(q.len(), dk, "kda q length");
-    assert_eq!(alpha.len(), dk, "kda alpha length");
-    assert_eq!(u.len(), dv, "kda scratch length");
-    assert_eq!(out.len(), dv, "kda output length");
-    step_best(s, q, k, v, alpha, beta, u, out)
-}
-
-crate::simd::per_level! {
-    fn step_best(
-        s: &mut [f32],
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        alpha: &[f32],
-        beta: f32,
-        u: &mut [f32],
-        out: &mut [f32],
-    ) = step_any;
-}
-
-/// The body of [`kda_step_head`], compiled once per vector level: every loop runs over `j`
-/// with one multiply and one add per element (no fusion), the same at every width. Steps 1–2
-/// share one sweep of the state (row `i` decayed, then added to `u`: `u` still sums rows in
-/// ascending `i`), and so do steps 3–4 (row `i` written, then added to `out`), so the
-/// `[dk][dv]` state (64 KB at D = 128, past L1) is read twice per token instead of four
-/// times, with the same operations in the same order.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn step_any(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    alpha: &[f32],
-    beta: f32,
-    u: &mut [f32],
-    out: &mut [f32],
-) {
-    let dv = v.len();
-    u.fill(0.0);
-    for ((row, &a), &ki) in s.chunks_exact_mut(dv).zip(alpha).zip(k) {
-        if ki != 0.0 {
-            for (x, uj) in row.iter_mut().zip(u.iter_mut()) {
-                *x *= a;
-                *uj += ki * *x;
-            }
-        } else {
-            row.iter_mut().for_each(|x| *x *= a);
-        }
-    }
-    out.fill(0.0);
-    for ((row, &ki), &qi) in s.chunks_exact_mut(dv).zip(k).zip(q) {
-        let kb = ki * beta;
-        match (ki != 0.0, qi != 0.0) {
-            (true, true) => {
-                for (((sj, &vj), &uj), oj) in
-                    row.iter_mut().zip(v).zip(u.iter()).zip(out.iter_mut())
-                {
-                    *sj += kb * (vj - uj);
-                    *oj += qi * *sj;
-                }
-            }
-            (true, false) => {
-                for ((sj, &vj), &uj) in row.iter_mut().zip(v).zip(u.iter()) {
-                    *sj += kb * (vj - uj);
-                }
-            }
-            (false, true) => {
-                for (oj, &sj) in out.iter_mut().zip(row.iter()) {
-                    *oj += qi * sj;
-                }
-            }
-            (false, false) => {}
-        }
-    }
-}
+//! The KDA delta-rule recurrence of one head (docs/NUMERICS.md#model-ops, "KDA
+//! recurrence"), state `S[d_k][d_v]` f32, and the per-channel decay.
 
 /// One head's inputs over `tokens` tokens: token `t`'s `q`, `k`, `v`, `alpha` are the `dim`
 /// values at `t·stride + offset` of their `[T][·]` arrays, its `beta` is
@@ -125,9 +28,16 @@ impl HeadTokens<'_> {
     }
 }
 
-/// [`kda_step_head`] for every token of one head in order (`s` `[dim][dim]`, `out` receives
-/// `[tokens][dim]`): the same operations on every element in the same order, in ONE sweep of
-/// the state per token instead of two — row `i`'s write and output for token `t` are followed
+/// Every token of one head in order through the delta rule (`s` `[dim][dim]`, row-major;
+/// `out` receives `[tokens][dim]`). Per token:
+/// 1. decay rows `S[i][:] *= alpha[i]`;
+/// 2. read `u[j] = Σ_i k[i]·S[i][j]` (i ascending, rows with `k[i] == 0` skipped);
+/// 3. write `S[i][j] += (k[i]·beta)·(v[j] − u[j])` (rows with `k[i] == 0` skipped);
+/// 4. `out[j] = Σ_i q[i]·S[i][j]` from the UPDATED state (rows with `q[i] == 0` skipped).
+///
+/// `q` must already be L2-normalised and scaled by `1/sqrt(d_k)`. Every loop is one multiply
+/// and one add per element (no fusion), the same at every vector width. The four steps run
+/// in ONE sweep of the state per token — row `i`'s write and output for token `t` are followed
 /// at once by its decay and read for token `t + 1` (each element still sees write `t`,
 /// output `t`, decay `t + 1`, read `t + 1`, and every sum still runs over `i` ascending) —
 /// and columns in blocks whose `u`, `v − u` and output stay in registers across the rows.
@@ -352,37 +262,7 @@ fn decay_any(
 mod tests {
     use super::*;
 
-    /// Two steps at the vector level in use and on the forced scalar path: the same bits
-    /// (zero k and q entries exercise the skipped rows).
-    #[test]
-    fn step_is_the_same_at_every_level() {
-        let (dk, dv) = (12, 37);
-        let f = |n: usize, m: f32| -> Vec<f32> {
-            (0..n)
-                .map(|i| {
-                    if i % 5 == 3 {
-                        0.0
-                    } else {
-                        ((i as f32 + m) * 0.77).sin()
-                    }
-                })
-                .collect()
-        };
-        let (q, k, v, alpha) = (f(dk, 1.0), f(dk, 2.0), f(dv, 3.0), f(dk, 4.0));
-        let run = |scalar: bool| {
-            crate::simd::set_force_scalar(scalar);
-            let (mut s, mut u, mut out) = (f(dk * dv, 5.0), vec![0f32; dv], vec![0f32; dv]);
-            kda_step_head(&mut s, &q, &k, &v, &alpha, 0.6, &mut u, &mut out);
-            kda_step_head(&mut s, &k, &q, &v, &alpha, 0.3, &mut u, &mut out);
-            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            (bits(&s), bits(&out))
-        };
-        let (vector, scalar) = (run(false), run(true));
-        crate::simd::set_force_scalar(false);
-        assert_eq!(vector, scalar);
-    }
-
-    /// The four steps of [`kda_step_head`]'s doc, one sweep each, as written there.
+    /// The four steps of [`kda_head_tokens`]' doc for one token, one sweep each, as written.
     #[allow(clippy::too_many_arguments)]
     fn four_sweeps(
         s: &mut [f32],
@@ -413,44 +293,11 @@ mod tests {
         }
     }
 
-    /// The fused sweeps equal the four separate ones bit for bit, on every level, over
-    /// several tokens (zero k and q entries in every combination).
+    /// A head's tokens in one call equal the definition's four sweeps per token bit for bit,
+    /// on every level, at widths that take each column block (64, 16 and single columns),
+    /// with `T` 1..4 and zero `k` and `q` entries in every combination.
     #[test]
-    fn step_equals_its_four_sweeps() {
-        let (dk, dv) = (16, 40);
-        let f = |n: usize, m: f32, zero: usize| -> Vec<f32> {
-            (0..n)
-                .map(|i| {
-                    if i % zero == 1 {
-                        0.0
-                    } else {
-                        ((i as f32 + m) * 0.77).sin() * 1.3
-                    }
-                })
-                .collect()
-        };
-        for scalar in [false, true] {
-            crate::simd::set_force_scalar(scalar);
-            let (mut s1, mut s2) = (f(dk * dv, 5.0, 1000), f(dk * dv, 5.0, 1000));
-            let (mut u, mut o1, mut o2) = (vec![0f32; dv], vec![0f32; dv], vec![0f32; dv]);
-            for tok in 0..6 {
-                let m = tok as f32;
-                let (q, k) = (f(dk, 1.0 + m, 3), f(dk, 2.0 + m, 4));
-                let (v, alpha) = (f(dv, 3.0 + m, 1000), f(dk, 4.0 + m, 1000));
-                kda_step_head(&mut s1, &q, &k, &v, &alpha, 0.6, &mut u, &mut o1);
-                four_sweeps(&mut s2, &q, &k, &v, &alpha, 0.6, &mut o2);
-                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&s1), bits(&s2), "state, token {tok}, scalar {scalar}");
-                assert_eq!(bits(&o1), bits(&o2), "out, token {tok}, scalar {scalar}");
-            }
-        }
-        crate::simd::set_force_scalar(false);
-    }
-
-    /// A head's tokens in one call equal the per-token steps bit for bit, on every level, at
-    /// widths that take each column block (64, 16 and single columns) and with `T` 1..4.
-    #[test]
-    fn head_tokens_equal_the_steps() {
+    fn head_tokens_equal_four_sweeps_per_token() {
         for dim in [1, 5, 37, 80, 128] {
             for tokens in 1..=4 {
                 let (heads, h) = (3, 1);
@@ -487,13 +334,13 @@ mod tests {
                     let (mut s1, mut s2) = (f(dim * dim, 6.0, 1000), f(dim * dim, 6.0, 1000));
                     let mut o1 = vec![0f32; tokens * dim];
                     kda_head_tokens(&mut s1, &x, &mut o1, &mut vec![0f32; 2 * dim]);
-                    let (mut u, mut o2) = (vec![0f32; dim], vec![0f32; tokens * dim]);
+                    let mut o2 = vec![0f32; tokens * dim];
                     for t in 0..tokens {
                         let r = t * p + h * dim..t * p + (h + 1) * dim;
                         let (qt, kt, vt, at) =
                             (&q[r.clone()], &k[r.clone()], &v[r.clone()], &alpha[r]);
                         let o = &mut o2[t * dim..(t + 1) * dim];
-                        kda_step_head(&mut s2, qt, kt, vt, at, beta[t * heads + h], &mut u, o);
+                        four_sweeps(&mut s2, qt, kt, vt, at, beta[t * heads + h], o);
                     }
                     let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                     let what = format!("dim {dim}, tokens {tokens}, scalar {scalar}");
