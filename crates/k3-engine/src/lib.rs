@@ -178,6 +178,8 @@ pub struct Engine {
     draft_choice: Option<planning::DraftChoice>,
     /// The counting decorator around [`EngineOptions::comm`] (`None`: one process).
     comm_counter: Option<Arc<CountingComm>>,
+    /// Scratch of ended sessions, for the next ones (never more than were alive at once).
+    spare_scratch: std::sync::Mutex<Vec<k3_model::scratch::Scratch>>,
 }
 
 /// Loads the tokenizer from `explicit`, else from `model_dir` when it has one.
@@ -354,6 +356,7 @@ impl Engine {
             draft,
             draft_choice,
             comm_counter,
+            spare_scratch: Default::default(),
         })
     }
 
@@ -503,6 +506,19 @@ impl Engine {
             exact: self.weights(),
         };
         Ok(f(&weights, &experts))
+    }
+
+    /// An ended session's scratch, if any is kept.
+    pub(crate) fn take_spare_scratch(&self) -> Option<k3_model::scratch::Scratch> {
+        self.spare_scratch.lock().ok()?.pop()
+    }
+    /// Keeps an ended session's scratch for the next session. The pool only ever holds
+    /// scratch that a live session held before, so it never outgrows the most sessions alive
+    /// at once.
+    pub(crate) fn give_back_scratch(&self, scratch: k3_model::scratch::Scratch) {
+        if let Ok(mut spare) = self.spare_scratch.lock() {
+            spare.push(scratch);
+        }
     }
 
     /// A new conversation state able to hold `max_ctx` positions.

@@ -69,6 +69,15 @@ pub struct Session<'e> {
     pub(crate) drafter: Option<Box<crate::hybrid::DraftModel<'e>>>,
 }
 
+/// An ended session's scratch goes back to its engine for the next session: a new
+/// session's prefill then writes pages already mapped instead of faulting its whole scratch
+/// in again (docs/PERFORMANCE.md#session-13-acceptance-runs-and-scratch-reuse).
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        self.engine.give_back_scratch(self.state.take_scratch());
+    }
+}
+
 impl<'e> Session<'e> {
     pub(crate) fn new(engine: &'e Engine, max_ctx: usize) -> Result<Self, EngineError> {
         if max_ctx == 0 {
@@ -76,7 +85,10 @@ impl<'e> Session<'e> {
                 "context length must be at least 1".into(),
             ));
         }
-        let state = engine.model.new_state(max_ctx);
+        let state = match engine.take_spare_scratch() {
+            Some(scratch) => engine.model.new_state_with(max_ctx, scratch),
+            None => engine.model.new_state(max_ctx),
+        };
         Ok(Session {
             engine,
             state,

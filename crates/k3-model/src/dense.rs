@@ -19,6 +19,13 @@ pub struct DenseScratch {
 }
 
 impl DenseScratch {
+    /// Fills every buffer with NaN (tests: a reused scratch's old values never matter).
+    #[cfg(test)]
+    pub(crate) fn poison(&mut self) {
+        [&mut self.g, &mut self.u, &mut self.a]
+            .into_iter()
+            .for_each(|b| b.fill(f32::NAN));
+    }
     /// Bytes each further token adds.
     pub fn bytes_per_token(d: &Dims) -> u64 {
         3 * d.dense_inter as u64 * 4

@@ -144,6 +144,10 @@ impl Model {
     pub fn new_state(&self, max_ctx: usize) -> State {
         State::with_kda_heads(&self.dims, max_ctx, self.kda_heads())
     }
+    /// [`Model::new_state`] reusing an earlier session's scratch ([`State::take_scratch`]).
+    pub fn new_state_with(&self, max_ctx: usize, scratch: Scratch) -> State {
+        State::with_scratch(&self.dims, max_ctx, self.kda_heads(), scratch)
+    }
     /// The KDA heads this rank runs (and its states hold): `0..H` on one process.
     pub fn kda_heads(&self) -> std::ops::Range<usize> {
         self.dist().heads(self.dims.kda_heads)

@@ -38,6 +38,27 @@ pub struct KdaScratch {
 }
 
 impl KdaScratch {
+    /// Fills every buffer with NaN (tests: a reused scratch's old values never matter).
+    #[cfg(test)]
+    pub(crate) fn poison(&mut self) {
+        let bufs = [
+            &mut self.q,
+            &mut self.k,
+            &mut self.v,
+            &mut self.g,
+            &mut self.z,
+            &mut self.qc,
+            &mut self.kc,
+            &mut self.vc,
+            &mut self.braw,
+            &mut self.f,
+            &mut self.alpha,
+            &mut self.o_hm,
+            &mut self.o,
+            &mut self.u,
+        ];
+        bufs.into_iter().for_each(|b| b.fill(f32::NAN));
+    }
     /// Bytes each further token adds (the `[T]`-sized buffers of [`KdaScratch::ensure`]).
     pub fn bytes_per_token(d: &Dims) -> u64 {
         (11 * d.kda_proj() + d.kda_heads + d.kda_dim) as u64 * 4

@@ -57,6 +57,21 @@ pub struct MlaScratch {
 }
 
 impl MlaScratch {
+    /// Fills every buffer with NaN (tests: a reused scratch's old values never matter).
+    #[cfg(test)]
+    pub(crate) fn poison(&mut self) {
+        let bufs = [
+            &mut self.cq,
+            &mut self.q,
+            &mut self.ckv,
+            &mut self.gate,
+            &mut self.o,
+            &mut self.ctx,
+            &mut self.scores,
+        ];
+        bufs.into_iter().for_each(|b| b.fill(f32::NAN));
+        self.q_lat.fill(f64::NAN);
+    }
     /// Bytes each further token adds (the `[T]`-sized buffers of [`MlaScratch::ensure`];
     /// the `[H][ctx]` scores are planned with the context).
     pub fn bytes_per_token(d: &Dims) -> u64 {

@@ -50,6 +50,34 @@ pub struct MoeScratch {
 }
 
 impl MoeScratch {
+    /// Fills every buffer with NaN, `true` or the largest index (tests: a reused scratch's old
+    /// values never matter).
+    #[cfg(test)]
+    pub(crate) fn poison(&mut self) {
+        let one = &mut self.one;
+        let bufs = [
+            &mut self.scores,
+            &mut self.wts,
+            &mut self.z,
+            &mut self.ybuf,
+            &mut self.acc,
+            &mut self.sg,
+            &mut self.su,
+            &mut self.sa,
+            &mut self.sd,
+            &mut one.gz,
+            &mut one.gg,
+            &mut one.gu,
+            &mut one.ga,
+            &mut one.gy,
+        ];
+        bufs.into_iter().for_each(|b| b.fill(f32::NAN));
+        self.taken.fill(true);
+        self.filled.fill(true);
+        self.idx.fill(u32::MAX);
+        self.union.fill(u32::MAX);
+        self.users.fill(usize::MAX);
+    }
     /// Bytes each further token adds (the `[T]`-sized buffers of [`MoeScratch::ensure`]:
     /// ids, weights, flags and union per slot; latent, expert and shared activations).
     pub fn bytes_per_token(d: &Dims) -> u64 {

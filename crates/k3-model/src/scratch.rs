@@ -1,5 +1,6 @@
 //! Per-session scratch: every per-call buffer, allocated when the session is created (sized for
-//! one token) and grown only when a longer prefill arrives; decode never allocates here.
+//! one token, or an ended session's scratch reused) and grown only when a longer prefill
+//! arrives; decode never allocates here.
 
 use crate::dense::DenseScratch;
 use crate::dims::Dims;
@@ -74,13 +75,40 @@ impl Scratch {
 
     /// Scratch for a session of `max_ctx` positions, sized for single-token decode.
     pub fn new(d: &Dims, max_ctx: usize) -> Self {
-        let mut s = Scratch::default();
-        s.ensure(d, 1);
-        s.layer.kda.ensure(d, 1);
-        s.layer.mla.ensure(d, 1, max_ctx);
-        s.layer.moe.ensure(d, 1);
-        s.layer.dense.ensure(d, 1);
-        s
+        Scratch::default().refit(d, max_ctx)
+    }
+    /// An earlier session's scratch, for a new session of `max_ctx` positions: kept as it
+    /// is (grown by that session's calls) and grown to what [`Scratch::new`] would hold, so
+    /// the new session's prefill writes pages already mapped instead of faulting them in
+    /// again (docs/PERFORMANCE.md#session-13-acceptance-runs-and-scratch-reuse). No buffer
+    /// is read before it is written in a call, so the old contents never matter.
+    pub fn refit(mut self, d: &Dims, max_ctx: usize) -> Self {
+        self.ensure(d, 1);
+        self.layer.kda.ensure(d, 1);
+        self.layer.mla.ensure(d, 1, max_ctx);
+        self.layer.moe.ensure(d, 1);
+        self.layer.dense.ensure(d, 1);
+        self
+    }
+    /// Fills every buffer with NaN (or `true`, or the largest index): tests that a reused
+    /// scratch's old values never reach a result.
+    #[cfg(test)]
+    pub(crate) fn poison(&mut self) {
+        let l = &mut self.layer;
+        let bufs = [
+            &mut self.h,
+            &mut self.blocks,
+            &mut self.xn_head,
+            &mut l.prefix,
+            &mut l.xn,
+            &mut l.y,
+            &mut l.fold,
+        ];
+        bufs.into_iter().for_each(|b| b.fill(f32::NAN));
+        l.kda.poison();
+        l.mla.poison();
+        l.moe.poison();
+        l.dense.poison();
     }
     /// Grows the model-level buffers for `t` tokens.
     pub fn ensure(&mut self, d: &Dims, t: usize) {

@@ -180,6 +180,16 @@ impl State {
     /// [`crate::Dist::heads`]): its recurrent states and conv histories are those heads'.
     /// The latent MLA caches are whole (shared by every head).
     pub fn with_kda_heads(dims: &Dims, max_ctx: usize, kda_heads: Range<usize>) -> Self {
+        State::with_scratch(dims, max_ctx, kda_heads, Scratch::new(dims, max_ctx))
+    }
+    /// [`State::with_kda_heads`] with `scratch` (an earlier session's, [`Scratch::refit`]
+    /// here) instead of a fresh one.
+    pub fn with_scratch(
+        dims: &Dims,
+        max_ctx: usize,
+        kda_heads: Range<usize>,
+        scratch: Scratch,
+    ) -> Self {
         let kda = (0..dims.n_kda())
             .map(|_| KdaState::new(kda_heads.len(), dims.kda_dim, dims.conv_k))
             .collect();
@@ -194,8 +204,13 @@ impl State {
             pos: 0,
             max_ctx,
             poisoned: false,
-            scratch: Scratch::new(dims, max_ctx),
+            scratch: scratch.refit(dims, max_ctx),
         }
+    }
+    /// Hands the scratch over for a later session ([`State::with_scratch`]); this state keeps
+    /// an empty one (grown again by its next call, if any).
+    pub fn take_scratch(&mut self) -> Scratch {
+        std::mem::take(&mut self.scratch)
     }
     /// Back to an empty conversation (zero state, position 0, not poisoned).
     pub fn reset(&mut self) {

@@ -61,6 +61,15 @@ fn case(name: &str, mats: &[Matrix], t: usize) {
     );
 }
 
+/// The MXFP4 token counts: `TS` (comma-separated), else `default`.
+fn token_counts(default: &[usize]) -> Vec<usize> {
+    std::env::var("TS").map_or(default.to_vec(), |v| {
+        v.split(',')
+            .map(|t| t.trim().parse().expect("TS"))
+            .collect()
+    })
+}
+
 /// Matrices per case: ≥ 96 MB of weights (3× a 32 MB L3), as `bench-compute`.
 fn rotation(bytes_per: usize) -> usize {
     96_000_000usize.div_ceil(bytes_per).clamp(2, 32)
@@ -111,7 +120,7 @@ pub fn main() {
                 .iter()
                 .map(|(p, s)| Matrix::mxfp4(3072, 3584, p, s).unwrap())
                 .collect();
-            for t in [8, 16, 32] {
+            for &t in &token_counts(&[8, 16, 32]) {
                 case("mxfp4", &m, t);
             }
             let m: Vec<_> = d

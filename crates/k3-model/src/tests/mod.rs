@@ -289,3 +289,35 @@ fn wrong_weight_shape_is_a_shape_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_reused_scratch_gives_a_fresh_sessions_bits() {
+    let (m, w, x) = model();
+    let run = |st: &mut State| {
+        let mut out = m
+            .forward(&w, &x, &PROMPT, st, LogitsMode::All)
+            .unwrap()
+            .data;
+        out.extend(m.decode(&w, &x, 11, st).unwrap());
+        out
+    };
+    let fresh = run(&mut m.new_state(32));
+    // An earlier session of other tokens, a longer prefill and decode steps leaves its
+    // values in every buffer it grew.
+    let mut old = m.new_state(40);
+    let longer: Vec<u32> = (0..23).map(|i| (i * 37 + 5) % 97).collect();
+    m.forward(&w, &x, &longer, &mut old, LogitsMode::All)
+        .unwrap();
+    m.decode(&w, &x, 3, &mut old).unwrap();
+    let mut reused = m.new_state_with(32, old.take_scratch());
+    assert_eq!(bits(&run(&mut reused)), bits(&fresh));
+    // Nothing is read before it is written: not even NaN everywhere reaches a result.
+    let mut scratch = reused.take_scratch();
+    scratch.poison();
+    let mut poisoned = m.new_state_with(32, scratch);
+    assert_eq!(bits(&run(&mut poisoned)), bits(&fresh));
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
