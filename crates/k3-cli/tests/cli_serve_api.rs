@@ -7,7 +7,6 @@ mod serve_common;
 use serde_json::{json, Value};
 use serve_common::{chat_body, concat_stream, error_of, long_job, sse_events, Server};
 use std::io::Read;
-use std::time::Duration;
 
 fn user() -> Value {
     json!([{"role": "user", "content": "hi"}])
@@ -215,20 +214,6 @@ fn any_model_name_is_served_and_models_by_id() {
     assert_eq!((st, error_of(&v).2), (404, Some("model_not_found")), "{v}");
 }
 
-/// Waits (bounded) for a stderr line containing `needle`.
-fn log_line(s: &Server, needle: &str) -> String {
-    for _ in 0..200 {
-        if let Some(l) = s.stderr.lock().unwrap().iter().find(|l| l.contains(needle)) {
-            return l.clone();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!(
-        "no stderr line with {needle:?}: {:?}",
-        s.stderr.lock().unwrap()
-    );
-}
-
 #[test]
 fn each_request_logs_one_line() {
     let s = Server::start(&[]);
@@ -237,7 +222,7 @@ fn each_request_logs_one_line() {
         &chat_body(user(), json!({"max_tokens": 3})),
     );
     let id = v["id"].as_str().unwrap();
-    let line = log_line(&s, &format!("request {id} "));
+    let line = s.wait_log_line(&format!("request {id} "));
     for part in [
         "/v1/chat/completions",
         "prompt ",
@@ -268,7 +253,7 @@ fn a_queued_stream_gets_keep_alive_comments() {
     assert!(text.starts_with(": keep-alive\n\n"), "{text:?}");
     drop(queued);
     drop(first);
-    log_line(&s, "cancelled while queued");
+    s.wait_log_line("cancelled while queued");
 }
 
 #[test]

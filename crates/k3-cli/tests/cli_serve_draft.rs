@@ -56,7 +56,9 @@ fn a_draft_trunk_changes_no_reply() {
     flags.extend(["--draft-trunk", dir.to_str().unwrap()]);
     let hybrid = Server::start(&flags);
     assert_eq!(replies(&hybrid), want);
-    let log = hybrid.stderr.lock().unwrap().join("\n");
+    let log = hybrid
+        .wait_stderr(|l| l.contains("hybrid drafting accepted"))
+        .join("\n");
     assert!(log.contains("hybrid drafting: on"), "{log}");
     assert!(log.contains("hybrid drafting accepted"), "{log}");
 }

@@ -197,12 +197,8 @@ fn log_lines_start_with_an_rfc3339_utc_timestamp() {
         &chat_body(user(), json!({"max_tokens": 2})),
     );
     assert_eq!(st, 200);
-    let lines = s.stderr.lock().unwrap().clone();
     for needle in ["listening on", "request chatcmpl-"] {
-        let line = lines
-            .iter()
-            .find(|l| l.contains(needle))
-            .unwrap_or_else(|| panic!("{needle}: {lines:?}"));
+        let line = s.wait_log_line(needle);
         let stamp = line.split(' ').next().unwrap();
         // 2026-12-03T08:32:42.277Z
         let b = stamp.as_bytes();

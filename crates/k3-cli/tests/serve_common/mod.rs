@@ -99,6 +99,29 @@ impl Server {
             * 1024
     }
 
+    /// Waits (bounded, 10 s) until a stderr line satisfies `wanted`, then returns every line so
+    /// far. A request's log line is written after its reply ends, so a client that has its
+    /// reply may read stderr before that line arrives.
+    pub fn wait_stderr(&self, wanted: impl Fn(&str) -> bool) -> Vec<String> {
+        for _ in 0..200 {
+            let lines = self.stderr.lock().unwrap().clone();
+            if lines.iter().any(|l| wanted(l)) {
+                return lines;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "no wanted stderr line within 10 s: {:?}",
+            self.stderr.lock().unwrap()
+        );
+    }
+
+    /// Waits (bounded) for a stderr line containing `needle` and returns it.
+    pub fn wait_log_line(&self, needle: &str) -> String {
+        let lines = self.wait_stderr(|l| l.contains(needle));
+        lines.into_iter().find(|l| l.contains(needle)).unwrap()
+    }
+
     /// The value of metric `name` in `/metrics`.
     pub fn metric(&self, name: &str) -> f64 {
         let (_, text) = self.get("/metrics");
