@@ -2,7 +2,8 @@
 """Where one more prompt token's time goes: a `perf record -k realtime` profile of
 `cargo xtask bench-compute --model DIR`, split into the windows its stderr names
 ("phase prefill N tokens: A .. B unix s"), each sample's symbol put in a category, and the
-marginal per token = (long window - short window) / (long - short tokens).
+marginal per token = (long window - short window) / (long - short tokens); with
+`--repeats N` (default 3) the first short and long windows are the ones used.
 
     perf record -e cpu-clock -F 499 -k realtime -o prefill.perf \
         target/release/xtask bench-compute --model /work/bench/k3 2> phases.txt

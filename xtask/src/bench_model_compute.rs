@@ -4,7 +4,9 @@
 //!
 //! * prefill marginal s/token: `(t(long) − t(short)) / (long − short)` for two prompt
 //!   lengths whose chunk unions read the same experts (every expert of a `gen-bench` model is
-//!   chosen by 16 tokens already), i.e. the arithmetic of one more prompt token;
+//!   chosen by 16 tokens already), i.e. the arithmetic of one more prompt token; `t` is the
+//!   best of `repeats` warm prefills of each length, taken in turns (a shared machine's other
+//!   tenants only ever slow a prefill);
 //! * compute-bound decode s/token: greedy steps after the long prompt, experts warm;
 //! * the compute floor of the marginal: [`marginal_flops`], the arithmetic of one more prompt
 //!   token counted from the model's shapes, which `bench-compute` divides by the same run's
@@ -27,9 +29,9 @@ pub struct ModelRates {
     pub long: usize,
     /// Seconds of the first prefill of the long prompt (cold: every page first touched).
     pub first_s: f64,
-    /// Seconds to prefill the short prompt.
+    /// Seconds to prefill the short prompt (best of the repeats).
     pub short_s: f64,
-    /// Seconds to prefill the long prompt.
+    /// Seconds to prefill the long prompt (best of the repeats).
     pub long_s: f64,
     /// Median seconds per decode step.
     pub decode_s: f64,
@@ -53,16 +55,31 @@ fn unix_s() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// Prompt lengths and repetitions of one model run.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    /// Tokens of the short prompt.
+    pub short: usize,
+    /// Tokens of the long prompt.
+    pub long: usize,
+    /// Greedy decode steps timed after the long prompt.
+    pub steps: usize,
+    /// Warm prefills of each length (short, long in turns); the best of each counts.
+    pub repeats: usize,
+}
+
 /// Opens `dir` resident on `threads` compute threads and measures it (see the module docs).
-pub fn measure(
-    dir: &Path,
-    threads: usize,
-    short: usize,
-    long: usize,
-    steps: usize,
-) -> Result<ModelRates, String> {
-    if short == 0 || long <= short || steps == 0 {
-        return Err("need 0 < short < long prompt tokens and at least 1 decode step".into());
+pub fn measure(dir: &Path, threads: usize, plan: Plan) -> Result<ModelRates, String> {
+    let Plan {
+        short,
+        long,
+        steps,
+        repeats,
+    } = plan;
+    if short == 0 || long <= short || steps == 0 || repeats == 0 {
+        return Err(
+            "need 0 < short < long prompt tokens, at least 1 decode step and 1 repeat".into(),
+        );
     }
     let options = EngineOptions {
         threads: Some(threads),
@@ -89,8 +106,11 @@ pub fn measure(
     };
     // Warms the page cache and the mappings: every trunk tensor and expert is touched.
     let first_s = feed(&prompt)?;
-    let short_s = feed(&prompt[..short])?;
-    let long_s = feed(&prompt)?;
+    let (mut short_s, mut long_s) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..repeats {
+        short_s = short_s.min(feed(&prompt[..short])?);
+        long_s = long_s.min(feed(&prompt)?);
+    }
     let mut s = engine
         .new_session(long + steps + 1)
         .map_err(|e| e.to_string())?;
@@ -208,5 +228,21 @@ mod tests {
         assert_eq!((a.trunk, a.experts, a.kda), (b.trunk, b.experts, b.kda));
         let per_pos = 2.0 * (24 * 96 * (2 * 512 + 64)) as f64;
         assert_eq!(b.mla - a.mla, 100.0 * per_pos);
+    }
+
+    #[test]
+    fn a_plan_without_repeats_is_refused_before_the_model_opens() {
+        let plan = |repeats| Plan {
+            short: 16,
+            long: 128,
+            steps: 1,
+            repeats,
+        };
+        let missing = Path::new("/nonexistent/k3-bench-model");
+        let e = measure(missing, 1, plan(0)).unwrap_err();
+        assert!(e.contains("1 repeat"), "{e}");
+        // One repeat passes the check and then fails on the missing directory instead.
+        let e = measure(missing, 1, plan(1)).unwrap_err();
+        assert!(!e.contains("repeat"), "{e}");
     }
 }

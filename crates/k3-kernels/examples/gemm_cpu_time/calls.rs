@@ -1,7 +1,9 @@
 //! `gemm_cpu_time calls`: single `matmul` calls timed as `xtask bench-compute` times them
 //! (wall clock per call, weights rotated past the last-level cache), with the median beside
 //! the best: on 2 threads a call's fixed costs (fork-joins, a worker waking, the tail) show
-//! in the spread between the two.
+//! in the spread between the two. The FMA probes right before and after each case are printed
+//! apart: one that reads one core's worth marks a case the host's other tenants shared
+//! (docs/PERFORMANCE.md#session-14-acceptance-runs).
 
 use super::common::{bf16_data, bytes, mx_data, vector};
 use k3_kernels::simd::active_level;
@@ -36,8 +38,8 @@ fn peak() -> f64 {
     (probe::fma_loop_flops(level, iters) * n as u64) as f64 / s / 1e9
 }
 
-/// Times `t`-token calls over `mats` in rotation and prints best / median against the peak
-/// probed right before and after.
+/// Times `t`-token calls over `mats` in rotation and prints best / median against the better
+/// of the peaks probed right before and after (both printed).
 fn case(name: &str, mats: &[Matrix], t: usize) {
     let (rows, cols) = (mats[0].rows, mats[0].cols);
     let x = vector(t * cols);
@@ -48,11 +50,12 @@ fn case(name: &str, mats: &[Matrix], t: usize) {
         k = (k + 1) % mats.len();
         matmul(&mut y, &mats[k], black_box(&x), t);
     });
-    let pk = p0.max(peak());
+    let p1 = peak();
+    let pk = p0.max(p1);
     let gf = |s: f64| 2.0 * (t * rows * cols) as f64 / s / 1e9;
     let (best, med) = (gf(v[0]), gf(v[v.len() / 2]));
     println!(
-        "{name:5} {rows:5}x{cols:<5} T {t:3}: best {:6.3} ms {:5.1} %  median {:6.3} ms {:5.1} %  ({} calls, peak {pk:.1})",
+        "{name:5} {rows:5}x{cols:<5} T {t:3}: best {:6.3} ms {:5.1} %  median {:6.3} ms {:5.1} %  ({} calls, peak {p0:.1} before, {p1:.1} after)",
         v[0] * 1e3,
         100.0 * best / pk,
         v[v.len() / 2] * 1e3,
