@@ -133,6 +133,10 @@ fn bench_model(args: &BenchComputeArgs, dir: &std::path::Path) -> Result<(), Str
 
 /// Runs the subcommand.
 pub fn run(args: &BenchComputeArgs) -> ExitCode {
+    if let Err(e) = check_args(args) {
+        eprintln!("bench-compute: {e}");
+        return ExitCode::from(2);
+    }
     match bench(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -140,6 +144,26 @@ pub fn run(args: &BenchComputeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The SIMD levels with an FMA probe (the ones `bench-compute` can rate).
+fn probed_levels() -> Vec<Level> {
+    available_levels()
+        .into_iter()
+        .filter(|&l| probe::f32_lanes(l).is_some())
+        .collect()
+}
+
+/// Usage errors (exit code 2), found before anything is measured.
+fn check_args(args: &BenchComputeArgs) -> Result<(), String> {
+    kernel_level(args.level.as_deref(), &probed_levels())?;
+    if args.rounds == 0 {
+        return Err("--rounds 0: every case needs at least 1 round".into());
+    }
+    if args.repeats == 0 {
+        return Err("--repeats 0: each prompt length needs at least 1 warm prefill".into());
+    }
+    Ok(())
 }
 
 /// Best seconds of `f` over at least 3 calls and about `secs` seconds, after one warm-up.
@@ -298,9 +322,19 @@ fn dram(buf: &[u64], pool: &rayon::ThreadPool, secs: f64) -> f64 {
     (buf.len() * 8) as f64 / s / 1e9
 }
 
-/// One case's result on one pool: (case, pool index, best seconds per call, best adjacent
-/// FMA probe, weight bytes per call).
-type CaseRow = (&'static Case, usize, f64, f64, f64);
+/// One case's best on one pool.
+struct Timed {
+    /// Index into [`CASES`].
+    case: usize,
+    /// Index into the pools (1 thread, then all).
+    pool: usize,
+    /// Best seconds per call over all rounds.
+    secs: f64,
+    /// Best FMA probe taken right before or after the case (GFLOP/s).
+    near_peak: f64,
+    /// Weight bytes one call reads.
+    weight_bytes: f64,
+}
 
 /// Times every case on every pool in `args.rounds` rounds, round-robin over the cases, and
 /// keeps each case's best call. A case timed in one stretch can fall wholly inside an episode
@@ -308,62 +342,84 @@ type CaseRow = (&'static Case, usize, f64, f64, f64);
 /// read under 70 % of its peak in 9 % of 21 ms samples, in 91 runs over two minutes of up to
 /// 3.6 s (no steal time shows), and three of five `bench-compute` runs read the 2-thread bf16
 /// T 64 GEMM at 41–42 % where the kernel runs at 83 %
-/// (docs/PERFORMANCE.md#session-14-acceptance-runs). Spread
-/// over the run, a case's calls are no longer all in one episode. Matrices of one kind and
-/// shape are shared by the cases that use them (~1.4 GB in all).
+/// (docs/PERFORMANCE.md#session-14-acceptance-runs). Spread over the run, a case's calls are
+/// no longer all in one episode. Matrices of one kind and shape are shared by the cases that
+/// use them (~1.4 GB in all).
 fn time_cases(
     args: &BenchComputeArgs,
     level: Level,
     pools: &[rayon::ThreadPool],
-) -> Result<Vec<CaseRow>, String> {
-    let mut weights: Vec<((Kind, usize, usize), Vec<Owned>)> = Vec::new();
+) -> Result<Vec<Timed>, String> {
+    // Weights per distinct (kind, rows, cols), and which of them each case uses.
+    let (mut weights, mut slot) = (Vec::<((Kind, usize, usize), Vec<Owned>)>::new(), Vec::new());
     for c in &CASES {
-        if !weights.iter().any(|(k, _)| *k == (c.kind, c.rows, c.cols)) {
-            let owned = (0..rotation(c) as u64)
-                .map(|s| Owned::new(c.kind, c.rows, c.cols, 17 + 31 * s))
-                .collect::<Result<_, _>>()?;
-            weights.push(((c.kind, c.rows, c.cols), owned));
-        }
+        let key = (c.kind, c.rows, c.cols);
+        slot.push(match weights.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                let owned = (0..rotation(c) as u64)
+                    .map(|s| Owned::new(c.kind, c.rows, c.cols, 17 + 31 * s))
+                    .collect::<Result<_, _>>()?;
+                weights.push((key, owned));
+                weights.len() - 1
+            }
+        });
     }
     let mats: Vec<Vec<Matrix>> = CASES
         .iter()
-        .map(|c| {
-            let (_, owned) = weights
-                .iter()
-                .find(|(k, _)| *k == (c.kind, c.rows, c.cols))
-                .ok_or("case weights")?;
-            owned
+        .zip(&slot)
+        .map(|(c, &w)| {
+            weights[w]
+                .1
                 .iter()
                 .map(|o| o.view(c.rows, c.cols).ok_or("matrix shape"))
                 .collect::<Result<Vec<_>, _>>()
         })
         .collect::<Result<_, _>>()?;
-    let rounds = args.rounds.max(1);
-    let mut best = vec![(f64::INFINITY, 0f64); CASES.len() * pools.len()];
-    for _ in 0..rounds {
-        for (ci, c) in CASES.iter().enumerate() {
-            for (ti, pool) in pools.iter().enumerate() {
-                // A short FMA probe right before and after the case: the clock drifts.
-                let p0 = fma_peak(level, pool, PEAK_SECS);
-                let s = time_case(c, level, &mats[ci], pool, args.secs / rounds as f64);
-                let near = p0.max(fma_peak(level, pool, PEAK_SECS));
-                let b = &mut best[ci * pools.len() + ti];
-                *b = (b.0.min(s), b.1.max(near));
-            }
-        }
-    }
-    Ok(CASES
+    let mut rows: Vec<Timed> = mats
         .iter()
         .enumerate()
-        .flat_map(|(ci, c)| {
-            let wbytes = mats[ci][0].weight_bytes() as f64;
-            let best = &best;
-            (0..pools.len()).map(move |ti| {
-                let (s, near) = best[ci * pools.len() + ti];
-                (c, ti, s, near, wbytes)
+        .flat_map(|(case, m)| {
+            let weight_bytes = m[0].weight_bytes() as f64;
+            (0..pools.len()).map(move |pool| Timed {
+                case,
+                pool,
+                secs: f64::INFINITY,
+                near_peak: 0.0,
+                weight_bytes,
             })
         })
-        .collect())
+        .collect();
+    let secs = args.secs / args.rounds as f64;
+    for _ in 0..args.rounds {
+        for row in &mut rows {
+            let (c, pool, m) = (&CASES[row.case], &pools[row.pool], &mats[row.case]);
+            // A short FMA probe right before and after the case: the clock drifts.
+            let p0 = fma_peak(level, pool, PEAK_SECS);
+            row.secs = row.secs.min(time_case(c, level, m, pool, secs));
+            let near = p0.max(fma_peak(level, pool, PEAK_SECS));
+            row.near_peak = row.near_peak.max(near);
+        }
+    }
+    Ok(rows)
+}
+
+/// The level `--level` names among `levels` (those with an FMA probe), else the detected one.
+fn kernel_level(name: Option<&str>, levels: &[Level]) -> Result<Level, String> {
+    let Some(name) = name else {
+        return Ok(active_level());
+    };
+    levels
+        .iter()
+        .copied()
+        .find(|l| l.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = levels.iter().map(|l| l.name()).collect();
+            format!(
+                "--level {name}: not a SIMD level of this CPU (it has {}; see `k3 doctor`)",
+                names.join(", ")
+            )
+        })
 }
 
 fn bench(args: &BenchComputeArgs) -> Result<(), String> {
@@ -380,6 +436,8 @@ fn bench(args: &BenchComputeArgs) -> Result<(), String> {
         }
         return bench_model(args, dir);
     }
+    let levels = probed_levels();
+    let level = kernel_level(args.level.as_deref(), &levels)?;
     let all = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -394,21 +452,6 @@ fn bench(args: &BenchComputeArgs) -> Result<(), String> {
         .iter()
         .map(|&n| bench_util::pool(n))
         .collect::<Result<_, _>>()?;
-    let levels: Vec<Level> = available_levels()
-        .into_iter()
-        .filter(|&l| probe::f32_lanes(l).is_some())
-        .collect();
-    let level = match &args.level {
-        None => active_level(),
-        Some(name) => levels
-            .iter()
-            .copied()
-            .find(|l| l.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = levels.iter().map(|l| l.name()).collect();
-                format!("--level {name}: this CPU has {}", names.join(", "))
-            })?,
-    };
     // The FMA peak and DRAM bandwidth are probed before and after the kernels (on a shared
     // machine both drift); the better probe is the reference.
     let probe_peaks = || -> Vec<(Level, Vec<f64>)> {
@@ -456,10 +499,11 @@ fn bench(args: &BenchComputeArgs) -> Result<(), String> {
         level.name()
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (c, ti, s, near, wbytes) in rows {
+    for r in rows {
+        let (c, ti, s) = (&CASES[r.case], r.pool, r.secs);
         let (gflops, gbs) = (
             2.0 * (c.t * c.rows * c.cols) as f64 / s / 1e9,
-            wbytes / s / 1e9,
+            r.weight_bytes / s / 1e9,
         );
         println!(
             "| {} | {} × {} | {} | {} | {:.3} | {:.1} | {:.0} % | {:.2} | {:.0} % |",
@@ -470,7 +514,7 @@ fn bench(args: &BenchComputeArgs) -> Result<(), String> {
             counts[ti],
             s * 1e3,
             gflops,
-            100.0 * gflops / peak_of(ti).max(near),
+            100.0 * gflops / peak_of(ti).max(r.near_peak),
             gbs,
             100.0 * gbs / drams[ti],
         );
@@ -480,4 +524,26 @@ fn bench(args: &BenchComputeArgs) -> Result<(), String> {
         bench_util::load_average()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn level_names_the_detected_level_or_one_of_the_cpus() {
+        let levels = probed_levels();
+        assert_eq!(kernel_level(None, &levels), Ok(active_level()));
+        for &l in &levels {
+            assert_eq!(kernel_level(Some(l.name()), &levels), Ok(l));
+        }
+        let e = kernel_level(Some("avx9000"), &levels).unwrap_err();
+        assert!(
+            e.starts_with("--level avx9000: not a SIMD level of this CPU"),
+            "{e}"
+        );
+        for l in &levels {
+            assert!(e.contains(l.name()), "{e} names {}", l.name());
+        }
+    }
 }
