@@ -9,6 +9,7 @@ pub mod act;
 pub mod attn;
 pub mod conv;
 pub mod dot;
+pub mod fast;
 pub mod kda;
 pub mod matrix;
 pub mod mxfp4;

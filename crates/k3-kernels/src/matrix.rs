@@ -201,6 +201,9 @@ pub(crate) fn matvec_at(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], par:
     if w.rows == 0 {
         return;
     }
+    if let Some(pieces) = crate::fast::takes(w) {
+        return crate::fast::matmul(y, w, x, 1, pieces);
+    }
     let lay = layout(level, kind_of(w));
     // Mat-vec kernels pad a partial last block themselves: only the layout may need a copy.
     with_layout(lay, x, |xs| {
@@ -237,6 +240,10 @@ pub fn matmul_at(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
     );
     if t == 0 || w.rows == 0 {
         return;
+    }
+    if let Some(pieces) = crate::fast::takes(w) {
+        // An AMX numeric mode (opt-in): every T, T = 1 included, on the tiles.
+        return crate::fast::matmul(y, w, x, t, pieces);
     }
     if t == 1 {
         return matvec_at(level, y, w, x, true);
