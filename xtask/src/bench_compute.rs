@@ -50,6 +50,10 @@ pub struct BenchComputeArgs {
     /// keeps its best call of all rounds (so no host episode covers all of its calls).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Numeric mode for every bf16/MXFP4 product: `v2` (the default), `fast` (AMX tiles,
+    /// docs/NUMERICS.md#numeric-mode-fast), `amx-bf16x2` or `amx-bf16x1` (measurements only).
+    #[arg(long, default_value = "v2")]
+    pub numerics: String,
     /// Size of the DRAM probe buffer in MiB.
     #[arg(long, default_value_t = 1024)]
     pub dram_mib: usize,
@@ -108,10 +112,11 @@ fn bench_model(args: &BenchComputeArgs, dir: &std::path::Path) -> Result<(), Str
         args.steps, r.decode_s
     );
     println!(
-        "\nprefill marginal / compute floor: {:.2}× ({:.1} GFLOP/s of {peak:.1} GFLOP/s f32 FMA peak, {}, {threads} threads)",
+        "\nprefill marginal / compute floor: {:.2}× ({:.1} GFLOP/s of {peak:.1} GFLOP/s f32 FMA peak, {}, {threads} threads, numerics {})",
         marginal / floor,
         f.total() / marginal / 1e9,
-        level.name()
+        level.name(),
+        k3_kernels::fast::numerics().name()
     );
     println!(
         "one more prompt token: {:.2} GFLOP = trunk {:.2} + experts {:.2} + router {:.3} + KDA recurrence {:.3} + MLA attention {:.3}",
@@ -136,6 +141,12 @@ pub fn run(args: &BenchComputeArgs) -> ExitCode {
     if let Err(e) = check_args(args) {
         eprintln!("bench-compute: {e}");
         return ExitCode::from(2);
+    }
+    if let Some(mode) = k3_kernels::fast::Numerics::parse(&args.numerics) {
+        if let Err(e) = k3_kernels::fast::set_numerics(mode) {
+            eprintln!("bench-compute: {e}");
+            return ExitCode::from(2);
+        }
     }
     match bench(args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -162,6 +173,13 @@ fn check_args(args: &BenchComputeArgs) -> Result<(), String> {
     }
     if args.repeats == 0 {
         return Err("--repeats 0: each prompt length needs at least 1 warm prefill".into());
+    }
+    if k3_kernels::fast::Numerics::parse(&args.numerics).is_none() {
+        let names = "v2, fast, amx-bf16x2, amx-bf16x1";
+        return Err(format!(
+            "--numerics {}: not a numeric mode ({names})",
+            args.numerics
+        ));
     }
     Ok(())
 }

@@ -43,6 +43,10 @@ enum Cmd {
         /// `fixtures/upstream`).
         #[arg(long)]
         upstream: Option<PathBuf>,
+        /// Numeric mode to run every check in: v2, fast, amx-bf16x2 or amx-bf16x1
+        /// (docs/NUMERICS.md#numeric-mode-fast); also prints the tiny models' figures in it.
+        #[arg(long, value_name = "MODE", value_parser = conformance::parse_numerics)]
+        numerics: Option<k3_kernels::fast::Numerics>,
     },
     /// Index a synthetic real-size checkpoint (96 shards, 497,220 tensors): time and bytes/tensor.
     BenchIndex {
@@ -118,8 +122,9 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Conformance { upstream } => conformance::run(
+        Cmd::Conformance { upstream, numerics } => conformance::run(
             &upstream.unwrap_or_else(|| fuzz::workspace_root().join("fixtures/upstream")),
+            numerics,
         ),
         Cmd::BenchIndex { dir, runs } => match bench_index::run(dir, runs) {
             Ok(()) => ExitCode::SUCCESS,

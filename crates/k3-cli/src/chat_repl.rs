@@ -137,6 +137,7 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
     let mut options = args.engine.options(&file, ctx)?;
     options.draft_policy = args.sampling.draft_policy(options.draft_trunk.as_deref())?;
     let resident = args.engine.resident;
+    args.engine.set_numerics()?;
     let engine = crate::engine_args::open_engine(&model_dir, options, resident, true)?;
     crate::engine_args::print_plan(&engine);
     let tok = crate::engine_args::tokenizer_of(&engine, &model_dir)?;

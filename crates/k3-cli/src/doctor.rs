@@ -1,11 +1,11 @@
 //! `k3 doctor [MODEL_DIR]`: can this machine run the model, how should it, and how fast?
 //!
-//! Without a model: machine facts only (CPU, SIMD level the kernels use, cores, RAM,
-//! MemAvailable, cgroup limit, free disk), exit 0. With a model it also measures O_DIRECT read
-//! bandwidth on the model's own files at 1, 4 and 16 outstanding reads of one expert each
-//! (capped at about 0.6 s and 192 MB per level), plans every preset with the engine's planner
-//! (the same `model_sizes` → `plan` → `check` steps as `k3 plan` / `planning::forecast`),
-//! recommends a budget and predicts seconds per token from the I/O floor:
+//! Without a model: machine facts only (CPU, SIMD level the kernels use, whether `--numerics
+//! fast` can run, cores, RAM, MemAvailable, cgroup limit, free disk), exit 0. With a model it
+//! also measures O_DIRECT read bandwidth on the model's own files at 1, 4 and 16 outstanding
+//! reads of one expert each (capped at about 0.6 s and 192 MB per level), plans every preset
+//! with the engine's planner (the same `model_sizes` → `plan` → `check` steps as `k3 plan` /
+//! `planning::forecast`), recommends a budget and predicts seconds per token from the I/O floor:
 //!
 //! ```text
 //! bytes/token = unpinned trunk + MoE layers · top-k · (1 − hit rate) · expert bytes
@@ -144,6 +144,7 @@ fn machine_facts(model_dir: Option<&Path>) {
         "  simd              {} (the kernels' dispatch level)",
         k3_kernels::simd::simd_level()
     );
+    println!("  numerics fast     {}", numerics_fast());
     if online > cores {
         println!("  logical cores     {cores} usable by this process ({online} online)");
     } else {
@@ -173,6 +174,18 @@ fn machine_facts(model_dir: Option<&Path>) {
             fs_type(&disk_dir).unwrap_or_else(|| "filesystem unknown".into())
         ),
         None => println!("  free disk         unknown at {}", disk_dir.display()),
+    }
+}
+
+/// Whether `--numerics fast` (docs/NUMERICS.md#numeric-mode-fast) can run here, and why not.
+fn numerics_fast() -> String {
+    use k3_kernels::probe::{amx_bf16, Amx};
+    match (k3_kernels::fast::amx_usable(), amx_bf16()) {
+        (true, _) => "available (AMX-BF16 tiles; opt in with --numerics fast, default v2)".into(),
+        (false, Amx::Available) => {
+            "unavailable (AMX-BF16: yes, but Linux refused this process the tile state)".into()
+        }
+        (false, amx) => format!("unavailable (AMX-BF16: {})", amx.label()),
     }
 }
 

@@ -5,7 +5,18 @@ use crate::config_file::FileConfig;
 use crate::CliError;
 use clap::Args;
 use k3_engine::{Engine, EngineOptions};
+use k3_kernels::fast::Numerics;
 use std::path::{Path, PathBuf};
+
+/// The numeric modes `--numerics` offers (docs/NUMERICS.md#numeric-mode-fast).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NumericsArg {
+    /// Contract v2: the same bits on every machine (the default).
+    #[default]
+    V2,
+    /// bf16 and MXFP4 weight products on AMX tiles (opt-in; refused, exit 2, without AMX-BF16).
+    Fast,
+}
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct EngineArgs {
@@ -39,6 +50,10 @@ pub struct EngineArgs {
     /// are the same either way).
     #[arg(long)]
     pub lookahead: bool,
+    /// Numeric mode: v2 (contract v2, the default) or fast (AMX tiles: other bits, refused
+    /// with exit 2 where the CPU or OS has no AMX-BF16; docs/NUMERICS.md#numeric-mode-fast).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = NumericsArg::V2)]
+    pub numerics: NumericsArg,
 }
 
 impl EngineArgs {
@@ -56,6 +71,16 @@ impl EngineArgs {
             comm: crate::mpi_comm::group(), // issue 28: one rank of an MPI job
             ..EngineOptions::default()
         })
+    }
+
+    /// Switches this process to `--numerics` before the engine opens; a mode this machine
+    /// cannot run is refused (exit 2) with the kernels' message.
+    pub fn set_numerics(&self) -> Result<(), CliError> {
+        let mode = match self.numerics {
+            NumericsArg::V2 => Numerics::V2,
+            NumericsArg::Fast => Numerics::FAST,
+        };
+        k3_kernels::fast::set_numerics(mode).map_err(|e| CliError::usage(e.to_string()))
     }
 }
 

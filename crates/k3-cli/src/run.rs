@@ -352,6 +352,7 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
     options.draft_policy = args.sampling.draft_policy(options.draft_trunk.as_deref())?;
     early_checks(&args, &inputs.prompt, options.budget.is_some())?;
     let resident = args.engine.resident;
+    args.engine.set_numerics()?;
     let engine = crate::engine_args::open_engine(dir, options, resident, !args.quiet)?;
     let structured = run_structured::spec(&args)?;
     let mut prompt = match &structured {

@@ -50,6 +50,7 @@ fn doctor_without_a_model_prints_machine_facts() {
     for key in [
         "cpu",
         "simd",
+        "numerics fast",
         "logical cores",
         "RAM total",
         "MemAvailable",

@@ -5,7 +5,8 @@
 //! ```text
 //! offset 0   magic        "K3SS"
 //!        4   version      u32 = 1
-//!        8   fingerprint  u64   Engine::fingerprint() of the model that wrote it
+//!        8   fingerprint  u64   Engine::fingerprint() of the model (and numeric mode) that
+//!                                  wrote it
 //!       16   body_len     u64   bytes from offset 24 up to the checksum
 //!       24   body:
 //!              max_ctx    u64   context of the saving session (informational)
@@ -20,8 +21,9 @@
 //!   24+body_len checksum  u64   xxh3-64 of every byte before it
 //! ```
 //! Loading refuses, with [`EngineError::Invalid`] (exit code 2): a wrong magic, another
-//! version, a truncated or over-long file, a bad checksum, another model's fingerprint, and a
-//! `max_ctx` smaller than the saved tokens. Files are written atomically (temp file + rename).
+//! version, a truncated or over-long file, a bad checksum, another model's (or numeric mode's)
+//! fingerprint, and a `max_ctx` smaller than the saved tokens. Files are written atomically
+//! (temp file + rename).
 //!
 //! Over ranks (docs/DISTRIBUTED.md#the-seam) the file is the same one-process file: saving
 //! gathers every rank's KDA heads (a collective, every rank calls it; rank 0 writes), loading
@@ -157,8 +159,16 @@ fn each_tensor(b: &ModelBinding, mut f: impl FnMut(&TensorRef)) {
 impl Engine {
     /// A 64-bit fingerprint of the model's shape: the config's shape-determining fields, the
     /// vocabulary size, and every bound tensor's name, dtype and shape (plus the routed experts'
-    /// shapes). Two checkpoints with the same architecture but different weights share it.
+    /// shapes), and the numeric mode in use (`--numerics`, docs/NUMERICS.md#numeric-mode-fast),
+    /// since modes give different logits: [`Engine::fingerprint_in`] the current mode. Two
+    /// checkpoints with the same architecture but different weights share it.
     pub fn fingerprint(&self) -> u64 {
+        self.fingerprint_in(k3_kernels::fast::numerics())
+    }
+
+    /// [`Engine::fingerprint`] under numeric mode `mode`. Contract v2 adds nothing to the shape
+    /// fingerprint, so files saved before numeric modes existed still load.
+    pub fn fingerprint_in(&self, mode: k3_kernels::fast::Numerics) -> u64 {
         let c = &self.config;
         let mut h = Xxh3::new();
         h.update(b"k3-model-fingerprint-v1\0");
@@ -206,6 +216,10 @@ impl Engine {
                 .iter()
                 .flatten()
                 .for_each(|d| h.update(&(*d as u64).to_le_bytes()));
+        }
+        if mode.code() != 0 {
+            h.update(b"\0numerics\0");
+            h.update(&[mode.code()]);
         }
         h.digest()
     }
@@ -299,7 +313,8 @@ impl Engine {
         let ours = self.fingerprint();
         if fingerprint != ours {
             return Err(bad(format!(
-                "saved by another model (fingerprint {fingerprint:016x}, this model is {ours:016x}): load it with the model that wrote it"
+                "saved by another model or numeric mode (fingerprint {fingerprint:016x}, this model under --numerics {} is {ours:016x}): load it with the model and numeric mode that wrote it",
+                k3_kernels::fast::numerics().name()
             )));
         }
         let mut r = Reader {

@@ -169,6 +169,52 @@ fn every_refusal() {
     ));
 }
 
+/// The numeric mode is in the fingerprint (docs/NUMERICS.md#numeric-mode-fast): contract v2
+/// adds nothing, so files saved before numeric modes existed still load; each AMX mode has
+/// its own, and a file saved under another mode is refused. (The test never switches the
+/// process's mode: the other tests here run beside it.)
+#[test]
+fn numeric_mode_is_in_the_fingerprint() {
+    use k3_kernels::fast::{numerics, Numerics};
+    let engine = open("tiny-k3");
+    // the v2 fingerprints from before numeric modes (quoted in docs/RELIABILITY.md)
+    assert_eq!(engine.fingerprint_in(Numerics::V2), 0xebedd8de25d3b4dd);
+    assert_eq!(
+        open("tiny-k3-wide").fingerprint_in(Numerics::V2),
+        0xd7c1ad2193e18081
+    );
+    assert_eq!(engine.fingerprint(), engine.fingerprint_in(numerics()));
+    let modes = [
+        Numerics::V2,
+        Numerics::FAST,
+        Numerics::Amx { pieces: 2 },
+        Numerics::Amx { pieces: 1 },
+    ];
+    let fps = modes.map(|m| engine.fingerprint_in(m));
+    for i in 0..fps.len() {
+        for j in 0..i {
+            assert_ne!(fps[i], fps[j], "{:?} vs {:?}", modes[i], modes[j]);
+        }
+    }
+
+    let mut s = engine.new_session(32).unwrap();
+    s.feed(&A).unwrap();
+    let mut other = s.to_bytes().unwrap();
+    let mode = if numerics() == Numerics::V2 {
+        Numerics::FAST
+    } else {
+        Numerics::V2
+    };
+    other[8..16].copy_from_slice(&engine.fingerprint_in(mode).to_le_bytes());
+    let end = other.len() - 8;
+    let sum = xxhash_rust::xxh3::xxh3_64(&other[..end]);
+    other[end..].copy_from_slice(&sum.to_le_bytes());
+    refused(
+        engine.session_from_bytes(&other, 32),
+        "saved by another model or numeric mode",
+    );
+}
+
 #[test]
 fn save_is_atomic_and_overwrites() {
     let engine = open("tiny-k3");

@@ -195,6 +195,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     };
     options.sessions = args.parallel + saved;
     let resident = args.engine.resident;
+    args.engine.set_numerics()?;
     let engine = Arc::new(crate::engine_args::open_engine(
         &model_dir, options, resident, true,
     )?);

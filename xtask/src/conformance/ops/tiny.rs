@@ -1,7 +1,8 @@
 //! End-to-end check of the whole engine (`k3-format` loading + `k3-model` forward) on k3's own
 //! tiny checkpoints (`fixtures/tiny-k3*`, written by `tools/reference`): teacher-forced argmax
 //! at every prompt position, last-position logits within `abs + rel·max|ref|`, and 16 greedy
-//! ids by incremental decode and by full recompute — ids exact.
+//! ids by incremental decode and by full recompute — ids exact. Every expectation comes from
+//! the float64 reference, none from contract v2's bits: each holds in every numeric mode.
 
 use super::fixture::R;
 use k3_engine::{argmax, DecodeMode, Engine, EngineOptions};
@@ -20,8 +21,41 @@ fn ids(v: &Value) -> R<Vec<u32>> {
         .collect()
 }
 
-/// Runs every case of `dir/expected.json`; returns a one-line summary or the first failure.
-pub fn check(dir: &Path) -> R<String> {
+/// What the model check measured on one tiny checkpoint, whether it passed or not (the
+/// figures of docs/NUMERICS.md#numeric-mode-fast's table under `--numerics`).
+pub struct Figures {
+    /// Cases in `expected.json`.
+    pub cases: usize,
+    /// Worst `|logit − reference| / tolerance` over every case's last-position logits.
+    pub worst: f64,
+    /// Cases whose teacher-forced argmax all equal the reference's.
+    pub tf_cases: usize,
+    /// Teacher-forced argmax positions equal to the reference's, of all positions.
+    pub tf_ids: (usize, usize),
+    /// Cases whose greedy ids all equal the reference's, by incremental decode and recompute.
+    pub greedy_cases: usize,
+    /// Greedy ids equal to the reference's up to the first difference, by incremental decode
+    /// and by recompute, of all.
+    pub greedy_ids: (usize, usize),
+    /// The first failure, in the order the check runs.
+    pub failure: Option<String>,
+}
+
+impl Figures {
+    /// The check's one-line summary, or its first failure.
+    pub fn verdict(&self) -> R<String> {
+        match &self.failure {
+            Some(why) => Err(why.clone()),
+            None => Ok(format!(
+                "{} cases: tf argmax + {} greedy ids exact (incremental and recompute), logits worst ratio {:.4}",
+                self.cases, 16, self.worst
+            )),
+        }
+    }
+}
+
+/// Runs every case of `dir/expected.json` to the end, recording the first failure.
+pub fn measure(dir: &Path) -> R<Figures> {
     let text = std::fs::read_to_string(dir.join("expected.json"))
         .map_err(|e| format!("expected.json: {e}"))?;
     let doc: Value = serde_json::from_str(&text).map_err(|e| format!("expected.json: {e}"))?;
@@ -34,7 +68,12 @@ pub fn check(dir: &Path) -> R<String> {
     let engine = Engine::open(dir, EngineOptions::default()).map_err(|e| e.to_string())?;
     let vocab = engine.config().vocab_size;
     let cases = doc["cases"].as_array().ok_or("no cases")?;
-    let mut worst = 0f64;
+    let (mut worst, mut tf_n, mut greedy_n) = (0f64, (0, 0), (0, 0));
+    let (mut tf_cases, mut greedy_cases) = (0, 0);
+    let mut failure = None;
+    let mut fail = |why: String| {
+        failure.get_or_insert(why);
+    };
     for c in cases {
         let name = c["name"].as_str().unwrap_or("?");
         let prompt = ids(&c["prompt_ids"])?;
@@ -51,8 +90,12 @@ pub fn check(dir: &Path) -> R<String> {
             .map_err(|e| e.to_string())?;
         let all = s.feed_all_logits(&prompt).map_err(|e| e.to_string())?;
         let got_tf: Vec<u32> = all.chunks(vocab).map(argmax).collect();
-        if got_tf != tf {
-            return Err(format!(
+        tf_n.0 += got_tf.iter().zip(&tf).filter(|(g, w)| g == w).count();
+        tf_n.1 += tf.len();
+        if got_tf == tf {
+            tf_cases += 1;
+        } else {
+            fail(format!(
                 "{name}: teacher-forced argmax {got_tf:?} != {tf:?}"
             ));
         }
@@ -62,11 +105,12 @@ pub fn check(dir: &Path) -> R<String> {
             let ratio = (g as f64 - w).abs() / tol;
             worst = worst.max(ratio);
             if ratio > 1.0 {
-                return Err(format!(
+                fail(format!(
                     "{name}: logit {i} = {g}, reference {w}: {ratio:.2}× tolerance"
                 ));
             }
         }
+        let mut exact = true;
         for mode in [DecodeMode::Incremental, DecodeMode::Recompute] {
             let mut s = engine
                 .new_session(prompt.len() + greedy.len())
@@ -75,14 +119,22 @@ pub fn check(dir: &Path) -> R<String> {
             let got = s
                 .generate(greedy.len(), mode, |_| true)
                 .map_err(|e| e.to_string())?;
+            greedy_n.0 += got.iter().zip(&greedy).take_while(|(g, w)| g == w).count();
+            greedy_n.1 += greedy.len();
             if got != greedy {
-                return Err(format!("{name}: greedy ({mode:?}) {got:?} != {greedy:?}"));
+                exact = false;
+                fail(format!("{name}: greedy ({mode:?}) {got:?} != {greedy:?}"));
             }
         }
+        greedy_cases += usize::from(exact);
     }
-    Ok(format!(
-        "{} cases: tf argmax + {} greedy ids exact (incremental and recompute), logits worst ratio {worst:.4}",
-        cases.len(),
-        16
-    ))
+    Ok(Figures {
+        cases: cases.len(),
+        worst,
+        tf_cases,
+        tf_ids: tf_n,
+        greedy_cases,
+        greedy_ids: greedy_n,
+        failure,
+    })
 }
