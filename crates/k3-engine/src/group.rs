@@ -64,10 +64,7 @@ pub(crate) fn check_same_model(dir: &Path, comm: &dyn Comm) -> Result<(), Engine
 
 /// The refusal when a rank's numeric mode (a [`Numerics::code`] per rank) is not rank 0's.
 fn other_modes(codes: &[u64]) -> Option<String> {
-    let name = |c: u64| match c {
-        0 => Numerics::V2.name(),
-        p => Numerics::Amx { pieces: p as u8 }.name(),
-    };
+    let name = |c: u64| Numerics::from_code(c as u8).name();
     let differ: Vec<String> = (1..codes.len())
         .filter(|&q| codes[q] != codes[0])
         .map(|q| format!("rank {q} runs numeric mode {}", name(codes[q])))

@@ -9,9 +9,13 @@
 
 use k3_engine::planning::budget_extremes;
 use k3_engine::{argmax, Budget, DecodeMode, Engine, EngineOptions};
+
+#[path = "support/trace.rs"]
+mod support;
 use k3_kernels::fast::{amx_usable, numerics, set_numerics, set_numerics_emulated, Numerics};
 use serde_json::Value;
 use std::path::PathBuf;
+use support::trace;
 
 fn dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -35,25 +39,6 @@ fn ids(v: &Value) -> Vec<u32> {
         .iter()
         .map(|x| x.as_u64().unwrap() as u32)
         .collect()
-}
-
-/// Last-prompt logits and 4 greedy steps' logits.
-fn trace(engine: &Engine, prompt: &[u32], one_pass: bool) -> Vec<Vec<f32>> {
-    let mut s = engine.new_session(prompt.len() + 5).unwrap();
-    if one_pass {
-        s.feed(prompt).unwrap();
-    } else {
-        for &id in prompt {
-            s.feed(&[id]).unwrap();
-        }
-    }
-    let mut out = vec![s.logits().to_vec()];
-    for _ in 0..4 {
-        let id = argmax(s.logits());
-        s.step(id, DecodeMode::Incremental).unwrap();
-        out.push(s.logits().to_vec());
-    }
-    out
 }
 
 /// The worst `|logit − reference| / tolerance` over the cases (≤ 1 passes), after checking

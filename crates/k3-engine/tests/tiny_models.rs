@@ -5,8 +5,12 @@
 //! counts and kernel paths.
 
 use k3_engine::{argmax, DecodeMode, Engine, EngineOptions};
+
+#[path = "support/trace.rs"]
+mod support;
 use serde_json::Value;
 use std::path::PathBuf;
+use support::trace;
 
 fn model_dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -129,29 +133,16 @@ fn greedy(name: &str, mode: DecodeMode) {
     }
 }
 
-/// Logits of the last prompt position and of 4 decode steps, for bit-identity checks.
-fn trace(engine: &Engine, prompt: &[u32]) -> Vec<Vec<f32>> {
-    let mut s = engine.new_session(prompt.len() + 5).unwrap();
-    s.feed(prompt).unwrap();
-    let mut out = vec![s.logits().to_vec()];
-    for _ in 0..4 {
-        let id = argmax(s.logits());
-        s.step(id, DecodeMode::Incremental).unwrap();
-        out.push(s.logits().to_vec());
-    }
-    out
-}
-
 fn bit_identical_across_threads_and_paths(name: &str) {
     let (cases, _, _) = load_cases(name);
     let prompt = &cases.iter().max_by_key(|c| c.prompt.len()).unwrap().prompt;
-    let one = trace(&open(name, 1), prompt);
-    let two = trace(&open(name, 2), prompt);
-    let three = trace(&open(name, 3), prompt);
+    let one = trace(&open(name, 1), prompt, true);
+    let two = trace(&open(name, 2), prompt, true);
+    let three = trace(&open(name, 3), prompt, true);
     assert_eq!(one, two, "{name}: 1 vs 2 threads");
     assert_eq!(one, three, "{name}: 1 vs 3 threads");
     k3_kernels::simd::set_force_scalar(true);
-    let scalar = trace(&open(name, 2), prompt);
+    let scalar = trace(&open(name, 2), prompt, true);
     k3_kernels::simd::set_force_scalar(false);
     assert_eq!(
         one,

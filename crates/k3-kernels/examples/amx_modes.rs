@@ -15,7 +15,7 @@
 #[path = "../benches/common/mod.rs"]
 mod common;
 
-use common::{best_seconds, bf16_data, mx_data, vector};
+use common::{best_seconds, bf16_data, max_rel_err, mx_data, vector};
 use half::bf16;
 use k3_kernels::fast::{amx_usable, matmul_with, Backend};
 use k3_kernels::simd::detected_level;
@@ -24,23 +24,6 @@ use std::hint::black_box;
 
 /// Matrices per case, used in rotation so that the weights come from DRAM, not L3.
 const ROT: usize = 3;
-
-/// Max over sampled outputs of `|y − y_f64| / Σ|w·x|`; `w` as f32 (exact).
-fn max_rel_err(y: &[f32], w: &[f32], x: &[f32], rows: usize, cols: usize) -> f64 {
-    let mut worst = 0f64;
-    for (tok, xt) in x.chunks(cols).enumerate() {
-        for r in (0..rows).step_by(97) {
-            let (mut s, mut a) = (0f64, 0f64);
-            for (wi, xi) in w[r * cols..(r + 1) * cols].iter().zip(xt) {
-                let p = *wi as f64 * *xi as f64;
-                s += p;
-                a += p.abs();
-            }
-            worst = worst.max((y[tok * rows + r] as f64 - s).abs() / a);
-        }
-    }
-    worst
-}
 
 fn case(kind: &str, ms: &[Matrix], wf: &[f32], t: usize, peak: f64) {
     let (rows, cols) = (ms[0].rows, ms[0].cols);

@@ -37,7 +37,7 @@ fn main() {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::common::{best_seconds, bf16_data, vector};
+    use super::common::{best_seconds, bf16_data, max_rel_err, vector};
     use half::bf16;
     use k3_kernels::simd::Level;
     use k3_kernels::{matmul_at, probe, Matrix};
@@ -157,23 +157,6 @@ mod x86 {
         best_seconds(15, f)
     }
 
-    /// Max over outputs of `|y − y_f64| / Σ|w·x|`.
-    fn max_rel_err(y: &[f32], w: &[bf16], x: &[f32], rows: usize, cols: usize) -> f64 {
-        let mut worst = 0f64;
-        for (tok, xt) in x.chunks(cols).enumerate() {
-            for r in (0..rows).step_by(97) {
-                let (mut s, mut a) = (0f64, 0f64);
-                for (wi, xi) in w[r * cols..(r + 1) * cols].iter().zip(xt) {
-                    let p = wi.to_f64() * *xi as f64;
-                    s += p;
-                    a += p.abs();
-                }
-                worst = worst.max((y[tok * rows + r] as f64 - s).abs() / a);
-            }
-        }
-        worst
-    }
-
     /// Matrices per case, used in rotation so that the weights come from DRAM, not L3
     /// (3 × 22 MB), as `gemm_cpu_time` does.
     const ROT: usize = 3;
@@ -191,13 +174,13 @@ mod x86 {
         let flops = 2.0 * (reps * rows * cols * t) as f64;
         let mut y = vec![0f32; t * rows];
         // The last rep used matrix `(reps - 1) % ROT`: the accuracy check reads that one.
-        let last = &ws[(reps - 1) % ROT];
+        let last: Vec<f32> = ws[(reps - 1) % ROT].iter().map(|v| v.to_f32()).collect();
         let report = |name: &str, s: f64, y: &[f32]| {
             let gf = flops / s / 1e9;
             println!(
                 "bf16 {rows:5}x{cols:<5} T {t:3} {name:8}: {gf:7.1} GFLOP/s {:6.1} % of peak   max err {:.2e}",
                 100.0 * gf / peak,
-                max_rel_err(y, last, &x, rows, cols)
+                max_rel_err(y, &last, &x, rows, cols)
             );
         };
         let s = best(|| {

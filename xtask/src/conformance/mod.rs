@@ -64,7 +64,7 @@ pub fn run(upstream: &Path, numerics: Option<Numerics>) -> ExitCode {
     checks.extend(ops::checks(upstream));
     let mut figures = Vec::new();
     for m in TINY_MODELS {
-        let dir = Path::new("fixtures").join(m);
+        let dir = crate::fuzz::workspace_root().join("fixtures").join(m);
         if dir.join("expected.json").is_file() {
             let measured = ops::tiny::measure(&dir);
             checks.push(Check {

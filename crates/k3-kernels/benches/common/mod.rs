@@ -68,3 +68,21 @@ pub fn best_seconds(trials: usize, mut f: impl FnMut()) -> f64 {
         })
         .fold(f64::INFINITY, f64::min)
 }
+
+/// Max over sampled outputs (every 97th row) of `|y − y_f64| / Σ|w·x|`, for `y = W·x` over
+/// `[T][cols]` activations; `w` as f32 (bf16 and decoded MXFP4 weights widen exactly).
+pub fn max_rel_err(y: &[f32], w: &[f32], x: &[f32], rows: usize, cols: usize) -> f64 {
+    let mut worst = 0f64;
+    for (tok, xt) in x.chunks(cols).enumerate() {
+        for r in (0..rows).step_by(97) {
+            let (mut s, mut a) = (0f64, 0f64);
+            for (wi, xi) in w[r * cols..(r + 1) * cols].iter().zip(xt) {
+                let p = *wi as f64 * *xi as f64;
+                s += p;
+                a += p.abs();
+            }
+            worst = worst.max((y[tok * rows + r] as f64 - s).abs() / a);
+        }
+    }
+    worst
+}

@@ -59,6 +59,14 @@ impl Numerics {
         }
     }
 
+    /// The mode of a [`Numerics::code`].
+    pub fn from_code(code: u8) -> Numerics {
+        match code {
+            0 => Numerics::V2,
+            pieces => Numerics::Amx { pieces },
+        }
+    }
+
     /// A small code for fingerprints and session files (0 = v2, else the piece count).
     pub fn code(self) -> u8 {
         match self {
@@ -121,10 +129,7 @@ pub fn set_numerics_emulated(mode: Numerics) -> Result<(), NumericsError> {
 
 /// The numeric mode in use.
 pub fn numerics() -> Numerics {
-    match MODE.load(Ordering::Relaxed) {
-        0 => Numerics::V2,
-        pieces => Numerics::Amx { pieces },
-    }
+    Numerics::from_code(MODE.load(Ordering::Relaxed))
 }
 
 /// Whether this machine can run the AMX modes (asks for the tile state on first call).
