@@ -3,6 +3,7 @@
 //! and MXFP4 rows decoded to bf16.
 
 use super::def::{mxfp4_row_bf16, top};
+#[cfg(target_arch = "x86_64")]
 use crate::mxfp4::{decode, GROUP};
 
 /// `out[p][i]` = piece `p` of `x[i]` ([`super::def::split`]), for `P = out.len()` ≤ 3;
@@ -73,6 +74,7 @@ crate::simd::per_level! {
 }
 
 /// `top(decode(code, s))` for every scale byte and code: 8 KB, built once.
+#[cfg(target_arch = "x86_64")]
 fn bf16_table() -> &'static [[u16; 16]; 256] {
     static TABLE: std::sync::OnceLock<Box<[[u16; 16]; 256]>> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
