@@ -232,7 +232,10 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     ss: usize,
     fresh: bool,
     mut pf: super::gemm::Spread<'_>,
+    done: Option<super::gemm::Done>,
 ) {
+    // This level leaves its lanes in the state; the GEMM's emit reduces them.
+    debug_assert!(done.is_none(), "lanes reduced in the tile on this level");
     let mut acc = [[[_mm256_setzero_ps(); 2]; N]; M];
     // A fresh state (the first chunk) starts at +0, the lanes' initial value.
     if !fresh {

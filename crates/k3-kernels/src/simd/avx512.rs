@@ -13,6 +13,7 @@
 //! newer; its declared `rust-version` predates them).
 #![allow(clippy::incompatible_msrv)]
 
+use super::gemm::Done;
 use crate::mxfp4::{E2M1, E2M1_SCALED_F32, E8M0, GROUP};
 use std::arch::x86_64::*;
 
@@ -354,17 +355,13 @@ fn widen<W: Ld16>(src: &[W], dst: &mut [f32]) {
     }
 }
 
-/// [`crate::dot::reduce16`] of 16 lane sets at once: set `i` (16 natural-order f32 at
-/// `p + 16·i`) → `out[i]`. The same additions as the scalar tree (`a[j] + a[j + 8]`, then
-/// `+ 4`, `+ 2`, `+ 1`), four levels of `zmm` adds on shuffled pairs of sets: ~3 vector ops per
-/// set instead of ~40 scalar ones (the GEMM's emit, `simd::gemm`).
-///
-/// # Safety
-/// The CPU has AVX-512F; `16 · 16` f32 readable at `p`.
+/// [`crate::dot::reduce16`] of 16 lane sets at once: set `i` (16 natural-order f32 in
+/// `v[i]`) → lane `i` of the result. The same additions as the scalar tree (`a[j] + a[j + 8]`,
+/// then `+ 4`, `+ 2`, `+ 1`), four levels of `zmm` adds on shuffled pairs of sets: ~3 vector
+/// ops per set instead of ~40 scalar ones (the GEMM's outputs, `simd::gemm`).
+#[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub(super) unsafe fn reduce16x16(p: *const f32, out: &mut [f32; 16]) {
-    // SAFETY: 256 readable f32 at `p` (caller).
-    let v: [__m512; 16] = std::array::from_fn(|i| unsafe { _mm512_loadu_ps(p.add(16 * i)) });
+fn reduce16_sets(v: &[__m512; 16]) -> __m512 {
     // Level 1, sets (2i, 2i+1): [a[j] + a[j+8] | b[j] + b[j+8]], j < 8.
     let l1: [__m512; 8] = std::array::from_fn(|i| {
         let (a, b) = (v[2 * i], v[2 * i + 1]);
@@ -392,8 +389,60 @@ pub(super) unsafe fn reduce16x16(p: *const f32, out: &mut [f32; 16]) {
     let hi = _mm512_shuffle_ps::<0b11_01_11_01>(l3[0], l3[1]);
     let sums = _mm512_add_ps(lo, hi);
     let idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_permutexvar_ps(idx, sums)
+}
+
+/// [`reduce16_sets`] of the 16 lane sets at `p` (set `i` at `p + 16·i`) into `out` (the
+/// emit's tree for the lanes the tiles left in the state: the fused MXFP4 tiles').
+///
+/// # Safety
+/// The CPU has AVX-512F; `16 · 16` f32 readable at `p`.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(super) unsafe fn reduce16x16(p: *const f32, out: &mut [f32; 16]) {
+    // SAFETY: 256 readable f32 at `p` (caller).
+    let v: [__m512; 16] = std::array::from_fn(|i| unsafe { _mm512_loadu_ps(p.add(16 * i)) });
     // SAFETY: `out` holds 16 f32.
-    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), _mm512_permutexvar_ps(idx, sums)) };
+    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), reduce16_sets(&v)) };
+}
+
+/// Leaves the lanes of `M` rows × `N` tokens (`M · N ≤ 16`) after a chunk: in their state
+/// slots ([`load_state`]'s layout) while more chunks follow, or, after the row's last chunk
+/// (`done`), reduced in registers ([`reduce16_sets`], all 16 sets in one tree) straight to
+/// the outputs, so the lanes are never stored and read back for the tree (the GEMM's
+/// emit then only scales and copies; docs/NUMERICS.md#gemm).
+///
+/// # Safety
+/// The CPU has AVX-512F; without `done`, 16 writable f32 at every slot, not aliased; with it,
+/// the output of (row `r`, token `t`) writable at `done.at(r, t)`.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn leave<const M: usize, const N: usize>(
+    acc: &[[__m512; N]; M],
+    st: *mut f32,
+    ss: usize,
+    done: Option<Done>,
+) {
+    let Some(done) = done else {
+        // SAFETY: the state slots are the caller's.
+        return unsafe { store_state(acc, st, ss) };
+    };
+    // Set `i` is (row `i / N`, token `i % N`); 16 sets per tree (every tile has ≤ 16).
+    for i0 in (0..M * N).step_by(16) {
+        let sets: [__m512; 16] = std::array::from_fn(|k| {
+            acc.as_flattened()
+                .get(i0 + k)
+                .copied()
+                .unwrap_or(_mm512_setzero_ps())
+        });
+        let mut sums = [0f32; 16];
+        // SAFETY: 16 writable f32.
+        unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), reduce16_sets(&sets)) };
+        for (k, &v) in sums.iter().enumerate().take(M * N - i0) {
+            let i = i0 + k;
+            // SAFETY: the output slots are the caller's.
+            unsafe { done.at(i / N, i % N).write(v) };
+        }
+    }
 }
 
 /// Rows per GEMM microkernel call.
@@ -461,6 +510,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     ss: usize,
     fresh: bool,
     mut pf: super::gemm::Spread<'_>,
+    done: Option<Done>,
 ) {
     // SAFETY: the state slots are the caller's.
     let mut acc = unsafe { load_state::<M, N>(st, ss, fresh) };
@@ -483,8 +533,8 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
         k += 16;
     }
     pf.finish();
-    // SAFETY: the state slots are the caller's.
-    unsafe { store_state(&acc, st, ss) };
+    // SAFETY: the state slots or outputs are the caller's.
+    unsafe { leave(&acc, st, ss, done) };
 }
 
 /// [`micro`] that also fills the panel: the `M` rows are read as bf16 at `src[r]`, widened
@@ -509,6 +559,7 @@ pub(super) unsafe fn micro_widen<const M: usize, const N: usize>(
     ss: usize,
     fresh: bool,
     mut pf: super::gemm::Spread<'_>,
+    done: Option<Done>,
 ) {
     // SAFETY: the state slots are the caller's.
     let mut acc = unsafe { load_state::<M, N>(st, ss, fresh) };
@@ -534,8 +585,8 @@ pub(super) unsafe fn micro_widen<const M: usize, const N: usize>(
         k += 16;
     }
     pf.finish();
-    // SAFETY: the state slots are the caller's.
-    unsafe { store_state(&acc, st, ss) };
+    // SAFETY: the state slots or outputs are the caller's.
+    unsafe { leave(&acc, st, ss, done) };
 }
 
 /// The fused MXFP4 GEMM tile: `M` rows decoded in registers by the VBMI decoder (no panel)

@@ -14,8 +14,10 @@
 //! over the microkernel calls. MXFP4 at T ≤ 8 on AVX2, and T ≤ 24 on AVX-512 with VBMI,
 //! skips the panel: its tile decodes the rows in registers for ≤ 4 (AVX2) or ≤ 8 tokens at a
 //! time (the level kernels are in [`isa`]). The lanes are reduced by the
-//! level's form of the scalar tree (AVX2: the same additions, 8 / 4 / 2 / 1 at a time;
-//! AVX-512: 16 lane sets at once), and each token's outputs of a task are stored as one run.
+//! level's form of the scalar tree (AVX2: the same additions, 8 / 4 / 2 / 1 at a time, after
+//! the last chunk; AVX-512: 16 lane sets at once, in registers by the panel sweep's tile that
+//! adds the last chunk, so those lanes are never stored, or after the fused MXFP4 tiles), and
+//! each token's outputs of a task are stored as one run.
 //!
 //! Every (row, token) lane therefore sees exactly the elements, order and fused operations of
 //! the mat-vec — columns ascending, element `i` → lane `i % 16` — and the scalar tree finishes
@@ -76,6 +78,32 @@ impl Out {
             // SAFETY: as above.
             unsafe { self.ptr.add(at).write(v) };
             at += 1;
+        }
+    }
+}
+
+/// Where a tile's microkernels leave a row's reduced outputs after its last chunk, on a level
+/// that reduces in registers ([`isa::Isa::REDUCES_IN_TILE`]): (row `r`, token `t`) of the
+/// call at `at + t·ts + r` (the task's token-major staging, [`Job::emit`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Done {
+    at: *mut f32,
+    ts: usize,
+}
+
+impl Done {
+    /// The output slot of (row `r`, token `t`). An address only: the microkernels write it.
+    #[inline(always)]
+    pub(crate) fn at(self, r: usize, t: usize) -> *mut f32 {
+        self.at.wrapping_add(t * self.ts + r)
+    }
+
+    /// The slots of a call whose first row and token are this one's `r` and `t`.
+    #[inline(always)]
+    pub(crate) fn from(self, r: usize, t: usize) -> Done {
+        Done {
+            at: self.at(r, t),
+            ts: self.ts,
         }
     }
 }
@@ -269,57 +297,93 @@ impl Job<'_> {
         let blocks = sb.min((self.w.rows - r0).div_ceil(RB));
         scratch::with(&scratch::PANEL, |pbuf| {
             scratch::with(&scratch::STATE, |sbuf| {
-                // Every panel row is filled before it is read; the state's first chunk
-                // writes it fresh (`Isa::sweep`), so neither is cleared.
-                let panel = scratch::aligned_any(pbuf, RB * XS);
-                for tok0 in (0..self.t).step_by(TG) {
-                    let tg = TG.min(self.t - tok0);
-                    let per = RB * tg * 16;
-                    let states = scratch::aligned_any(sbuf, blocks * per);
-                    for (c, k0) in (0..self.k16).step_by(KC).enumerate() {
-                        let kc = KC.min(self.k16 - k0);
-                        let xoff = (c * self.t + tok0) * XS;
-                        assert!(xoff + tg * XS <= self.xs.len());
-                        let x = self.xs[xoff..].as_ptr();
-                        for (b, state) in states.chunks_mut(per).enumerate() {
-                            let rb = r0 + b * RB;
-                            let nr = RB.min(self.w.rows - rb);
-                            let mut ahead = self.next_chunk(r0, b, blocks, k0);
-                            let tile = Tile {
-                                w: self.w,
-                                rows: (rb, nr),
-                                cols: (k0, kc),
-                                x,
-                                tg,
-                                st: state.as_mut_ptr(),
-                                fresh: c == 0,
-                                skip: 0,
-                            };
-                            // SAFETY: as below; `k0 + kc <= cols` for MXFP4 (whole groups).
-                            if unsafe { I::fused_mx(&tile, &mut ahead) } {
-                                continue;
-                            }
-                            if self.widen_in_sweep::<I>(&tile, panel, &mut ahead) {
-                                continue;
-                            }
-                            for (rl, dst) in panel.chunks_mut(XS).take(nr).enumerate() {
-                                self.fill::<I>(rb + rl, k0, &mut dst[..kc]);
-                            }
-                            let base = panel.as_ptr();
-                            let wp: [*const f32; RB] =
-                                std::array::from_fn(|rl| base.wrapping_add(rl.min(nr - 1) * XS));
-                            // SAFETY: the level is supported (`matmul_at` checked it); `kc`
-                            // is a multiple of 16 (`k16` and `KC` are) and `kc <= KC < XS`,
-                            // so `kc` f32 are readable at every panel row (`RB · XS` long) and
-                            // at every `x + j·XS`, `j < tg` (asserted); `state` holds
-                            // `RB · tg` lanes.
-                            unsafe { I::sweep(&wp, &tile, &mut ahead) };
-                        }
+                scratch::with(&scratch::EMIT, |ebuf| {
+                    // Every panel row is filled before it is read; the state's first chunk
+                    // writes it fresh (`Isa::sweep`), and every staged output is written
+                    // before `emit` reads it, so none is cleared (a zeroed 8 KB staging per
+                    // call was ~1 % of the T 8 MXFP4 GEMM, `perf`).
+                    let panel = scratch::aligned_any(pbuf, RB * XS);
+                    let staged = scratch::aligned_any(ebuf, SB * RB * TG);
+                    for tok0 in (0..self.t).step_by(TG) {
+                        let tg = TG.min(self.t - tok0);
+                        let per = RB * tg * 16;
+                        let states = scratch::aligned_any(sbuf, blocks * per);
+                        let reduced =
+                            self.chunks::<I>(r0, blocks, (tok0, tg), panel, states, staged);
+                        self.emit::<I>(r0, tok0, tg, states.chunks(per), reduced, staged);
                     }
-                    self.emit::<I>(r0, tok0, tg, states.chunks(per));
-                }
+                })
             })
         })
+    }
+
+    /// Adds every column chunk of the task's `blocks` row blocks (from row `r0`) for tokens
+    /// `tok0 .. tok0 + tg` to their lanes (`states`, `RB · tg` slots per block); on a level
+    /// that [reduces in the tile](Isa::REDUCES_IN_TILE) the last chunk of a sweep leaves the
+    /// outputs in `staged` (token `j`, task row `r` at `j · SB · RB + r`) instead. Returns,
+    /// per block, whether it did (the fused MXFP4 tiles never do: reducing in them cost the
+    /// T 8 / 16 GEMM ~2 points of the FMA peak;
+    /// docs/PERFORMANCE.md#session-16-gemm-lanes-reduced-in-the-tile).
+    fn chunks<I: Isa>(
+        &self,
+        r0: usize,
+        blocks: usize,
+        (tok0, tg): (usize, usize),
+        panel: &mut [f32],
+        states: &mut [f32],
+        staged: &mut [f32],
+    ) -> [bool; SB] {
+        let per = RB * tg * 16;
+        assert!(blocks <= SB && states.len() >= blocks * per && staged.len() >= SB * RB * TG);
+        let mut reduced = [false; SB];
+        let last = (self.k16 - 1) / KC * KC;
+        for (c, k0) in (0..self.k16).step_by(KC).enumerate() {
+            let kc = KC.min(self.k16 - k0);
+            let xoff = (c * self.t + tok0) * XS;
+            assert!(xoff + tg * XS <= self.xs.len());
+            let x = self.xs[xoff..].as_ptr();
+            for (b, state) in states.chunks_mut(per).take(blocks).enumerate() {
+                let rb = r0 + b * RB;
+                let nr = RB.min(self.w.rows - rb);
+                let mut ahead = self.next_chunk(r0, b, blocks, k0);
+                let done = (I::REDUCES_IN_TILE && k0 == last).then(|| Done {
+                    at: staged[b * RB..].as_mut_ptr(),
+                    ts: SB * RB,
+                });
+                let tile = Tile {
+                    w: self.w,
+                    rows: (rb, nr),
+                    cols: (k0, kc),
+                    x,
+                    tg,
+                    st: state.as_mut_ptr(),
+                    fresh: c == 0,
+                    skip: 0,
+                    done,
+                };
+                // SAFETY: as below; `k0 + kc <= cols` for MXFP4 (whole groups); the outputs
+                // of (row `r < RB`, token `j < tg`) lie in `staged` (asserted length).
+                if unsafe { I::fused_mx(&tile, &mut ahead) } {
+                    continue;
+                }
+                reduced[b] = tile.done.is_some();
+                if self.widen_in_sweep::<I>(&tile, panel, &mut ahead) {
+                    continue;
+                }
+                for (rl, dst) in panel.chunks_mut(XS).take(nr).enumerate() {
+                    self.fill::<I>(rb + rl, k0, &mut dst[..kc]);
+                }
+                let base = panel.as_ptr();
+                let wp: [*const f32; RB] =
+                    std::array::from_fn(|rl| base.wrapping_add(rl.min(nr - 1) * XS));
+                // SAFETY: the level is supported (`matmul_at` checked it); `kc` is a multiple
+                // of 16 (`k16` and `KC` are) and `kc <= KC < XS`, so `kc` f32 are readable at
+                // every panel row (`RB · XS` long) and at every `x + j·XS`, `j < tg`
+                // (asserted); `state` holds `RB · tg` lanes.
+                unsafe { I::sweep(&wp, &tile, &mut ahead) };
+            }
+        }
+        reduced
     }
 
     /// [`Isa::sweep_bf16`] of a bf16 tile whose columns lie inside the rows: the level's
@@ -421,11 +485,12 @@ impl Job<'_> {
         dst[end - k0..].fill(-0.0);
     }
 
-    /// Reduces the lanes of the task's blocks (`states[b]`: rows `r0 + b·RB ..`) and writes
-    /// their outputs for tokens `tok0 .. tok0 + tg`. The results are staged token-major so
-    /// each token's outputs go out as one run of ≤ `SB · RB`: on AVX-512, 7168 × 1536 at T 32
-    /// spent ~13 % of its time on single stores 28 KB apart and ~10 % in the scalar tree
-    /// (`perf`); with runs and 16 sets per reduction, 1 thread 47 → 63 % of the FMA peak
+    /// Writes the outputs of the task's blocks (`states[b]`: rows `r0 + b·RB ..`) for tokens
+    /// `tok0 .. tok0 + tg`: reduces their lanes, unless the tiles already did (`reduced[b]`,
+    /// [`Isa::REDUCES_IN_TILE`]), finishes them (a Q8 row's scale) and stores each token's
+    /// outputs as one run of ≤ `SB · RB`. On AVX-512, 7168 × 1536 at T 32 spent ~13 % of its
+    /// time on single stores 28 KB apart and ~10 % in the scalar tree (`perf`); with runs and
+    /// 16 sets per reduction, 1 thread 47 → 63 % of the FMA peak
     /// (docs/PERFORMANCE.md#session-8-zen-5-gemm-emit-and-mxfp4-prefetch-stream).
     fn emit<'s, I: Isa>(
         &self,
@@ -433,62 +498,64 @@ impl Job<'_> {
         tok0: usize,
         tg: usize,
         states: impl Iterator<Item = &'s [f32]>,
-    ) {
-        scratch::with(&scratch::EMIT, |buf| {
-            // Every staged value read below is written first (no clearing: a zeroed 8 KB
-            // array per call was ~1 % of the T 8 MXFP4 GEMM, `perf`).
-            let staged = scratch::aligned_any(buf, SB * RB * TG);
-            self.emit_into::<I>(staged, r0, tok0, tg, states);
-        })
-    }
-
-    /// [`Job::emit`] staging through `staged` (`SB · RB · TG` long).
-    fn emit_into<'s, I: Isa>(
-        &self,
+        reduced: [bool; SB],
         staged: &mut [f32],
-        r0: usize,
-        tok0: usize,
-        tg: usize,
-        states: impl Iterator<Item = &'s [f32]>,
     ) {
         let mut nrows = 0;
-        for (b, state) in states.enumerate() {
+        for ((b, state), reduced) in states.enumerate().zip(reduced) {
             let nr = RB.min(self.w.rows - (r0 + b * RB));
             nrows = b * RB + nr;
-            // Lane set `i` is (row `i / tg`, token `i % tg`); 16 at a time where they can.
-            let sets = nr * tg;
-            assert!(state.len() >= sets * 16, "GEMM state length");
-            let mut d = [0f32; 16];
-            let mut i0 = 0;
-            while i0 < sets {
-                let n = if sets - i0 >= 16 { 16 } else { 1 };
-                let p = state[i0 * 16..].as_ptr();
-                // SAFETY: `(i0 + n)·16 <= sets·16 <= state.len()` (asserted); the task runs
-                // on a level the CPU supports.
-                unsafe {
-                    if n == 16 {
-                        I::reduce16x16(self.lay, p, &mut d);
-                    } else {
-                        d[0] = I::reduce(self.lay, p);
-                    }
-                }
-                // Set `i0 + k` is (row `rl`, token `j`), stepped without a division per output.
-                let (mut rl, mut j) = (i0 / tg, i0 % tg);
-                for &dk in &d[..n] {
-                    let r = b * RB + rl;
-                    staged[j * SB * RB + r] = self.w.finish(r0 + r, dk);
-                    j += 1;
-                    if j == tg {
-                        (rl, j) = (rl + 1, 0);
-                    }
-                }
-                i0 += n;
+            if !reduced {
+                self.reduce_block::<I>(b, nr, tg, state, staged);
             }
         }
         for j in 0..tg {
-            let run = &staged[j * SB * RB..j * SB * RB + nrows];
+            let run = &mut staged[j * SB * RB..j * SB * RB + nrows];
+            for (r, v) in run.iter_mut().enumerate() {
+                *v = self.w.finish(r0 + r, *v);
+            }
             // SAFETY: rows `r0 .. r0 + nrows` belong to this task only.
             unsafe { self.out.write_run((tok0 + j) * self.w.rows + r0, run) };
+        }
+    }
+
+    /// Reduces block `b`'s lanes (`nr` rows × `tg` tokens, `state`) into `staged` (token `j`,
+    /// task row `r` at `j · SB · RB + r`), 16 lane sets at a time where they can.
+    fn reduce_block<I: Isa>(
+        &self,
+        b: usize,
+        nr: usize,
+        tg: usize,
+        state: &[f32],
+        staged: &mut [f32],
+    ) {
+        // Lane set `i` is (row `i / tg`, token `i % tg`).
+        let sets = nr * tg;
+        assert!(state.len() >= sets * 16, "GEMM state length");
+        let mut d = [0f32; 16];
+        let mut i0 = 0;
+        while i0 < sets {
+            let n = if sets - i0 >= 16 { 16 } else { 1 };
+            let p = state[i0 * 16..].as_ptr();
+            // SAFETY: `(i0 + n)·16 <= sets·16 <= state.len()` (asserted); the task runs on a
+            // level the CPU supports.
+            unsafe {
+                if n == 16 {
+                    I::reduce16x16(self.lay, p, &mut d);
+                } else {
+                    d[0] = I::reduce(self.lay, p);
+                }
+            }
+            // Set `i0 + k` is (row `rl`, token `j`), stepped without a division per output.
+            let (mut rl, mut j) = (i0 / tg, i0 % tg);
+            for &dk in &d[..n] {
+                staged[j * SB * RB + b * RB + rl] = dk;
+                j += 1;
+                if j == tg {
+                    (rl, j) = (rl + 1, 0);
+                }
+            }
+            i0 += n;
         }
     }
 }

@@ -2,7 +2,7 @@
 //! decode), the microkernel sweep over a panel, the fused small-T MXFP4 tiles and the lane
 //! tree. `simd::gemm` drives them (docs/NUMERICS.md#gemm).
 
-use super::{Ahead, RB, XS};
+use super::{Ahead, Done, RB, XS};
 use crate::dot::reduce16;
 use crate::matrix::Matrix;
 #[cfg(target_arch = "x86_64")]
@@ -31,10 +31,18 @@ pub(super) struct Tile<'a> {
     pub(super) fresh: bool,
     /// Leading tokens [`Isa::sweep`] leaves out (already added by [`Isa::sweep_bf16`]).
     pub(super) skip: usize,
+    /// The rows' last chunk on a level that [reduces in the tile](Isa::REDUCES_IN_TILE):
+    /// the block's outputs (row `r`, token `j` at `done.at(r, j)`) instead of the state.
+    pub(super) done: Option<Done>,
 }
 
 /// A level's GEMM kernels.
 pub(super) trait Isa {
+    /// The sweeps' microkernels reduce the lanes in registers after a row's last chunk and
+    /// write the outputs to [`Tile::done`] (AVX-512); otherwise, and in [`Isa::fused_mx`]
+    /// always, they leave the lanes in the state and [`Isa::reduce16x16`] / [`Isa::reduce`]
+    /// finish them.
+    const REDUCES_IN_TILE: bool = false;
     /// Widens bf16 bits (`src.len()` a multiple of 16) into `dst`.
     ///
     /// # Safety
@@ -132,12 +140,14 @@ macro_rules! sweep_fn {
                     let mut wr = [w[0]; MR];
                     wr.copy_from_slice(&w[rb..rb + MR]);
                     let sp = st.wrapping_add((rb * tg + tb0) * 16);
+                    let done = tile.done.map(|d| d.from(rb, tb0));
                     match nt {
                         $($n => {
                             // SAFETY: rows `rb .. rb + MR <= RB` (RB is a multiple of MR) and
                             // tokens `tb0 .. tb0 + nt <= tg` are inside the caller's
-                            // guarantees; the state slots of distinct (row, token) differ.
-                            unsafe { crate::simd::$m::micro::<MR, $n>(wr, xp, XS, kc, sp, tg * 16, fresh, pf) }
+                            // guarantees; the state slots (or outputs) of distinct (row,
+                            // token) differ.
+                            unsafe { crate::simd::$m::micro::<MR, $n>(wr, xp, XS, kc, sp, tg * 16, fresh, pf, done) }
                         })+
                         _ => {}
                     }
@@ -418,14 +428,15 @@ unsafe fn sweep_bf16_avx512(
         let s: [*const u16; MR] = std::array::from_fn(|i| src[rb + i]);
         let d: [*mut f32; MR] = std::array::from_fn(|i| w[rb + i]);
         let (sp, ss) = (st.wrapping_add(rb * tg * 16), tg * 16);
+        let done = tile.done.map(|o| o.from(rb, 0));
         // SAFETY: rows `rb .. rb + MR <= RB` and tokens `0 .. nt <= tg` are inside the
         // caller's guarantees; the panel rows written here are read by no one until after.
         unsafe {
             match nt {
-                1 => micro_widen::<MR, 1>(s, d, x, XS, kc, sp, ss, fresh, pf),
-                2 => micro_widen::<MR, 2>(s, d, x, XS, kc, sp, ss, fresh, pf),
-                3 => micro_widen::<MR, 3>(s, d, x, XS, kc, sp, ss, fresh, pf),
-                _ => micro_widen::<MR, 4>(s, d, x, XS, kc, sp, ss, fresh, pf),
+                1 => micro_widen::<MR, 1>(s, d, x, XS, kc, sp, ss, fresh, pf, done),
+                2 => micro_widen::<MR, 2>(s, d, x, XS, kc, sp, ss, fresh, pf, done),
+                3 => micro_widen::<MR, 3>(s, d, x, XS, kc, sp, ss, fresh, pf, done),
+                _ => micro_widen::<MR, 4>(s, d, x, XS, kc, sp, ss, fresh, pf, done),
             }
         }
     }
@@ -438,6 +449,7 @@ unsafe fn sweep_bf16_avx512(
 
 #[cfg(target_arch = "x86_64")]
 isa_impl!(Avx512, avx512, widen_bf16, panel_mx, sweep_avx512; {
+    const REDUCES_IN_TILE: bool = true;
     unsafe fn sweep_bf16(
         src: &[*const u16; RB],
         w: &[*mut f32; RB],
