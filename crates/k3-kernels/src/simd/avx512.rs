@@ -407,7 +407,7 @@ pub(super) unsafe fn reduce16x16(p: *const f32, out: &mut [f32; 16]) {
 
 /// Leaves the lanes of `M` rows × `N` tokens (`M · N ≤ 16`) after a chunk: in their state
 /// slots ([`load_state`]'s layout) while more chunks follow, or, after the row's last chunk
-/// (`done`), reduced in registers ([`reduce16_sets`], all 16 sets in one tree) straight to
+/// (`done`), reduced in registers (one [`reduce16_sets`] tree) straight to
 /// the outputs, so the lanes are never stored and read back for the tree (the GEMM's
 /// emit then only scales and copies; docs/NUMERICS.md#gemm).
 ///
@@ -426,22 +426,17 @@ unsafe fn leave<const M: usize, const N: usize>(
         // SAFETY: the state slots are the caller's.
         return unsafe { store_state(acc, st, ss) };
     };
-    // Set `i` is (row `i / N`, token `i % N`); 16 sets per tree (every tile has ≤ 16).
-    for i0 in (0..M * N).step_by(16) {
-        let sets: [__m512; 16] = std::array::from_fn(|k| {
-            acc.as_flattened()
-                .get(i0 + k)
-                .copied()
-                .unwrap_or(_mm512_setzero_ps())
-        });
-        let mut sums = [0f32; 16];
-        // SAFETY: 16 writable f32.
-        unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), reduce16_sets(&sets)) };
-        for (k, &v) in sums.iter().enumerate().take(M * N - i0) {
-            let i = i0 + k;
-            // SAFETY: the output slots are the caller's.
-            unsafe { done.at(i / N, i % N).write(v) };
-        }
+    const { assert!(M * N <= 16, "one tree per tile") };
+    // Set `i` is (row `i / N`, token `i % N`); zero sets pad the tree.
+    let flat = acc.as_flattened();
+    let sets: [__m512; 16] =
+        std::array::from_fn(|i| flat.get(i).copied().unwrap_or(_mm512_setzero_ps()));
+    let mut sums = [0f32; 16];
+    // SAFETY: 16 writable f32.
+    unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), reduce16_sets(&sets)) };
+    for (i, &v) in sums.iter().enumerate().take(M * N) {
+        // SAFETY: the output slots are the caller's.
+        unsafe { done.at(i / N, i % N).write(v) };
     }
 }
 

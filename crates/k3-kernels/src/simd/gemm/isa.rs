@@ -32,7 +32,8 @@ pub(super) struct Tile<'a> {
     /// Leading tokens [`Isa::sweep`] leaves out (already added by [`Isa::sweep_bf16`]).
     pub(super) skip: usize,
     /// The rows' last chunk on a level that [reduces in the tile](Isa::REDUCES_IN_TILE):
-    /// the block's outputs (row `r`, token `j` at `done.at(r, j)`) instead of the state.
+    /// the block's outputs (row `r`, token `j` at `done.at(r, j)`), where the panel sweeps
+    /// leave them instead of the state ([`Isa::fused_mx`] ignores it).
     pub(super) done: Option<Done>,
 }
 
