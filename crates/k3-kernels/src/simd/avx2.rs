@@ -137,31 +137,42 @@ pub(super) fn rows16<W: Ld16, const R: usize>(ws: [&[W]; R], x: &[f32]) -> [[f32
     acc.map(|v| store16(v))
 }
 
-/// Widens the bf16 bits `src` into `dst` (natural order); `dst.len() == src.len()`, a
-/// multiple of 16 (checked by the caller; a violation only shortens the copy).
+/// Widens the bf16 bits `src` into `dst` in the GEMM's halves order ([`widen`]).
 #[target_feature(enable = "avx2,fma")]
 pub(super) fn widen_bf16(src: &[u16], dst: &mut [f32]) {
     widen(src, dst)
 }
 
-/// Widens the int8 values `src` into `dst` (natural order; lengths as [`widen_bf16`]).
+/// Widens the int8 values `src` into `dst` in halves order ([`widen`]).
 #[target_feature(enable = "avx2,fma")]
 pub(super) fn widen_q8(src: &[i8], dst: &mut [f32]) {
     widen(src, dst)
 }
 
-/// [`widen_bf16`] / [`widen_q8`].
+/// Copies the f32 `src` into `dst` in halves order ([`widen`]).
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn copy_f32(src: &[f32], dst: &mut [f32]) {
+    widen(src, dst)
+}
+
+/// [`widen_bf16`] / [`widen_q8`] / [`copy_f32`]: `src` (one panel chunk, `n = src.len()` a
+/// multiple of 16, `dst.len() == n`; checked by the caller, a violation only shortens the
+/// copy) widened into the GEMM's **halves** order (docs/NUMERICS.md#gemm): register positions
+/// 0..8 of 16-element step `s` at `dst[8s ..]`, positions 8..16 at `dst[n/2 + 8s ..]`, so
+/// each of the microkernel's two passes ([`micro`]) reads one contiguous half.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 fn widen<W: Ld16>(src: &[W], dst: &mut [f32]) {
     let n = src.len().min(dst.len()) / 16 * 16;
+    let half = n / 2;
     let mut i = 0;
     while i < n {
-        // SAFETY: `i + 16 <= n` elements of both slices are in bounds.
+        // SAFETY: `i + 16 <= n` elements of `src` are in bounds; `i / 2 + 8 <= half` and
+        // `half + i / 2 + 8 <= n` f32 of `dst` are.
         unsafe {
             let v = W::ld16(src.as_ptr().add(i));
-            _mm256_storeu_ps(dst.as_mut_ptr().add(i), v[0]);
-            _mm256_storeu_ps(dst.as_mut_ptr().add(i + 8), v[1]);
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i / 2), v[0]);
+            _mm256_storeu_ps(dst.as_mut_ptr().add(half + i / 2), v[1]);
         }
         i += 16;
     }
@@ -183,6 +194,13 @@ fn widen<W: Ld16>(src: &[W], dst: &mut [f32]) {
 pub(super) unsafe fn reduce16_at(layout: super::Layout, p: *const f32) -> f32 {
     // SAFETY: 16 readable f32 at `p` (caller); unaligned loads.
     let (v0, v1) = unsafe { (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))) };
+    reduce16_v(layout, v0, v1)
+}
+
+/// [`reduce16_at`] of the lanes held in `v0` (register positions 0..8) and `v1` (8..16).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn reduce16_v(layout: super::Layout, v0: __m256, v1: __m256) -> f32 {
     match layout {
         super::Layout::Natural => {
             let b = _mm256_add_ps(v0, v1);
@@ -206,15 +224,24 @@ pub(super) unsafe fn reduce16_at(layout: super::Layout, p: *const f32) -> f32 {
 }
 
 /// Rows per GEMM microkernel call.
-pub(super) const MR: usize = 2;
-/// Most tokens per GEMM microkernel call: 2 × 3 × 2 accumulators and the 4 weight vectors
-/// fill the 16 `ymm` (activations are memory operands; measured faster than 2 × 2 and 1 × 6
-/// on Zen 3).
+pub(super) const MR: usize = 4;
+/// Most tokens per GEMM microkernel call. The kernel adds the two 8-lane halves of every
+/// (row, token) in two passes over the chunk — a lane's sum never meets another lane's before
+/// the tree, so the halves are independent — reading each pass's half of the panel rows and
+/// activations contiguously (the chunk's halves order, [`widen`]). 4 × 3 one-`ymm`
+/// accumulators, the 3 activation vectors and one weight vector fill the 16 `ymm`, and each
+/// step loads 7 vectors for 12 FMAs. The full-width 2 × 3 tile before it (session 6) loaded
+/// 16: its activations were memory operands, read once per row (L1-resident kernels alone,
+/// Zen 4, 1 thread: 2 × 3 full-width 70 %, 2 × 6 halves interleaved 73 %, 2 × 6 halves
+/// ordered 80 %, 4 × 3 halves ordered 82–88 % of the FMA peak;
+/// docs/PERFORMANCE.md#session-17-avx2-gemm-in-halves).
 pub(super) const TB: usize = 3;
 
-/// The GEMM microkernel: for `M` f32 weight rows `w[r]` (any lane layout) and `N` activation
-/// rows at `x + t·xs` (the same layout), adds `kc` columns to the 16 lanes held at
-/// `st + r·ss + 16t`.
+/// The GEMM microkernel: for `M` f32 weight rows `w[r]` and `N` activation rows at
+/// `x + t·xs` (both one chunk of `kc` columns in the level's lane layout and the halves
+/// order, [`widen`]), adds the chunk to the 16 lanes (register order) held at
+/// `st + r·ss + 16t`. With `done` (the chunk ends its rows) the lanes are reduced in
+/// registers instead and each (row, token) output written to `done`'s slot.
 ///
 /// # Safety
 /// The CPU has AVX2 and FMA; `kc` is a multiple of 16; `kc` f32 are readable at every `w[r]`
@@ -231,50 +258,100 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
+    pf: super::gemm::Spread<'_>,
+    done: Option<super::gemm::Done>,
+) {
+    // SAFETY: the caller's guarantees.
+    unsafe { passes::<M, N>(w, x, xs, kc, st, ss, fresh, pf, done) }
+}
+
+/// [`micro`]'s two passes.
+///
+/// # Safety
+/// As [`micro`].
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn passes<const M: usize, const N: usize>(
+    w: [*const f32; M],
+    x: *const f32,
+    xs: usize,
+    kc: usize,
+    st: *mut f32,
+    ss: usize,
+    fresh: bool,
     mut pf: super::gemm::Spread<'_>,
     done: Option<super::gemm::Done>,
 ) {
-    // This level leaves its lanes in the state; the GEMM's emit reduces them.
-    debug_assert!(done.is_none(), "lanes reduced in the tile on this level");
-    let mut acc = [[[_mm256_setzero_ps(); 2]; N]; M];
-    // A fresh state (the first chunk) starts at +0, the lanes' initial value.
-    if !fresh {
-        for (r, ar) in acc.iter_mut().enumerate() {
-            for (t, a) in ar.iter_mut().enumerate() {
+    let half = kc / 2;
+    // Pass `h`: register positions `8h .. 8h + 8` of every lane set, read at `h · kc/2 ..`
+    // of the panel and activations.
+    for h in 0..2 {
+        let mut acc = [[_mm256_setzero_ps(); N]; M];
+        // A fresh state (the first chunk) starts at +0, the lanes' initial value.
+        if !fresh {
+            for (r, ar) in acc.iter_mut().enumerate() {
+                for (t, a) in ar.iter_mut().enumerate() {
+                    // SAFETY: 16 readable f32 at `st + r·ss + 16t` (caller).
+                    *a = unsafe { _mm256_loadu_ps(st.wrapping_add(r * ss + 16 * t + 8 * h)) };
+                }
+            }
+        }
+        let (w, x) = (
+            w.map(|p| p.wrapping_add(h * half)),
+            x.wrapping_add(h * half),
+        );
+        let mut k = 0;
+        while k < half {
+            pf.tick();
+            // SAFETY: `h·half + k + 8 <= kc` f32 are readable at every `w[r]` and
+            // `x + t·xs` (caller).
+            unsafe { step(&mut acc, &w, x, xs, k) };
+            k += 8;
+        }
+        for (r, ar) in acc.iter().enumerate() {
+            for (t, &a) in ar.iter().enumerate() {
                 let s = st.wrapping_add(r * ss + 16 * t);
-                // SAFETY: 16 readable f32 at `s` (caller).
-                *a = unsafe { f32::ld16(s) };
+                match done {
+                    // The row's last chunk: the tree of its 16 lanes, positions 0..8 from
+                    // the state (pass 0) and 8..16 still in `a`; the output goes to `done`.
+                    // SAFETY: 8 readable f32 at `s`, the output slot writable (caller).
+                    Some(d) if h == 1 => unsafe {
+                        d.at(r, t).write(reduce16_v(d.lay, _mm256_loadu_ps(s), a))
+                    },
+                    // SAFETY: 16 writable f32 at `s`, not aliased (caller).
+                    _ => unsafe { _mm256_storeu_ps(s.wrapping_add(8 * h), a) },
+                }
             }
         }
-    }
-    let mut k = 0;
-    while k < kc {
-        pf.tick();
-        let mut wv = [[_mm256_setzero_ps(); 2]; M];
-        for (v, &wr) in wv.iter_mut().zip(&w) {
-            // SAFETY: `k + 16 <= kc` f32 are readable at every `w[r]` and `x[t]` (caller).
-            *v = unsafe { f32::ld16(wr.add(k)) };
-        }
-        for t in 0..N {
-            let xt = x.wrapping_add(t * xs);
-            // SAFETY: as above.
-            let xv = unsafe { f32::ld16(xt.add(k)) };
-            for (ar, wr) in acc.iter_mut().zip(&wv) {
-                ar[t][0] = _mm256_fmadd_ps(wr[0], xv[0], ar[t][0]);
-                ar[t][1] = _mm256_fmadd_ps(wr[1], xv[1], ar[t][1]);
-            }
-        }
-        k += 16;
     }
     pf.finish();
-    for (r, ar) in acc.iter().enumerate() {
-        for (t, a) in ar.iter().enumerate() {
-            let s = st.wrapping_add(r * ss + 16 * t);
-            // SAFETY: 16 writable f32 at `s`, not aliased (caller).
-            unsafe {
-                _mm256_storeu_ps(s, a[0]);
-                _mm256_storeu_ps(s.add(8), a[1]);
-            }
+}
+
+/// One 8-column step of [`passes`]: `acc[r][t] += w[r][k..k+8] · x[t][k..k+8]`, the `N`
+/// activation vectors loaded once and each weight vector once.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; 8 f32 readable at every `w[r] + k` and `x + t·xs + k`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn step<const M: usize, const N: usize>(
+    acc: &mut [[__m256; N]; M],
+    w: &[*const f32; M],
+    x: *const f32,
+    xs: usize,
+    k: usize,
+) {
+    let mut xv = [_mm256_setzero_ps(); N];
+    for (t, v) in xv.iter_mut().enumerate() {
+        // SAFETY: 8 readable f32 at `x + t·xs + k` (caller).
+        *v = unsafe { _mm256_loadu_ps(x.wrapping_add(t * xs + k)) };
+    }
+    for (ar, &wr) in acc.iter_mut().zip(w) {
+        // SAFETY: 8 readable f32 at `w[r] + k` (caller).
+        let wv = unsafe { _mm256_loadu_ps(wr.wrapping_add(k)) };
+        for (a, &xt) in ar.iter_mut().zip(&xv) {
+            *a = _mm256_fmadd_ps(wv, xt, *a);
         }
     }
 }

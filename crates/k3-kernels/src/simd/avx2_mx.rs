@@ -159,20 +159,24 @@ unsafe fn group<const R: usize, const NAT: bool>(
 }
 
 /// Decodes every group of one row (`packed` 16 bytes and `scales` one byte per group) into
-/// `dst` in [`Q16`] order, 32 f32 per group (`dst.len() >= 32 · groups`, checked by the
-/// caller; a violation only shortens the decode).
+/// `dst`, one GEMM panel chunk of `n = dst.len() = 32 · groups` f32, in [`Q16`] order and the
+/// chunk's halves order (`super::avx2::widen`): vectors 0 and 2 of group `g` (register
+/// positions 0..8 of its two 16-element steps) at `dst[16g ..]`, vectors 1 and 3 at
+/// `dst[n/2 + 16g ..]`. (`dst.len() != 32 · scales.len()` or too few code bytes only shorten
+/// the decode.)
 #[target_feature(enable = "avx2,fma")]
 pub(super) fn panel(packed: &[u8], scales: &[u8], dst: &mut [f32]) {
     let groups = scales.len().min(packed.len() / 16).min(dst.len() / GROUP);
+    let half = groups * GROUP / 2;
     let k = consts();
     for (g, &s) in scales[..groups].iter().enumerate() {
-        // SAFETY: `g < groups`: bytes `16g .. 16g+16` of `packed` and f32 `32g .. 32g+32` of
-        // `dst` are in bounds.
+        // SAFETY: `g < groups`: bytes `16g .. 16g+16` of `packed` and f32 `16g .. 16g+16`
+        // and `half + 16g .. half + 16g + 16` of `dst` (`2·half <= dst.len()`) are in bounds.
         unsafe {
             let w = decode(packed.as_ptr().add(16 * g), s, &k);
-            let d = dst.as_mut_ptr().add(GROUP * g);
+            let d = dst.as_mut_ptr().add(16 * g);
             for (q, v) in w.iter().enumerate() {
-                _mm256_storeu_ps(d.add(8 * q), *v);
+                _mm256_storeu_ps(d.add((q % 2) * half + 8 * (q / 2)), *v);
             }
         }
     }
@@ -182,10 +186,11 @@ pub(super) fn panel(packed: &[u8], scales: &[u8], dst: &mut [f32]) {
 pub(super) const FUSED_TB: usize = 4;
 
 /// The small-T MXFP4 GEMM tile: one weight row's groups decoded in registers (no f32 panel)
-/// and added to the lanes of `N ≤ 4` tokens: token `t`'s activations (in [`Q16`] layout) at
-/// `x + t·xs`, its 16 lanes at `st + 16t`. Each lane takes its elements in the order of the
-/// mat-vec ([`group`]): `w[0]`, `w[2]` into lanes 0..8 of the register order, `w[1]`, `w[3]`
-/// into 8..16, one FMA each — so the bits of the panel path and of the mat-vec.
+/// and added to the lanes of `N ≤ 4` tokens: token `t`'s activations (in [`Q16`] layout, the
+/// steps in order: not the panel's halves order) at `x + t·xs`, its 16 lanes at `st + 16t`.
+/// Each lane takes its elements in the order of the mat-vec ([`group`]): `w[0]`, `w[2]` into
+/// lanes 0..8 of the register order, `w[1]`, `w[3]` into 8..16, one FMA each — so the bits
+/// of the panel path and of the mat-vec.
 ///
 /// # Safety
 /// The CPU has AVX2 and FMA; `packed` has `16 · groups` and `scales` `groups` bytes (checked:

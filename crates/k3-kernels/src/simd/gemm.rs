@@ -2,7 +2,8 @@
 //! panels (docs/NUMERICS.md#gemm).
 //!
 //! The activations are packed once per call, chunk-major (`[chunk][token][XS]`, in the
-//! level's layout, `+0`-padded). One rayon task owns up to [`SB`] blocks of [`RB`] weight rows
+//! level's layout and chunk order — AVX2 stores each chunk's 8-lane halves apart, see
+//! [`Isa::HALVES`] — `+0`-padded). One rayon task owns up to [`SB`] blocks of [`RB`] weight rows
 //! and every token. Per group of ≤ [`TG`] tokens it walks the columns in chunks of [`KC`]; on
 //! each chunk its blocks take turns: the activation chunk (≤ 135 KB) is read from L3 once per
 //! task and then served from L2 to every block (2-thread bf16 GEMM 46–52 → 52–58 % of the FMA
@@ -14,10 +15,10 @@
 //! over the microkernel calls. MXFP4 at T ≤ 8 on AVX2, and T ≤ 24 on AVX-512 with VBMI,
 //! skips the panel: its tile decodes the rows in registers for ≤ 4 (AVX2) or ≤ 8 tokens at a
 //! time (the level kernels are in [`isa`]). The lanes are reduced by the
-//! level's form of the scalar tree (AVX2: the same additions, 8 / 4 / 2 / 1 at a time, after
-//! the last chunk; AVX-512: 16 lane sets at once, in registers by the panel sweep's tile that
-//! adds the last chunk, so those lanes are never stored, or after the fused MXFP4 tiles), and
-//! each token's outputs of a task are stored as one run.
+//! level's form of the scalar tree (AVX2: the same additions, 8 / 4 / 2 / 1 at a time;
+//! AVX-512: 16 lane sets at once), in registers by the panel sweep's tile that adds the last
+//! chunk, so those lanes are never stored, or after the last chunk for the fused MXFP4 tiles
+//! (and NEON), and each token's outputs of a task are stored as one run.
 //!
 //! Every (row, token) lane therefore sees exactly the elements, order and fused operations of
 //! the mat-vec — columns ascending, element `i` → lane `i % 16` — and the scalar tree finishes
@@ -25,8 +26,9 @@
 //! `matvec` bit for bit, for any `RB`, `SB`, `KC`, `TG`, `MR`, `TB` and thread count.
 
 mod isa;
+mod pack;
 
-use super::{copy_in_layout, layout, prefetch_t0, Kind, Layout, Level};
+use super::{layout, prefetch_t0, Kind, Layout, Level};
 use crate::matrix::{Matrix, MatrixData};
 use crate::mxfp4::GROUP;
 use crate::scratch;
@@ -35,6 +37,7 @@ use isa::Neon;
 #[cfg(target_arch = "x86_64")]
 use isa::{Avx2, Avx512};
 use isa::{Isa, Tile};
+use pack::{pack_x, to_halves};
 use rayon::prelude::*;
 
 /// Weight rows per rayon task (a multiple of every level's `MR`).
@@ -89,6 +92,8 @@ impl Out {
 pub(crate) struct Done {
     at: *mut f32,
     ts: usize,
+    /// The lane layout of the tile's sets (the tree pairs register positions by it).
+    pub(crate) lay: Layout,
 }
 
 impl Done {
@@ -104,6 +109,7 @@ impl Done {
         Done {
             at: self.at(r, t),
             ts: self.ts,
+            lay: self.lay,
         }
     }
 }
@@ -118,24 +124,6 @@ pub(crate) fn kind_of(w: &Matrix) -> Kind {
     }
 }
 
-/// Packs the `t` activation rows of `x` (`[t][cols]`) chunk-major into `buf`: chunk `c`,
-/// token `j` at `(c·t + j)·XS`, columns `c·KC ..` in `lay`, `+0` beyond `cols`.
-fn pack_x<'b>(lay: Layout, x: &[f32], t: usize, cols: usize, buf: &'b mut Vec<f32>) -> &'b [f32] {
-    let chunks = cols.div_ceil(KC);
-    let xs = scratch::aligned_any(buf, chunks * t * XS);
-    // In parallel even when small: the fork wakes the other workers while this thread
-    // packs (packing on the calling thread alone delayed their first task by ~20 µs and
-    // cost the 2-thread T 8 MXFP4 GEMM ~5 points; docs/PERFORMANCE.md#session-12-gemm).
-    xs.par_chunks_mut(t * XS).enumerate().for_each(|(c, dst)| {
-        let (k0, end) = (c * KC, cols.min(c * KC + KC));
-        for (j, d) in dst.chunks_mut(XS).enumerate() {
-            copy_in_layout(lay, &x[j * cols + k0..j * cols + end], &mut d[..end - k0]);
-            d[end - k0..].fill(0.0);
-        }
-    });
-    xs
-}
-
 /// Most row blocks one task runs over each activation chunk.
 const SB: usize = 4;
 
@@ -148,9 +136,25 @@ fn blocks_per_task(blocks: usize, threads: usize) -> usize {
 /// `Y[t] = W·X[t]` for `t ≥ 1` tokens on a SIMD `level` (shapes checked by the caller,
 /// `w.cols > 0`).
 pub(crate) fn matmul(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => matmul_on::<Avx2>(level, y, w, x, t),
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => matmul_on::<Avx512>(level, y, w, x, t),
+        #[cfg(target_arch = "aarch64")]
+        Level::Neon => matmul_on::<Neon>(level, y, w, x, t),
+        _ => unreachable!("no GEMM kernels for level {}", level.name()),
+    }
+}
+
+/// [`matmul`] with `level`'s kernels `I`.
+fn matmul_on<I: Isa>(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usize) {
     let lay = layout(level, kind_of(w));
+    // The panel sweeps read halves order on a level with it; a call whose tiles are all fused
+    // reads the steps in order (no reordering to pay for, and two streams fewer per token).
+    let halves = I::HALVES && !I::fused_only(kind_of(w), t);
     scratch::with(&scratch::X, |buf| {
-        let xs = pack_x(lay, x, t, w.cols, buf);
+        let xs = pack_x(lay, halves, x, t, w.cols, buf);
         let out = Out {
             ptr: y.as_mut_ptr(),
             len: y.len(),
@@ -161,6 +165,7 @@ pub(crate) fn matmul(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usiz
             t,
             k16: w.cols.next_multiple_of(16),
             lay,
+            halves,
             out: &out,
         };
         let sb = blocks_per_task(w.rows.div_ceil(RB), rayon::current_num_threads());
@@ -172,7 +177,7 @@ pub(crate) fn matmul(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usiz
         (0..w.rows.div_ceil(RB * sb))
             .into_par_iter()
             .with_max_len(1)
-            .for_each(|b| job.run(level, b * RB * sb, sb));
+            .for_each(|b| job.rows::<I>(b * RB * sb, sb));
     });
 }
 
@@ -274,22 +279,12 @@ struct Job<'a> {
     t: usize,
     k16: usize,
     lay: Layout,
+    /// `xs` holds each chunk in halves order ([`Isa::HALVES`]).
+    halves: bool,
     out: &'a Out,
 }
 
 impl Job<'_> {
-    fn run(&self, level: Level, r0: usize, sb: usize) {
-        match level {
-            #[cfg(target_arch = "x86_64")]
-            Level::Avx2 => self.rows::<Avx2>(r0, sb),
-            #[cfg(target_arch = "x86_64")]
-            Level::Avx512 => self.rows::<Avx512>(r0, sb),
-            #[cfg(target_arch = "aarch64")]
-            Level::Neon => self.rows::<Neon>(r0, sb),
-            _ => unreachable!("no GEMM kernels for level {}", level.name()),
-        }
-    }
-
     /// Rows `r0 .. r0 + sb·RB` (fewer at the end) for every token, as `sb` blocks of
     /// [`RB`] rows that take turns on each activation chunk (so the chunk, read from L3 once,
     /// serves all of them from L2).
@@ -349,12 +344,14 @@ impl Job<'_> {
                 let done = (I::REDUCES_IN_TILE && k0 == last).then(|| Done {
                     at: staged[b * RB..].as_mut_ptr(),
                     ts: SB * RB,
+                    lay: self.lay,
                 });
                 let tile = Tile {
                     w: self.w,
                     rows: (rb, nr),
                     cols: (k0, kc),
                     x,
+                    halves: self.halves,
                     tg,
                     st: state.as_mut_ptr(),
                     fresh: c == 0,
@@ -451,38 +448,62 @@ impl Job<'_> {
         a
     }
 
-    /// Columns `k0 .. k0 + dst.len()` of row `r` as f32 into `dst`, `−0` past the row.
+    /// Columns `k0 .. k0 + dst.len()` (one chunk) of row `r` as f32 into `dst` in the
+    /// level's chunk order, `−0` past the row.
     fn fill<I: Isa>(&self, r: usize, k0: usize, dst: &mut [f32]) {
         let c = self.w.cols;
         let end = c.min(k0 + dst.len());
+        if end - k0 < dst.len() {
+            return self.fill_partial::<I>(r, k0, dst);
+        }
+        // The task runs on a level the CPU supports (checked by `matmul_at`), the only
+        // requirement of the calls below; the source is `dst.len()` elements, a multiple of
+        // 16 (a chunk) and whole MXFP4 groups (MXFP4 rows hold whole groups, `KC` is a
+        // multiple of 32).
+        let row = r * c + k0..r * c + end;
         match self.w.data {
-            MatrixData::F32(d) => dst[..end - k0].copy_from_slice(&d[r * c + k0..r * c + end]),
-            MatrixData::Bf16(d) => {
-                let row: &[u16] = bytemuck::cast_slice(&d[r * c + k0..r * c + end]);
-                let full = row.len() / 16 * 16;
-                // SAFETY: the task runs on a level the CPU supports (checked by `matmul_at`).
-                unsafe { I::widen(&row[..full], &mut dst[..full]) };
-                for (o, &b) in dst[full..row.len()].iter_mut().zip(&row[full..]) {
-                    *o = f32::from_bits((b as u32) << 16);
-                }
-            }
-            MatrixData::Q8 { values, .. } => {
-                let row = &values[r * c + k0..r * c + end];
-                let full = row.len() / 16 * 16;
-                // SAFETY: the task runs on a level the CPU supports (checked by `matmul_at`).
-                unsafe { I::widen_q8(&row[..full], &mut dst[..full]) };
-                for (o, &v) in dst[full..row.len()].iter_mut().zip(&row[full..]) {
-                    *o = v as f32;
-                }
-            }
+            // SAFETY: see above.
+            MatrixData::F32(d) => unsafe { I::copy_f32(&d[row], dst) },
+            // SAFETY: see above.
+            MatrixData::Bf16(d) => unsafe { I::widen(bytemuck::cast_slice(&d[row]), dst) },
+            // SAFETY: see above.
+            MatrixData::Q8 { values, .. } => unsafe { I::widen_q8(&values[row], dst) },
             MatrixData::Mxfp4 { packed, scales } => {
-                let p = &packed[(r * c + k0) / 2..(r * c + end) / 2];
-                let s = &scales[(r * c + k0) / GROUP..(r * c + end) / GROUP];
-                // SAFETY: as above.
+                let p = &packed[row.start / 2..row.end / 2];
+                let s = &scales[row.start / GROUP..row.end / GROUP];
+                // SAFETY: see above.
                 unsafe { I::panel_mx(p, s, dst) };
             }
         }
-        dst[end - k0..].fill(-0.0);
+    }
+
+    /// [`Job::fill`] of a chunk that the row ends inside (its last, when `cols` is not a
+    /// multiple of 16): widened element by element (exact), `−0`-padded, then put in the
+    /// level's chunk order. MXFP4 rows hold whole groups, so never end inside a chunk.
+    fn fill_partial<I: Isa>(&self, r: usize, k0: usize, dst: &mut [f32]) {
+        let c = self.w.cols;
+        let n = c - k0;
+        let mut block = [-0f32; KC];
+        let src = &mut block[..n];
+        match self.w.data {
+            MatrixData::F32(d) => src.copy_from_slice(&d[r * c + k0..r * c + c]),
+            MatrixData::Bf16(d) => {
+                for (o, b) in src.iter_mut().zip(&d[r * c + k0..r * c + c]) {
+                    *o = f32::from_bits((b.to_bits() as u32) << 16);
+                }
+            }
+            MatrixData::Q8 { values, .. } => {
+                for (o, &v) in src.iter_mut().zip(&values[r * c + k0..r * c + c]) {
+                    *o = v as f32;
+                }
+            }
+            MatrixData::Mxfp4 { .. } => unreachable!("MXFP4 rows hold whole 32-groups"),
+        }
+        if I::HALVES {
+            to_halves(&block[..dst.len()], dst);
+        } else {
+            dst.copy_from_slice(&block[..dst.len()]);
+        }
     }
 
     /// Writes the outputs of the task's blocks (`states[b]`: rows `r0 + b·RB ..`) for tokens

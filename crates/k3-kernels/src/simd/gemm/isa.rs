@@ -9,7 +9,7 @@ use crate::matrix::Matrix;
 use crate::matrix::MatrixData;
 #[cfg(target_arch = "x86_64")]
 use crate::mxfp4::GROUP;
-use crate::simd::{to_lanes, Layout};
+use crate::simd::{to_lanes, Kind, Layout};
 
 /// One block × chunk of the GEMM: the operands of [`Isa::sweep`] and [`Isa::fused_mx`]
 /// (`w` and the first row and column are read by the x86 fused tiles only).
@@ -23,6 +23,9 @@ pub(super) struct Tile<'a> {
     pub(super) cols: (usize, usize),
     /// The chunk's packed activations: token `j` at `x + j·XS`.
     pub(super) x: *const f32,
+    /// `x` is in halves order ([`Isa::HALVES`]; always so for the panel sweeps, which only
+    /// run on calls packed that way, [`Isa::fused_only`]).
+    pub(super) halves: bool,
     /// Tokens of the group.
     pub(super) tg: usize,
     /// The block's lanes (`RB · tg` slots, as [`Isa::sweep`]).
@@ -40,21 +43,43 @@ pub(super) struct Tile<'a> {
 /// A level's GEMM kernels.
 pub(super) trait Isa {
     /// The sweeps' microkernels reduce the lanes in registers after a row's last chunk and
-    /// write the outputs to [`Tile::done`] (AVX-512); otherwise, and in [`Isa::fused_mx`]
+    /// write the outputs to [`Tile::done`] (AVX2, AVX-512); otherwise, and in [`Isa::fused_mx`]
     /// always, they leave the lanes in the state and [`Isa::reduce16x16`] / [`Isa::reduce`]
     /// finish them.
     const REDUCES_IN_TILE: bool = false;
-    /// Widens bf16 bits (`src.len()` a multiple of 16) into `dst`.
+    /// The panel rows and packed activations hold each chunk of `kc` columns in **halves**
+    /// order (AVX2): register positions 0..8 of the chunk's 16-element steps first, then
+    /// positions 8..16 from `kc / 2` on, so each of the microkernel's two 8-lane passes reads
+    /// one contiguous half (docs/NUMERICS.md#gemm). Otherwise the steps follow each other.
+    const HALVES: bool = false;
+    /// Every tile of a call with `t` tokens of `kind` rows goes through [`Isa::fused_mx`]:
+    /// its activations are then packed in step order, even on a level with
+    /// [`Isa::HALVES`] (the order the AVX2 fused tiles read; they decline other calls).
+    fn fused_only(_kind: Kind, _t: usize) -> bool {
+        false
+    }
+    /// Copies one chunk of an f32 row (`src.len() == dst.len()`, a multiple of 16) into `dst`
+    /// in the level's chunk order ([`Isa::HALVES`]).
+    ///
+    /// # Safety
+    /// The CPU supports the level.
+    unsafe fn copy_f32(src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
+    }
+    /// Widens one chunk of bf16 bits (`src.len() == dst.len()`, a multiple of 16) into `dst`
+    /// in the level's chunk order; [`Isa::widen_q8`] and [`Isa::panel_mx`] (whole groups) the
+    /// same.
     ///
     /// # Safety
     /// The CPU supports the level.
     unsafe fn widen(src: &[u16], dst: &mut [f32]);
-    /// Widens int8 values (`src.len()` a multiple of 16) into `dst`.
+    /// Widens one chunk of int8 values into `dst` (as [`Isa::widen`]).
     ///
     /// # Safety
     /// The CPU supports the level.
     unsafe fn widen_q8(src: &[i8], dst: &mut [f32]);
-    /// Decodes whole MXFP4 groups into `dst` in the level's MXFP4 layout.
+    /// Decodes one chunk of whole MXFP4 groups into `dst` in the level's MXFP4 layout and
+    /// chunk order.
     ///
     /// # Safety
     /// The CPU supports the level.
@@ -211,7 +236,18 @@ isa_impl!(
     panel_mx,
     sweep_avx2,
     reduce16_at,
-    fused_avx2
+    fused_avx2;
+    {
+        const HALVES: bool = true;
+        const REDUCES_IN_TILE: bool = true;
+        fn fused_only(kind: Kind, t: usize) -> bool {
+            kind == Kind::Mxfp4 && t <= FUSED_MAX_T_AVX2
+        }
+        unsafe fn copy_f32(src: &[f32], dst: &mut [f32]) {
+            // SAFETY: the caller guarantees the level's features.
+            unsafe { crate::simd::avx2::copy_f32(src, dst) }
+        }
+    }
 );
 
 /// Most tokens for which the AVX2 MXFP4 GEMM decodes in registers ([`fused_avx2`]) rather
@@ -260,7 +296,12 @@ impl Tile<'_> {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn fused_avx2(tile: &Tile, ahead: &mut Ahead) -> bool {
     use crate::simd::avx2_mx::{fused, FUSED_TB};
-    let Some((packed, scales)) = tile.small_mxfp4(FUSED_MAX_T_AVX2) else {
+    // Activations in halves order (a call of more than `FUSED_MAX_T_AVX2` tokens, whose
+    // last token group may still be small) go to the panel sweep: one instantiation of the
+    // fused tile, reading the steps in order, measured 1–2 points ahead at T 4 / 8 of one
+    // that also read halves.
+    let small = tile.small_mxfp4(FUSED_MAX_T_AVX2);
+    let Some((packed, scales)) = small.filter(|_| !tile.halves) else {
         return false;
     };
     let Tile {
