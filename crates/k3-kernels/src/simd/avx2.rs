@@ -258,28 +258,6 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
-    pf: super::gemm::Spread<'_>,
-    done: Option<super::gemm::Done>,
-) {
-    // SAFETY: the caller's guarantees.
-    unsafe { passes::<M, N>(w, x, xs, kc, st, ss, fresh, pf, done) }
-}
-
-/// [`micro`]'s two passes.
-///
-/// # Safety
-/// As [`micro`].
-#[allow(clippy::too_many_arguments)]
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn passes<const M: usize, const N: usize>(
-    w: [*const f32; M],
-    x: *const f32,
-    xs: usize,
-    kc: usize,
-    st: *mut f32,
-    ss: usize,
-    fresh: bool,
     mut pf: super::gemm::Spread<'_>,
     done: Option<super::gemm::Done>,
 ) {
@@ -328,7 +306,7 @@ unsafe fn passes<const M: usize, const N: usize>(
     pf.finish();
 }
 
-/// One 8-column step of [`passes`]: `acc[r][t] += w[r][k..k+8] · x[t][k..k+8]`, the `N`
+/// One 8-column step of [`micro`]'s passes: `acc[r][t] += w[r][k..k+8] · x[t][k..k+8]`, the `N`
 /// activation vectors loaded once and each weight vector once.
 ///
 /// # Safety
