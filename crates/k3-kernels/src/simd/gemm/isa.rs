@@ -162,6 +162,11 @@ macro_rules! sweep_fn {
                 let xp = x.wrapping_add(tb0 * XS);
                 let mut rb = 0;
                 while rb < nr {
+                    // Spread over `kc / 16` ticks. The AVX2 kernel ticks every 8 columns
+                    // (`kc / 8` ticks), so there the hints go out in the first half of the
+                    // call: spreading them over all of it measured 1–3 points slower (bf16
+                    // T 32/64), over the first quarter level (session 18;
+                    // docs/PERFORMANCE.md#session-18-avx2-prefetch-spread).
                     let pf = ahead.take(per, kc / 16);
                     let mut wr = [w[0]; MR];
                     wr.copy_from_slice(&w[rb..rb + MR]);
