@@ -269,6 +269,9 @@ const FUSED_MAX_T_AVX2: usize = 8;
 /// level. Zen 4 with the `vpermb` decoder (session 11, `gemm_cpu_time mx` with `TS`, 1
 /// thread, alternate runs; docs/PERFORMANCE.md#session-11-gemm): fused ahead of the panel
 /// path by 5–17 points of the FMA peak at T 9–24, behind by 3 at T 32 and 48.
+/// On Intel, where the decode's permutes share port 5 with the FMAs, a port model predicts
+/// the panel path ahead from T ≈ 12 (not yet measured there;
+/// docs/PERFORMANCE.md#session-19-one-shift-per-mxfp4-group-and-the-intel-port-model).
 #[cfg(target_arch = "x86_64")]
 const FUSED_MAX_T_AVX512: usize = 24;
 
