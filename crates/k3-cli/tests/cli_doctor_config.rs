@@ -1,6 +1,8 @@
 //! `k3 doctor` (machine facts without a model, a recommendation with one) and `k3 config`
 //! (the config file found through `$K3_CONFIG` / `$XDG_CONFIG_HOME`, unknown keys refused).
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -25,11 +27,8 @@ fn tiny() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("k3-doctor-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch_dir("doctor", name)
 }
 
 #[test]

@@ -3,12 +3,12 @@
 //! the flag named).
 
 mod common;
-use common::{k3, scratch_dir, stderr, stdout, tiny};
+use common::{k3, scratch_dir, stderr, stdout, tiny, Scratch};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> Scratch {
     scratch_dir("draft", name)
 }
 

@@ -8,9 +8,9 @@
 
 mod common;
 
-use common::{copy_tiny, scratch_dir, stderr, stdout, tiny_arg as tiny};
+use common::{copy_tiny, scratch_dir, stderr, stdout, tiny_arg as tiny, Scratch};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
         .envs(env.iter().copied())
         .env_remove("K3_CONFIG")
         .env("XDG_CONFIG_HOME", "/nonexistent/k3-first-hour-xdg")
+        .env("XDG_RUNTIME_DIR", common::test_runtime_dir())
         .stdin(Stdio::null());
     c
 }
@@ -143,7 +144,7 @@ fn serve_prints_its_plan_at_start() {
 }
 
 /// A copy of the tiny model whose config.json says it was trained on `positions` positions.
-fn trained_copy(name: &str, positions: u64) -> PathBuf {
+fn trained_copy(name: &str, positions: u64) -> Scratch {
     let dir = scratch_dir("first-hour", name);
     copy_tiny(&dir);
     let path = dir.join("config.json");
@@ -243,6 +244,7 @@ fn config_file_sets_ctx_n_and_port() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_k3"))
         .args(["serve", "-t", "2"])
         .env("K3_CONFIG", &cfg)
+        .env("XDG_RUNTIME_DIR", common::test_runtime_dir())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -124,6 +124,7 @@ fn serve_takes_the_config_model() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_k3"))
         .args(["serve", "--port", "0", "-t", "2", "-c", "64"])
         .env("K3_CONFIG", &cfg)
+        .env("XDG_RUNTIME_DIR", common::test_runtime_dir())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

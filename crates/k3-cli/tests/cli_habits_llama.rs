@@ -164,7 +164,11 @@ fn the_api_key_comes_from_the_environment_or_a_file() {
         assert_eq!(r.status().as_u16(), 200);
     };
     check(&Server::start_env(&["-c", "64"], &[("K3_API_KEY", key)]));
-    let file = std::env::temp_dir().join(format!("k3-api-key-{}", std::process::id()));
+    let scratch = tempfile::Builder::new()
+        .prefix("k3-api-key-")
+        .tempdir()
+        .unwrap();
+    let file = scratch.path().join("key");
     std::fs::write(&file, format!("{key}\n")).unwrap();
     check(&Server::start(&[
         "-c",
@@ -181,7 +185,6 @@ fn the_api_key_comes_from_the_environment_or_a_file() {
         "--api-key-file",
         file.to_str().unwrap(),
     ]);
-    let _ = std::fs::remove_file(&file);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("the API key file is empty"),
@@ -192,14 +195,16 @@ fn the_api_key_comes_from_the_environment_or_a_file() {
 
 #[test]
 fn run_without_a_prompt_on_a_terminal_opens_a_chat() {
+    // The chat history file goes to a fresh state directory, removed at the end.
+    let state = tempfile::Builder::new()
+        .prefix("k3-habits-llama-state-")
+        .tempdir()
+        .unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_k3"));
     cmd.args(["run", &tiny(), "-n", "3", "-t", "2"])
         .env_remove("K3_CONFIG")
         .env("XDG_CONFIG_HOME", "/nonexistent/k3-habits-llama-xdg")
-        .env(
-            "XDG_STATE_HOME",
-            std::env::temp_dir().join("k3-habits-llama-state"),
-        )
+        .env("XDG_STATE_HOME", state.path())
         .env("TERM", "xterm");
     let mut p = spawn_command(cmd, Some(60_000)).expect("k3 run starts in a pty");
     p.exp_string("k3 chat:").unwrap();

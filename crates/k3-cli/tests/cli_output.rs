@@ -4,7 +4,6 @@
 //! report's share of wall clock never passes 100 %.
 
 use rexpect::session::spawn_command;
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 mod common;
@@ -16,16 +15,14 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("k3-output-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch_dir("output", name)
 }
 
 /// `k3 run ARGS --json FILE`: the output and the report.
 fn run_json(name: &str, args: &[&str]) -> (Output, serde_json::Value) {
-    let json = scratch(name).join("out.json");
+    let dir = scratch(name);
+    let json = dir.join("out.json");
     let mut a = vec!["run"];
     a.extend_from_slice(args);
     a.extend(["--json", json.to_str().unwrap()]);

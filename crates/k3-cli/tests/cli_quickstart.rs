@@ -194,6 +194,7 @@ fn run_quickstart_command(line: &str, args: &[String]) {
     cmd.args(args)
         .env_remove("K3_CONFIG")
         .env("XDG_CONFIG_HOME", "/nonexistent/k3-quickstart-xdg")
+        .env("XDG_RUNTIME_DIR", common::test_runtime_dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -2,10 +2,9 @@
 //! refusals with the documented exit codes and messages that name the culprit.
 
 mod common;
-use common::{doctored_copy, k3, scratch_dir, stderr, tiny};
-use std::path::PathBuf;
+use common::{doctored_copy, k3, scratch_dir, stderr, tiny, Scratch};
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> Scratch {
     scratch_dir("run", name)
 }
 

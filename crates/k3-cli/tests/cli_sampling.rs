@@ -1,23 +1,19 @@
 //! `k3 run` sampling flags: accepted and reported, reproducible by `--seed` at any thread count
 //! and budget, refused with exit 2 naming the flag, and `--stop` text never printed.
 
-use std::path::PathBuf;
-
 mod common;
 use common::{k3, tiny_arg as tiny};
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("k3-cli-sampling-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch_dir("sampling", name)
 }
 
 const PROMPT: &str = "637,229,263,638,730,42,197";
 
 /// Runs `k3 run` on tiny-k3 with `extra` flags; returns the JSON report.
 fn run_json(name: &str, extra: &[&str]) -> serde_json::Value {
-    let json = scratch(name).join("out.json");
+    let dir = scratch(name);
+    let json = dir.join("out.json");
     let model = tiny();
     let mut args = vec!["run", model.as_str(), "--json", json.to_str().unwrap()];
     args.extend_from_slice(extra);
@@ -175,7 +171,8 @@ fn stop_text_ends_the_output_before_it() {
     let stop = &text[from..to];
     let cut = text.find(stop).unwrap();
 
-    let json = scratch("stop").join("out.json");
+    let dir = scratch("stop");
+    let json = dir.join("out.json");
     let model = tiny();
     let mut args = vec![
         "run",

@@ -8,9 +8,14 @@ use serde_json::{json, Value};
 use serve_common::Server;
 use std::process::Command;
 
-fn draft_trunk() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("k3-serve-draft-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// A scratch directory (removed when dropped) holding the tiny model's q8 draft trunk in
+/// `draft/`.
+fn draft_trunk() -> tempfile::TempDir {
+    let scratch = tempfile::Builder::new()
+        .prefix("k3-serve-draft-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path().join("draft");
     let out = Command::new(env!("CARGO_BIN_EXE_k3"))
         .args([
             "pack",
@@ -26,7 +31,7 @@ fn draft_trunk() -> std::path::PathBuf {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    dir
+    scratch
 }
 
 fn replies(s: &Server) -> Vec<Value> {
@@ -51,7 +56,8 @@ fn a_draft_trunk_changes_no_reply() {
     let plain = Server::start(&budget);
     let want = replies(&plain);
     drop(plain);
-    let dir = draft_trunk();
+    let scratch = draft_trunk();
+    let dir = scratch.path().join("draft");
     let mut flags = budget.to_vec();
     flags.extend(["--draft-trunk", dir.to_str().unwrap()]);
     let hybrid = Server::start(&flags);

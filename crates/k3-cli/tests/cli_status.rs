@@ -19,6 +19,7 @@ fn pty(args: &[&str]) -> PtySession {
     cmd.args(args)
         .env_remove("K3_CONFIG")
         .env("XDG_CONFIG_HOME", "/nonexistent/k3-status-xdg")
+        .env("XDG_RUNTIME_DIR", common::test_runtime_dir())
         .env("TERM", "xterm")
         // Draw at once: the tiny model's phases last milliseconds (the default waits 1 s).
         .env("K3_STATUS_DELAY_MS", "0");

@@ -4,14 +4,17 @@
 //! flags are refused with exit 2 naming the problem; a reply cut off by -n exits 1.
 
 mod common;
-use common::{k3, scratch_dir, stderr, stdout, tiny_arg as tiny};
+use common::{k3, scratch_dir, stderr, stdout, tiny_arg as tiny, Scratch};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
-fn schema_file(name: &str, schema: &str) -> PathBuf {
-    let path = scratch_dir("structured", name).join("schema.json");
+/// `schema` written to `schema.json` in a fresh scratch directory (removed when the returned
+/// guard drops): the guard and the file's path.
+fn schema_file(name: &str, schema: &str) -> (Scratch, PathBuf) {
+    let dir = scratch_dir("structured", name);
+    let path = dir.join("schema.json");
     std::fs::write(&path, schema).unwrap();
-    path
+    (dir, path)
 }
 
 fn bounded() -> Value {
@@ -36,7 +39,7 @@ fn bounded() -> Value {
 #[test]
 fn json_schema_stdout_validates_on_a_dozen_seeds() {
     let schema = bounded();
-    let path = schema_file("dozen", &schema.to_string());
+    let (_path_dir, path) = schema_file("dozen", &schema.to_string());
     let validator = jsonschema::validator_for(&schema).unwrap();
     let model = tiny();
     for seed in 0..12 {
@@ -114,11 +117,11 @@ fn refusals_name_the_problem() {
         args.extend_from_slice(extra);
         k3(&args)
     };
-    let bad_json = schema_file("bad-json", "{\"type\":\n");
+    let (_bad_json_dir, bad_json) = schema_file("bad-json", "{\"type\":\n");
     let o = run(&["-p", "x", "--json-schema", bad_json.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("schema.json:2:"), "{}", stderr(&o));
-    let unsat = schema_file("unsat", r#"{"type":"integer","minimum":3,"maximum":1}"#);
+    let (_unsat_dir, unsat) = schema_file("unsat", r#"{"type":"integer","minimum":3,"maximum":1}"#);
     let o = run(&["-p", "x", "--json-schema", unsat.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
@@ -126,7 +129,7 @@ fn refusals_name_the_problem() {
         "{}",
         stderr(&o)
     );
-    let ok = schema_file("ok", &bounded().to_string());
+    let (_ok_dir, ok) = schema_file("ok", &bounded().to_string());
     let o = run(&["--ids", "1,2", "--json-schema", ok.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("not --ids"), "{}", stderr(&o));

@@ -4,7 +4,6 @@
 
 use k3_format::Dtype;
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
 use std::process::Output;
 
 mod common;
@@ -18,11 +17,8 @@ fn out(o: &Output) -> String {
     )
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("k3-verify-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn scratch(name: &str) -> common::Scratch {
+    common::scratch_dir("verify", name)
 }
 
 const SHARD2: &str = "model-00002-of-00002.safetensors";

@@ -51,10 +51,34 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// An empty scratch directory `k3-cli-{group}-{pid}-{name}` under the temp dir.
-pub fn scratch_dir(group: &str, name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("k3-cli-{group}-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A scratch directory under the temp dir, removed with its contents when dropped (so keep
+/// it alive while the test uses the paths inside it).
+pub struct Scratch(tempfile::TempDir);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+/// An empty scratch directory `k3-cli-{group}-{name}-XXXXXX` under the temp dir.
+pub fn scratch_dir(group: &str, name: &str) -> Scratch {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("k3-cli-{group}-{name}-"))
+        .tempdir()
+        .expect("a scratch directory under the temp dir");
+    Scratch(dir)
+}
+
+/// `XDG_RUNTIME_DIR` for a `k3 serve` a test kills: its `k3 ps` record (left behind by a kill)
+/// lands under Cargo's `target/tmp`, not in the user's runtime directory or the temp dir.
+pub fn test_runtime_dir() -> &'static str {
+    concat!(env!("CARGO_TARGET_TMPDIR"), "/xdg-runtime")
 }

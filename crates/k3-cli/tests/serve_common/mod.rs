@@ -19,6 +19,9 @@ pub fn tiny() -> String {
 
 pub struct Server {
     child: Child,
+    /// The server's `XDG_RUNTIME_DIR`: its `k3 ps` record goes here, not into the user's
+    /// runtime directory, and is removed with it (the server is killed, so it cannot).
+    _runtime: tempfile::TempDir,
     pub base: String,
     pub client: Client,
     /// Every stderr line so far.
@@ -39,9 +42,14 @@ impl Server {
 
     /// Starts `k3 serve` with extra flags and environment variables.
     pub fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let runtime = tempfile::Builder::new()
+            .prefix("k3-serve-run-")
+            .tempdir()
+            .expect("a runtime directory for the server");
         let mut child = Command::new(env!("CARGO_BIN_EXE_k3"))
             .args(["serve", &tiny(), "--port", "0", "--threads", "2"])
             .args(extra)
+            .env("XDG_RUNTIME_DIR", runtime.path())
             .envs(env.iter().copied())
             .env_remove("K3_CONFIG")
             .env("XDG_CONFIG_HOME", "/nonexistent/k3-serve-test-xdg")
@@ -81,6 +89,7 @@ impl Server {
             .expect("client");
         Server {
             child,
+            _runtime: runtime,
             base,
             client,
             stderr: lines,
