@@ -314,3 +314,22 @@ fn ps_lists_a_running_server_by_name_until_it_is_gone() {
     assert_eq!(record_files(&env.root.join("run")), 0);
     ok(&env.k3(&["rm", "tiny"]));
 }
+
+#[test]
+fn a_signalled_server_exits_0_and_removes_its_ps_record() {
+    let env = Env::new("ps-signal", String::from("http://127.0.0.1:9"));
+    let dir = env.models().join("tiny");
+    std::fs::create_dir_all(&dir).unwrap();
+    copy_tiny(&dir);
+    let run = env.root.join("run");
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let (mut child, _port) = serve(&env, "tiny");
+        assert_eq!(record_files(&run), 1);
+        let pid = i32::try_from(child.0.id()).unwrap();
+        // SAFETY: `pid` is our own child, still unreaped; kill has no other precondition.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let status = child.0.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "signal {signal}: {status:?}");
+        assert_eq!(record_files(&run), 0, "signal {signal}");
+    }
+}

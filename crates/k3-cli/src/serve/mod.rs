@@ -290,15 +290,24 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         let local = listener
             .local_addr()
             .map_err(|e| CliError::runtime(format!("cannot read the bound address: {e}")))?;
+        // The signals are caught, and the record published, before the address is announced:
+        // whoever reads `listening on` finds the server in `k3 ps` and can stop it cleanly.
+        let stop = on_signal(shutdown, replicated);
+        // Removed when serve returns.
+        let _ps_record = ps_record.publish(local.port());
         worker::log(format_args!("k3: listening on http://{local}"));
         status_line::start();
-        let _ps_record = ps_record.publish(local.port()); // removed when serve returns
         let serving = axum::serve(listener, app);
         let served = match replicated {
             // Over ranks SIGINT/SIGTERM stop every rank cleanly: the scheduler's next tick
             // tells the followers, live requests fail, then the server closes.
-            true => serving.with_graceful_shutdown(on_signal(shutdown)).await,
-            false => serving.await,
+            true => serving.with_graceful_shutdown(stop).await,
+            // One process: a signal ends serving at once (open connections are closed, live
+            // generations dropped), so the `k3 ps` record goes and the exit code is 0.
+            false => tokio::select! {
+                served = serving => served,
+                () = stop => Ok(()),
+            },
         };
         served.map_err(|e| CliError::runtime(format!("server error: {e}")))
     });
@@ -313,20 +322,30 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     served
 }
 
-/// Resolves at SIGINT or SIGTERM, after setting `shutdown` (the scheduler's next tick
-/// carries it to every rank).
-async fn on_signal(shutdown: Arc<std::sync::atomic::AtomicBool>) {
+/// Catches SIGINT and SIGTERM from this call on (inside the runtime); the future resolves at
+/// the first of them, after setting `shutdown` (over ranks the scheduler's next tick carries
+/// it to every rank).
+fn on_signal(
+    shutdown: Arc<std::sync::atomic::AtomicBool>,
+    replicated: bool,
+) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
+    let caught = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => {},
-        _ = term.recv() => {},
+    );
+    async move {
+        let (Ok(mut int), Ok(mut term)) = caught else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => {},
+            _ = term.recv() => {},
+        }
+        worker::log(match replicated {
+            true => "k3: shutting down (every rank)",
+            false => "k3: shutting down",
+        });
+        shutdown.store(true, std::sync::atomic::Ordering::SeqCst);
     }
-    worker::log("k3: shutting down (every rank)");
-    shutdown.store(true, std::sync::atomic::Ordering::SeqCst);
 }
