@@ -16,6 +16,8 @@ fi
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# The servers' `k3 ps` records (one is left by the server whose rank is killed) stay in $tmp.
+export XDG_RUNTIME_DIR="$tmp/run"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 run_case() { # model, np (0 = no mpirun), budget flags...
