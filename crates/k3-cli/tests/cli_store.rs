@@ -275,12 +275,18 @@ fn record_files(run: &Path) -> usize {
     std::fs::read_dir(run.join("k3/servers")).map_or(0, |rd| rd.count())
 }
 
-#[test]
-fn ps_lists_a_running_server_by_name_until_it_is_gone() {
-    let env = Env::new("ps", String::from("http://127.0.0.1:9"));
+/// An environment (no hub) whose store holds the tiny model as `tiny`; its directory.
+fn env_with_tiny(tag: &str) -> (Env, PathBuf) {
+    let env = Env::new(tag, String::from("http://127.0.0.1:9"));
     let dir = env.models().join("tiny");
     std::fs::create_dir_all(&dir).unwrap();
     copy_tiny(&dir);
+    (env, dir)
+}
+
+#[test]
+fn ps_lists_a_running_server_by_name_until_it_is_gone() {
+    let (env, dir) = env_with_tiny("ps");
     let (mut child, port) = serve(&env, "tiny");
     let o = env.k3(&["ps"]);
     ok(&o);
@@ -317,10 +323,7 @@ fn ps_lists_a_running_server_by_name_until_it_is_gone() {
 
 #[test]
 fn a_signalled_server_exits_0_and_removes_its_ps_record() {
-    let env = Env::new("ps-signal", String::from("http://127.0.0.1:9"));
-    let dir = env.models().join("tiny");
-    std::fs::create_dir_all(&dir).unwrap();
-    copy_tiny(&dir);
+    let (env, _dir) = env_with_tiny("ps-signal");
     let run = env.root.join("run");
     for signal in [libc::SIGTERM, libc::SIGINT] {
         let (mut child, _port) = serve(&env, "tiny");
