@@ -164,11 +164,8 @@ fn the_api_key_comes_from_the_environment_or_a_file() {
         assert_eq!(r.status().as_u16(), 200);
     };
     check(&Server::start_env(&["-c", "64"], &[("K3_API_KEY", key)]));
-    let scratch = tempfile::Builder::new()
-        .prefix("k3-api-key-")
-        .tempdir()
-        .unwrap();
-    let file = scratch.path().join("key");
+    let scratch = common::scratch_dir("habits-llama", "api-key");
+    let file = scratch.join("key");
     std::fs::write(&file, format!("{key}\n")).unwrap();
     check(&Server::start(&[
         "-c",
@@ -196,15 +193,12 @@ fn the_api_key_comes_from_the_environment_or_a_file() {
 #[test]
 fn run_without_a_prompt_on_a_terminal_opens_a_chat() {
     // The chat history file goes to a fresh state directory, removed at the end.
-    let state = tempfile::Builder::new()
-        .prefix("k3-habits-llama-state-")
-        .tempdir()
-        .unwrap();
+    let state = common::scratch_dir("habits-llama", "state");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_k3"));
     cmd.args(["run", &tiny(), "-n", "3", "-t", "2"])
         .env_remove("K3_CONFIG")
         .env("XDG_CONFIG_HOME", "/nonexistent/k3-habits-llama-xdg")
-        .env("XDG_STATE_HOME", state.path())
+        .env("XDG_STATE_HOME", &*state)
         .env("TERM", "xterm");
     let mut p = spawn_command(cmd, Some(60_000)).expect("k3 run starts in a pty");
     p.exp_string("k3 chat:").unwrap();

@@ -2,6 +2,7 @@
 //! draft model's ids in one pass — and every reply (greedy, seeded sampling, with logprobs)
 //! is the one the server gives without a draft trunk.
 
+mod common;
 mod serve_common;
 
 use serde_json::{json, Value};
@@ -10,12 +11,9 @@ use std::process::Command;
 
 /// A scratch directory (removed when dropped) holding the tiny model's q8 draft trunk in
 /// `draft/`.
-fn draft_trunk() -> tempfile::TempDir {
-    let scratch = tempfile::Builder::new()
-        .prefix("k3-serve-draft-")
-        .tempdir()
-        .unwrap();
-    let dir = scratch.path().join("draft");
+fn draft_trunk() -> common::Scratch {
+    let scratch = common::scratch_dir("serve", "draft");
+    let dir = scratch.join("draft");
     let out = Command::new(env!("CARGO_BIN_EXE_k3"))
         .args([
             "pack",
@@ -57,7 +55,7 @@ fn a_draft_trunk_changes_no_reply() {
     let want = replies(&plain);
     drop(plain);
     let scratch = draft_trunk();
-    let dir = scratch.path().join("draft");
+    let dir = scratch.join("draft");
     let mut flags = budget.to_vec();
     flags.extend(["--draft-trunk", dir.to_str().unwrap()]);
     let hybrid = Server::start(&flags);
