@@ -29,9 +29,7 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Instant;
 
-#[path = "../../crates/k3-kernels/benches/common/mod.rs"]
-mod kernel_data;
-use kernel_data::{bytes, mx_data, vector};
+use k3_testkit::bench_data::{bytes, mx_data, vector};
 
 /// Flags of `bench-compute`.
 #[derive(Args, Debug)]

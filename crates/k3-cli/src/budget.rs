@@ -4,8 +4,7 @@ use crate::CliError;
 use clap::Args;
 use k3_engine::{Budget, Preset};
 
-/// The preset name that asks for the automatic budget (`crate::auto_budget`).
-pub const AUTO: &str = "auto";
+pub use crate::config_file::AUTO;
 
 /// Bytes per GB as the presets count them (10^9).
 const GB: f64 = 1e9;

@@ -75,7 +75,7 @@ pub struct ChatArgs {
 impl ChatArgs {
     /// The chat `k3 run MODEL` opens without a prompt: run's engine, sampling, `-n` and `-c`
     /// flags carried over, chat's defaults for the rest.
-    pub fn from_run(run: crate::run::RunArgs) -> ChatArgs {
+    pub fn from_run(run: crate::run_args::RunArgs) -> ChatArgs {
         let (model_dir, model) = (run.model_dir, run.model);
         ChatArgs {
             engine: run.engine,

@@ -118,7 +118,7 @@ struct Chat<'e> {
     preloaded: Option<Result<Vec<ChatMessage>, String>>,
 }
 
-pub fn chat(args: ChatArgs) -> Result<(), CliError> {
+pub fn chat(args: ChatArgs, ranks: &crate::mpi_comm::Group) -> Result<(), CliError> {
     let file = crate::config_file::load()?;
     let model_dir = args.model.resolve(&file)?;
     let params = args.sampling.params(&file)?;
@@ -134,7 +134,7 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
     let explicit_ctx = args.ctx.or(file.ctx);
     let ctx = explicit_ctx.unwrap_or(crate::context::default_ctx(trained));
     let max_new = args.max_new(&file);
-    let mut options = args.engine.options(&file, ctx)?;
+    let mut options = args.engine.options(&file, ctx, ranks.comm())?;
     options.draft_policy = args.sampling.draft_policy(options.draft_trunk.as_deref())?;
     let resident = args.engine.resident;
     args.engine.set_numerics()?;
@@ -185,8 +185,8 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
     let need = c.carry.len() + max_new + TAIL_RESERVE;
     crate::context::check_trained(&model_dir, trained, need, explicit_ctx, &what)?;
     check_reply_room(c.carry.len(), max_new, ctx)?;
-    let group = crate::mpi_comm::group();
-    let follower = crate::mpi_comm::is_follower();
+    let group = ranks.comm();
+    let follower = ranks.is_follower();
     c.group = group.clone();
     ctrlc::set_handler(move || {
         if follower {
@@ -220,7 +220,7 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
     };
     loop {
         let said = match input.as_mut() {
-            Some(input) => match read_line(input, interactive)? {
+            Some(input) => match read_line(input, interactive, group.is_some())? {
                 Some(said) => said,
                 None => continue,
             },
@@ -250,7 +250,11 @@ pub fn chat(args: ChatArgs) -> Result<(), CliError> {
 
 /// The next input on rank 0 (or one process): `None` for nothing to act on (an empty line,
 /// a first Ctrl-C at the prompt); a second Ctrl-C in a row exits 130.
-fn read_line(input: &mut ChatInput, interactive: bool) -> Result<Option<Said>, CliError> {
+fn read_line(
+    input: &mut ChatInput,
+    interactive: bool,
+    over_ranks: bool,
+) -> Result<Option<Said>, CliError> {
     let line = match input.read()? {
         Input::Line(line) => line,
         Input::Eof => {
@@ -271,9 +275,9 @@ fn read_line(input: &mut ChatInput, interactive: bool) -> Result<Option<Said>, C
     if line.trim().is_empty() {
         return Ok(None);
     }
-    Ok(Some(match crate::mpi_comm::group() {
-        Some(_) => crate::chat_ranks::said_of(line),
-        None => Said::Line(line),
+    Ok(Some(match over_ranks {
+        true => crate::chat_ranks::said_of(line),
+        false => Said::Line(line),
     }))
 }
 
@@ -341,7 +345,7 @@ impl<'e> Chat<'e> {
             }
             ("undo", _) => self.undo()?,
             // rank 0 alone writes files
-            ("save", false) if crate::mpi_comm::is_follower() => {}
+            ("save", false) if self.group.as_ref().is_some_and(|c| c.rank() > 0) => {}
             ("save", false) => match chat::save_history(Path::new(arg), &self.messages) {
                 Ok(()) => println!("(saved {} messages to {arg})", self.messages.len()),
                 Err(e) => println!("k3: error: {e}"),

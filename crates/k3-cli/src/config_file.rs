@@ -35,6 +35,9 @@ use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+/// The preset name that asks for the automatic budget (`crate::auto_budget`).
+pub const AUTO: &str = "auto";
+
 /// Environment variable naming the config file explicitly.
 pub const ENV_CONFIG: &str = "K3_CONFIG";
 
@@ -105,7 +108,7 @@ impl FileConfig {
             )))
         };
         if let Some(p) = &self.preset {
-            if p != crate::budget::AUTO && p.parse::<k3_engine::Preset>().is_err() {
+            if p != AUTO && p.parse::<k3_engine::Preset>().is_err() {
                 return bad(
                     "preset",
                     format!(

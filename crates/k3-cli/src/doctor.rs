@@ -20,9 +20,11 @@ use crate::CliError;
 use clap::Args;
 use k3_engine::planning::{budget_extremes, model_sizes};
 use k3_engine::{Budget, Preset};
+use k3_plan::forecast::{hit_rate, holds_everything};
 use k3_plan::plan::{fmt_bytes, plan as make_plan, GB};
 use k3_plan::{MemoryPlan, ModelSizes, PlanRequest};
 use k3_store::io::{aligned_span, ReadAt};
+use k3_store::probe::{free_disk, Bandwidth};
 use k3_store::{available_memory, AlignedBuf, ShardFile};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -47,27 +49,6 @@ pub struct DoctorArgs {
     pub io_seconds: f64,
 }
 
-/// Decode-view ARC hit rates of docs/PERFORMANCE.md ("Decision" table), per preset.
-fn table_hit_rate(p: Preset) -> f64 {
-    match p {
-        Preset::Laptop => 0.096,
-        Preset::Desktop => 0.136,
-        Preset::Server => 0.152,
-        Preset::Workstation => 0.276,
-        Preset::Max => 0.418,
-    }
-}
-
-/// The expert hit rate a preset's plan is expected to reach: 100 % when it holds every expert,
-/// else the table's figure.
-pub(crate) fn hit_rate(p: Preset, plan: &MemoryPlan, sizes: &ModelSizes) -> f64 {
-    if holds_everything(plan, sizes) {
-        1.0
-    } else {
-        table_hit_rate(p)
-    }
-}
-
 /// Byte cap per queue depth of the read test (a level always finishes its first round).
 const LEVEL_BYTES: u64 = 192 << 20;
 
@@ -82,7 +63,7 @@ pub fn doctor(args: DoctorArgs) -> Result<(), CliError> {
     let dir = args
         .model_dir
         .as_deref()
-        .map(crate::store::resolve_model)
+        .map(k3_hub::store::resolve_model)
         .transpose()?;
     machine_facts(dir.as_deref());
     let Some(dir) = dir else {
@@ -109,21 +90,6 @@ pub fn doctor(args: DoctorArgs) -> Result<(), CliError> {
     );
     let bw = bandwidth(&ck, &binding, &cfg, files, args.io_seconds);
     recommend(&dir, &cfg, &sizes, args.ctx, &bw)
-}
-
-/// `(outstanding reads, bytes per second)` of the read test.
-pub(crate) struct Bandwidth {
-    pub(crate) levels: Vec<(usize, f64)>,
-}
-
-impl Bandwidth {
-    fn at(&self, qd: usize) -> Option<f64> {
-        self.levels
-            .iter()
-            .find(|l| l.0 == qd)
-            .map(|l| l.1)
-            .filter(|b| *b > 0.0)
-    }
 }
 
 fn machine_facts(model_dir: Option<&Path>) {
@@ -246,17 +212,6 @@ fn cgroup_limit() -> String {
         }
     }
     "none (no cgroup memory controller)".into()
-}
-
-/// Bytes available to unprivileged users on the filesystem holding `dir` (statvfs).
-pub(crate) fn free_disk(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: `statvfs` is plain old data, zero-initialised and only written by the call.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out-pointer for the call.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 /// `TYPE on MOUNTPOINT` of the longest /proc/mounts entry containing `dir`.
@@ -395,11 +350,6 @@ struct Candidate {
 fn plan_for(sizes: &ModelSizes, budget: Budget, ctx: usize) -> Result<MemoryPlan, CliError> {
     make_plan(sizes, &PlanRequest::new(budget, ctx as u64))
         .map_err(|e| CliError::usage(e.to_string()))
-}
-
-/// Whether the plan keeps the whole model resident (nothing read per token after warm-up).
-fn holds_everything(p: &MemoryPlan, sizes: &ModelSizes) -> bool {
-    p.trunk.streamed_per_token == 0 && p.expert_slots >= sizes.n_routed_experts
 }
 
 fn recommend(
@@ -543,13 +493,5 @@ fn gb_up(bytes: u64) -> f64 {
 fn floor(c: &Candidate, sizes: &ModelSizes, moe_layers: f64, bw: &Bandwidth) -> (f64, Option<f64>) {
     let trunk = c.plan.trunk.streamed_per_token as f64;
     let experts = moe_layers * f64::from(sizes.top_k) * (1.0 - c.hit) * sizes.expert_bytes as f64;
-    (trunk + experts, floor_secs(trunk, experts, bw))
-}
-
-/// The I/O-floor seconds of a token: trunk bytes at 1 outstanding read, expert bytes at 16.
-pub(crate) fn floor_secs(trunk: f64, experts: f64, bw: &Bandwidth) -> Option<f64> {
-    match (bw.at(1), bw.at(16).or(bw.at(4)).or(bw.at(1))) {
-        (Some(b1), Some(b16)) => Some(trunk / b1 + experts / b16),
-        _ => None,
-    }
+    (trunk + experts, bw.floor_secs(trunk, experts))
 }

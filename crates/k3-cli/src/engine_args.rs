@@ -58,7 +58,12 @@ pub struct EngineArgs {
 
 impl EngineArgs {
     /// Engine options from these flags over the config file, reserving `ctx` positions.
-    pub fn options(&self, file: &FileConfig, ctx: usize) -> Result<EngineOptions, CliError> {
+    pub fn options(
+        &self,
+        file: &FileConfig,
+        ctx: usize,
+        comm: Option<std::sync::Arc<dyn k3_engine::Comm>>,
+    ) -> Result<EngineOptions, CliError> {
         Ok(EngineOptions {
             threads: self.threads.or(file.threads),
             budget: self.budget.budget_or_file(file)?,
@@ -68,7 +73,7 @@ impl EngineArgs {
             trunk_dir: self.trunk.clone(),
             lookahead: self.lookahead,
             draft_trunk: self.draft_trunk.clone(),
-            comm: crate::mpi_comm::group(), // issue 28: one rank of an MPI job
+            comm, // one rank of an MPI job, or one process
             ..EngineOptions::default()
         })
     }
@@ -97,8 +102,10 @@ pub fn model_dir(
             f.display(),
             p.display()
         ))),
-        (Some(d), None) | (None, Some(d)) => crate::store::resolve_model(d),
-        (None, None) => crate::store::resolve_model(&file.model.clone().ok_or_else(no_model)?),
+        (Some(d), None) | (None, Some(d)) => Ok(k3_hub::store::resolve_model(d)?),
+        (None, None) => Ok(k3_hub::store::resolve_model(
+            &file.model.clone().ok_or_else(no_model)?,
+        )?),
     }
 }
 
@@ -200,7 +207,7 @@ pub fn open_engine(
 /// scattered shard reads, docs/MODELS.md#names-stand-for-directories), when the pack matches
 /// these very shards and this config; otherwise the shards, saying why on stderr.
 fn use_stored_trunk(dir: &std::path::Path, options: &mut EngineOptions, progress: bool) {
-    let pack_dir = dir.join(crate::store::TRUNK_SUBDIR);
+    let pack_dir = dir.join(k3_hub::store::TRUNK_SUBDIR);
     if options.trunk_dir.is_some()
         || options.budget.is_none()
         || !pack_dir.join("trunk.json").is_file()

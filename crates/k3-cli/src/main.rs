@@ -10,7 +10,7 @@ mod auto_budget;
 mod budget;
 mod chat_args;
 mod chat_input;
-mod chat_ranks; // issue 28: chat over MPI ranks (docs/DISTRIBUTED.md)
+mod chat_ranks; // chat over MPI ranks (docs/DISTRIBUTED.md)
 mod chat_repl;
 mod chat_tools;
 mod config_file;
@@ -21,21 +21,21 @@ mod engine_args;
 mod escape;
 mod ids;
 mod interrupt;
-mod mpi_comm; // issue 28: `--features mpi` (docs/DISTRIBUTED.md)
+mod mpi_comm; // `--features mpi` (docs/DISTRIBUTED.md)
 mod pack;
 mod plan_cmd;
 mod plan_ranks;
 mod ps;
 mod release;
 mod run;
+mod run_args;
 mod run_input;
 mod run_output;
 mod run_report;
 mod run_structured;
 mod sampling_args;
-mod serve;
+mod serve_cmd;
 mod status;
-mod store;
 mod store_cmd;
 mod tokenize;
 mod verify_cmd;
@@ -58,7 +58,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Generate tokens from a prompt (greedy by default; --temp/--top-k/--top-p/--min-p to sample).
-    Run(run::RunArgs),
+    Run(run_args::RunArgs),
     /// Chat interactively with the model's chat template (/help inside for commands).
     Chat(chat_repl::ChatArgs),
     /// Print the memory plan for a model and budget without loading any weight.
@@ -76,7 +76,7 @@ enum Command {
     /// Show the config file (~/.config/k3/config.toml) or where it is looked for.
     Config(config_file::ConfigArgs),
     /// Serve an OpenAI-compatible HTTP API (chat, completions, SSE) on 127.0.0.1.
-    Serve(serve::ServeArgs),
+    Serve(serve_cmd::ServeArgs),
     /// Download a model from the Hugging Face hub (resumable, hash-checked), then verify it.
     Download(download::DownloadArgs),
     // The model store (docs/MODELS.md): every MODEL_DIR above also takes a stored NAME.
@@ -113,6 +113,15 @@ impl CliError {
     }
 }
 
+impl From<k3_hub::HubError> for CliError {
+    fn from(e: k3_hub::HubError) -> Self {
+        match e {
+            k3_hub::HubError::Refused(m) => CliError::usage(m),
+            k3_hub::HubError::Failed(m) => CliError::runtime(m),
+        }
+    }
+}
+
 impl From<k3_engine::EngineError> for CliError {
     fn from(e: k3_engine::EngineError) -> Self {
         let mut message = e.to_string();
@@ -128,17 +137,17 @@ impl From<k3_engine::EngineError> for CliError {
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(argv::normalise(std::env::args_os()));
-    // issue 28: one rank of an MPI job under `--features mpi` + mpirun (docs/DISTRIBUTED.md)
-    let _mpi = match mpi_comm::start() {
-        Ok(universe) => universe,
+    // One rank of an MPI job under `--features mpi` + mpirun (docs/DISTRIBUTED.md).
+    let (group, _mpi) = match mpi_comm::start() {
+        Ok(started) => started,
         Err(e) => {
             eprintln!("k3: error: {}", e.message);
             return ExitCode::from(e.code);
         }
     };
     let result = match cli.cmd {
-        Command::Run(args) => run::run(args),
-        Command::Chat(args) => chat_repl::chat(args),
+        Command::Run(args) => run::run(args, &group),
+        Command::Chat(args) => chat_repl::chat(args, &group),
         Command::Plan(args) => plan_cmd::plan(args),
         Command::Presets(args) => plan_cmd::presets(args),
         Command::Pack(args) => pack::pack(args),
@@ -146,7 +155,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify_cmd::verify(args),
         Command::Doctor(args) => doctor::doctor(args),
         Command::Config(args) => config_file::config(args),
-        Command::Serve(args) => serve::serve(args),
+        Command::Serve(args) => serve_cmd::serve(args, group.comm()),
         Command::Download(args) => download::download(args),
         Command::Pull(args) => store_cmd::pull(args),
         Command::List(args) => store_cmd::list(args),
@@ -157,8 +166,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("k3: error: {}{}", mpi_comm::rank_prefix(), e.message);
-            mpi_comm::end_group(e.code); // issue 28: a failing rank ends every rank, no hang
+            eprintln!("k3: error: {}{}", group.rank_prefix(), e.message);
+            group.end(e.code); // a failing rank ends every rank, no hang
             ExitCode::from(e.code)
         }
     }

@@ -69,7 +69,7 @@ fn pack_error(e: PackError) -> CliError {
 
 pub fn pack(mut args: PackArgs) -> Result<(), CliError> {
     // A stored NAME (`k3 pull`) stands for its directory (docs/MODELS.md).
-    args.model_dir = crate::store::resolve_model(&args.model_dir)?;
+    args.model_dir = k3_hub::store::resolve_model(&args.model_dir)?;
     let cfg = K3Config::load(args.model_dir.join("config.json"))
         .map_err(|e| CliError::usage(e.to_string()))?;
     let ck = Checkpoint::open(&args.model_dir).map_err(|e| CliError::usage(e.to_string()))?;

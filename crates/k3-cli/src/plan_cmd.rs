@@ -62,7 +62,7 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
         let dir = args
             .model_dir
             .as_deref()
-            .map(crate::store::resolve_model)
+            .map(k3_hub::store::resolve_model)
             .transpose()?;
         let req = PlanRequest::new(budget, args.ctx as u64).with_sessions(args.sessions as u64);
         return crate::plan_ranks::plan_ranks(dir.as_deref(), req, ranks, args.json);
@@ -75,7 +75,7 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
         }
         return plan_released(budget, args.ctx, args.sessions);
     };
-    let model_dir = crate::store::resolve_model(model_dir)?;
+    let model_dir = k3_hub::store::resolve_model(model_dir)?;
     let Some(draft) = &args.draft_trunk else {
         let (plan, available, fits) = forecast(&model_dir, budget, args.ctx, args.sessions, 0)?;
         println!("{}", plan.table(Some(&available)).trim_end());
@@ -164,7 +164,7 @@ pub fn presets(args: PresetsArgs) -> Result<(), CliError> {
             (sizes, "Kimi K3 as released".to_string(), moe)
         }
         Some(dir) => {
-            let dir = &crate::store::resolve_model(dir)?;
+            let dir = &k3_hub::store::resolve_model(dir)?;
             let cfg = k3_format::K3Config::load(dir.join("config.json"))
                 .map_err(|e| CliError::usage(e.to_string()))?;
             let ck =
@@ -186,7 +186,7 @@ pub fn presets(args: PresetsArgs) -> Result<(), CliError> {
         let req = PlanRequest::new(Budget::Preset(p), args.ctx as u64)
             .with_sessions(args.sessions as u64);
         let plan = make_plan(&sizes, &req).map_err(|e| CliError::usage(e.to_string()))?;
-        let hit = crate::doctor::hit_rate(p, &plan, &sizes);
+        let hit = k3_plan::forecast::hit_rate(p, &plan, &sizes);
         let trunk = plan.trunk.streamed_per_token as f64;
         let experts = moe_layers * f64::from(sizes.top_k) * (1.0 - hit) * sizes.expert_bytes as f64;
         let secs = (trunk + experts) / (args.read_gbps * 1e9);

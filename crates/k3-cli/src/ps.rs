@@ -151,7 +151,7 @@ pub struct PsArgs {}
 
 /// One line per running server on stdout: pid, port, model (stored NAME or path), RSS, plan.
 pub fn ps(_args: PsArgs) -> Result<(), CliError> {
-    let root = crate::store::models_root()
+    let root = k3_hub::store::models_root()
         .ok()
         .and_then(|r| std::fs::canonicalize(r).ok());
     println!(

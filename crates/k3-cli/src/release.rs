@@ -4,13 +4,13 @@
 //! geometry tests plan), and `k3 doctor`'s section comparing them with the free disk and
 //! predicting each preset's s/token from a read test on that disk.
 
-use crate::doctor::{free_disk, Bandwidth};
 use crate::CliError;
 use k3_engine::{Budget, Preset};
 use k3_format::{Dtype, K3Config, TensorSpec};
 use k3_plan::plan::{fmt_bytes, plan as make_plan};
 use k3_plan::{ModelSizes, PlanRequest};
 use k3_store::io::{align_up, ReadAt};
+use k3_store::probe::{free_disk, Bandwidth};
 use k3_store::{AlignedBuf, ShardFile};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -97,7 +97,7 @@ fn existing_ancestor(dir: &Path) -> PathBuf {
 pub fn doctor_release(disk: Option<&Path>, ctx: usize, io_secs: f64) -> Result<(), CliError> {
     let target = match disk {
         Some(d) => d.to_path_buf(),
-        None => crate::store::models_root()?,
+        None => k3_hub::store::models_root()?,
     };
     let at = existing_ancestor(&target);
     let need = release_disk()?;
@@ -145,10 +145,10 @@ fn presets_on_disk(ctx: usize, bw: &Bandwidth) -> Result<(), CliError> {
     for p in Preset::ALL {
         let plan = make_plan(&sizes, &PlanRequest::new(Budget::Preset(p), ctx as u64))
             .map_err(|e| CliError::usage(e.to_string()))?;
-        let hit = crate::doctor::hit_rate(p, &plan, &sizes);
+        let hit = k3_plan::forecast::hit_rate(p, &plan, &sizes);
         let trunk = plan.trunk.streamed_per_token as f64;
         let experts = moe_layers * f64::from(sizes.top_k) * (1.0 - hit) * sizes.expert_bytes as f64;
-        let secs = crate::doctor::floor_secs(trunk, experts, bw);
+        let secs = bw.floor_secs(trunk, experts);
         println!(
             "  {:<12} {:>10} {:>6.1}% {:>11} {:>10}",
             p.name(),

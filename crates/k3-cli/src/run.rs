@@ -5,126 +5,18 @@
 //! the context (checked before anything is fed).
 
 use crate::config_file::{self, FileConfig};
-use crate::engine_args::EngineArgs;
+use crate::run_args::{json_to_stdout, RunArgs};
 use crate::run_input::{self, check_room, Prompt};
 use crate::run_output::{LiveLines, TextOut};
+use crate::run_report::Done;
 use crate::run_structured;
-use crate::sampling_args::SamplingArgs;
 use crate::status::Status;
 use crate::CliError;
-use clap::Args;
 use k3_engine::{
     DecodeMode, Engine, Generation, Sampler, SamplingParams, Session, StopConditions, StopScanner,
 };
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
-
-#[derive(Args)]
-#[command(group(clap::ArgGroup::new("prompt_source").multiple(false).args(["ids", "prompt", "prompt_file"])))]
-#[command(
-    after_help = "Examples:\n  k3 run fixtures/tiny-k3 'The train left at' -n 16\n  k3 run -m fixtures/tiny-k3 -p 'Hello' -n 4 -t 2 -c 64\n  echo 'Hello' | k3 run fixtures/tiny-k3 -f -\n  k3 run fixtures/tiny-k3 --ids 637,229,263 -n 16 --mem-gb 0.005 --json out.json --print-ids\n  k3 run fixtures/tiny-k3 -p 'Hello' --temp 0.8 --top-p 0.95 --seed 7 --stop '.'\n  k3 run fixtures/tiny-k3 --ids 1,2,3 -n 4 --save-session s.k3ss && k3 run fixtures/tiny-k3 --load-session s.k3ss --ids 4 -n 4"
-)]
-pub struct RunArgs {
-    #[command(flatten)]
-    pub engine: EngineArgs,
-    /// Model directory (config.json + *.safetensors [+ tiktoken.model]); or -m DIR; default:
-    /// `model` from the config file (`k3 config path`).
-    #[arg(value_name = "MODEL_DIR")]
-    pub model_dir: Option<PathBuf>,
-    /// Prompt text, as with -p (with -m DIR, the first positional is the prompt).
-    #[arg(value_name = "PROMPT")]
-    pub prompt_pos: Option<String>,
-    /// Model directory (instead of the positional MODEL_DIR).
-    #[arg(short = 'm', long = "model", value_name = "DIR")]
-    pub model: Option<PathBuf>,
-    /// Prompt as raw token ids, comma-separated (the reproducible channel).
-    #[arg(long)]
-    pub ids: Option<String>,
-    /// Prompt text (needs a tokenizer in the model directory or --tok).
-    #[arg(short = 'p', long, allow_hyphen_values = true)]
-    pub prompt: Option<String>,
-    /// Prompt read verbatim from a file, `-` for stdin (needs a tokenizer).
-    #[arg(short = 'f', long, visible_alias = "file", value_name = "FILE")]
-    pub prompt_file: Option<PathBuf>,
-    /// Let control-token text in the prompt (e.g. `<|im_end|>`) become control tokens.
-    #[arg(long)]
-    pub allow_special: bool,
-    /// Tokens to generate at most (default 16, or `n` from the config file; prompt + N must
-    /// fit in -c/--ctx and the model's trained context).
-    #[arg(
-        short = 'n',
-        long = "gen",
-        visible_aliases = ["max-tokens", "n-predict"],
-        value_name = "GEN",
-        allow_negative_numbers = true
-    )]
-    pub gen_flag: Option<usize>,
-    /// `-n` resolved over the config file.
-    #[arg(skip)]
-    pub gen: usize,
-    /// Process escapes in the prompt (-p or the positional PROMPT): \n \r \t \\ \' \"
-    /// and \xNN (llama.cpp's -e).
-    #[arg(short = 'e', long)]
-    pub escape: bool,
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
-    /// Stop when the generated text contains TEXT (repeatable; not printed). Needs a tokenizer.
-    #[arg(
-        short = 'r',
-        long = "stop",
-        visible_alias = "reverse-prompt",
-        value_name = "TEXT",
-        allow_hyphen_values = true
-    )]
-    pub stop: Vec<String>,
-    /// Structured output: render the prompt as a chat user message (thinking off) and
-    /// constrain the reply to one JSON value valid for the JSON Schema in FILE; stdout is the
-    /// JSON. Bound strings and arrays (maxLength, maxItems) so it finishes within -n.
-    #[arg(long, value_name = "FILE")]
-    pub json_schema: Option<PathBuf>,
-    /// Structured output: as --json-schema, for any JSON object.
-    #[arg(long)]
-    pub json_object: bool,
-    /// Keep generating past the model's end ids (EOS, <|end_of_msg|>).
-    #[arg(long)]
-    pub ignore_eos: bool,
-    /// Re-run the whole sequence every step instead of carrying state (for testing).
-    #[arg(long)]
-    pub recompute: bool,
-    /// Context positions to allocate (default: prompt + -n; 4096 with --load-session; `ctx`
-    /// from the config file). Past the model's trained context only when given explicitly.
-    #[arg(short = 'c', long, visible_alias = "ctx-size")]
-    pub ctx: Option<usize>,
-    /// Write a JSON report (prompt_ids, generated_ids, seconds_per_token, peak_rss_bytes…);
-    /// `-` writes it to stdout instead of the streamed text (the text is in the report).
-    #[arg(long, allow_hyphen_values = true)]
-    pub json: Option<PathBuf>,
-    /// Also print `generated ids: 1,2,3` on stderr after the text (even with -q).
-    #[arg(long)]
-    pub print_ids: bool,
-    /// Write the logits at the last prompt position as raw little-endian f32.
-    #[arg(long)]
-    pub dump_logits: Option<PathBuf>,
-    /// Print only the generated text (no plan, statistics or I/O report on stderr).
-    #[arg(short, long, conflicts_with = "verbose")]
-    pub quiet: bool,
-    /// One line per generated token on stderr (time; bytes read and hit rates when streaming),
-    /// held until the text ends when stdout and stderr are the same terminal.
-    #[arg(short, long)]
-    pub verbose: bool,
-    /// Resume a conversation saved with --save-session: its tokens are not prefilled again;
-    /// the prompt continues it.
-    #[arg(long)]
-    pub load_session: Option<PathBuf>,
-    /// Save the conversation (tokens, KDA state, latent KV) after generating, for
-    /// --load-session (versioned, fingerprinted, checksummed, atomic).
-    #[arg(long)]
-    pub save_session: Option<PathBuf>,
-    /// Record routed-expert requests to DIR/expert_trace.bin (u32 LE layer, u32 LE expert per
-    /// request; the layout of upstream's trace). Needs a budget flag.
-    #[arg(long)]
-    pub dump_cache_trace: Option<PathBuf>,
-}
 
 /// Feeds the prompt: one pass per planner chunk (`k3 plan` shows it) whether or not a status
 /// line is shown; on a terminal (unless -q) the status line follows the engine after every
@@ -142,18 +34,6 @@ fn prefill(
     session
         .feed_with_progress(prompt, &mut |p: k3_engine::FeedProgress| st.prefill(&p))
         .map_err(CliError::from)
-}
-
-/// Peak resident set size of this process in bytes (Linux `VmHWM`), 0 where unknown.
-pub fn peak_rss_bytes() -> u64 {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return 0;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
 }
 
 /// The sampling parameters of the flags over the config file, validated (errors name the flag).
@@ -314,41 +194,36 @@ fn generate(
     generated
 }
 
-/// `--json -`: the report goes to stdout in place of the streamed text.
-pub fn json_to_stdout(args: &RunArgs) -> bool {
-    args.json.as_deref() == Some(Path::new("-"))
-}
-
 /// `-n` and `-c` over the config file's `n` and `ctx`.
 fn resolve_lengths(args: &mut RunArgs, file: &FileConfig) {
     args.gen = args.gen_flag.or(file.n).unwrap_or(16);
     args.ctx = args.ctx.or(file.ctx);
 }
 
-pub fn run(mut args: RunArgs) -> Result<(), CliError> {
+pub fn run(mut args: RunArgs, group: &crate::mpi_comm::Group) -> Result<(), CliError> {
     let file = config_file::load()?;
     resolve_lengths(&mut args, &file);
-    if crate::mpi_comm::is_follower() {
-        // issue 28: rank 0 owns the product; a follower writes no report or file (it still
+    if group.is_follower() {
+        // Rank 0 owns the product; a follower writes no report or file (it still
         // joins `--save-session`: saving gathers every rank's KDA heads, rank 0 writes)
         (args.quiet, args.print_ids) = (true, false);
         (args.json, args.dump_logits) = (None, None);
         args.dump_cache_trace = None;
     }
     if run_input::wants_chat(&args) {
-        if crate::mpi_comm::group().is_some() {
+        if group.comm().is_some() {
             return Err(CliError::usage(
                 "give a prompt: chat does not run over MPI ranks yet (docs/DISTRIBUTED.md)",
             ));
         }
-        return crate::chat_repl::chat(crate::chat_repl::ChatArgs::from_run(args));
+        return crate::chat_repl::chat(crate::chat_repl::ChatArgs::from_run(args), group);
     }
     let inputs = run_input::resolve(&args, &file)?;
     let params = sampling_params(&args, &file)?;
     let dir = inputs.model_dir.as_path();
     let trained = crate::context::trained_context(dir);
     let plan_ctx = args.ctx.unwrap_or(crate::context::default_ctx(trained));
-    let mut options = args.engine.options(&file, plan_ctx)?;
+    let mut options = args.engine.options(&file, plan_ctx, group.comm())?;
     options.draft_policy = args.sampling.draft_policy(options.draft_trunk.as_deref())?;
     early_checks(&args, &inputs.prompt, options.budget.is_some())?;
     let resident = args.engine.resident;
@@ -362,7 +237,7 @@ pub fn run(mut args: RunArgs) -> Result<(), CliError> {
         }
         None => inputs.prompt.ids(&engine, dir, args.allow_special)?,
     };
-    crate::mpi_comm::share_ids(&mut prompt)?; // issue 28: rank 0's prompt ids
+    group.share_ids(&mut prompt)?; // rank 0's prompt ids
     if prompt.is_empty() {
         return Err(CliError::usage(
             "the prompt is empty: give at least one token",
@@ -442,44 +317,6 @@ fn expert_failure_report(e: &k3_engine::EngineError, engine: &Engine, t0: Instan
     }
 }
 
-/// What a finished run hands to its reports.
-pub struct Done<'a> {
-    pub dir: &'a Path,
-    pub prompt: &'a [u32],
-    pub generation: &'a Generation,
-    pub params: &'a SamplingParams,
-    pub stop: &'a StopConditions,
-    pub mode: DecodeMode,
-    pub reused: usize,
-    pub prefill_s: f64,
-    /// I/O counters after open (pins read) and after the prompt, for per-phase reports.
-    pub stats_open: k3_engine::StoreStats,
-    pub stats_prefill: k3_engine::StoreStats,
-    pub decode_s: f64,
-    pub wall: f64,
-}
-
-impl Done<'_> {
-    /// Decode seconds per token: the decode time over the tokens the decode passes made. The
-    /// first generated token comes from the prompt pass (its logits), so it is not counted
-    /// (0 when at most one token was generated).
-    pub fn per_token(&self) -> f64 {
-        match self.generation.ids.len() {
-            0 | 1 => 0.0,
-            n => self.decode_s / (n - 1) as f64,
-        }
-    }
-
-    /// The figure `seconds_per_token` held before: decode time over every generated token,
-    /// the first one (made by the prompt pass) included.
-    pub fn per_generated_token(&self) -> f64 {
-        match self.generation.ids.len() {
-            0 => 0.0,
-            n => self.decode_s / n as f64,
-        }
-    }
-}
-
 /// After the text: `--print-ids`, the summary on stderr, then the files asked for.
 fn finish(
     args: &RunArgs,
@@ -489,7 +326,7 @@ fn finish(
 ) -> Result<(), CliError> {
     let ids = &done.generation.ids;
     // a collective every rank makes, followers too (docs/DISTRIBUTED.md#memory-per-rank)
-    let ranks = engine.rank_figures(peak_rss_bytes())?;
+    let ranks = engine.rank_figures(k3_store::probe::peak_rss_bytes())?;
     if args.print_ids {
         let text: Vec<String> = ids.iter().map(u32::to_string).collect();
         eprintln!("generated ids: {}", text.join(","));
@@ -530,7 +367,7 @@ fn summary(engine: &Engine, session: &Session<'_>, done: &Done<'_>) {
         done.prefill_s,
         n,
         done.per_token(),
-        peak_rss_bytes() as f64 / 1e6
+        k3_store::probe::peak_rss_bytes() as f64 / 1e6
     );
     let spec = session.spec_stats();
     if spec.drafted > 0 {

@@ -4,7 +4,7 @@
 
 use crate::config_file::FileConfig;
 use crate::ids::parse_ids;
-use crate::run::RunArgs;
+use crate::run_args::RunArgs;
 use crate::CliError;
 use k3_engine::Engine;
 use std::io::Read;
@@ -48,7 +48,7 @@ pub fn resolve(args: &RunArgs, file: &FileConfig) -> Result<Inputs, CliError> {
         .or_else(|| file.model.clone())
         .ok_or_else(crate::engine_args::no_model)?;
     // A stored NAME (`k3 pull`) stands for its directory (docs/MODELS.md).
-    let model_dir = crate::store::resolve_model(&model_dir)?;
+    let model_dir = k3_hub::store::resolve_model(&model_dir)?;
     Ok(Inputs { model_dir, prompt })
 }
 

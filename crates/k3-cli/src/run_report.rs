@@ -1,8 +1,11 @@
 //! `k3 run`'s files: the `--json` report and the `--dump-cache-trace` expert trace.
 
-use crate::run::{peak_rss_bytes, Done, RunArgs};
+use crate::run_args::{json_to_stdout, RunArgs};
 use crate::CliError;
-use k3_engine::{DecodeMode, Engine, SamplingParams, Session, StopConditions, StoreStats};
+use k3_engine::{
+    DecodeMode, Engine, Generation, SamplingParams, Session, StopConditions, StoreStats,
+};
+use k3_store::probe::peak_rss_bytes;
 use std::path::Path;
 
 /// Writes the `--json` report of a finished run.
@@ -72,7 +75,7 @@ pub fn write_json(
         "decode": phase_json(&done.stats_prefill, &stats, done.decode_s, engine),
     });
     let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-    if crate::run::json_to_stdout(args) {
+    if json_to_stdout(args) {
         println!("{text}");
         return Ok(());
     }
@@ -159,4 +162,42 @@ pub fn write_trace(dir: &Path, trace: &[(u32, u32)]) -> Result<(), CliError> {
         path.display()
     );
     Ok(())
+}
+
+/// What a finished run hands to its reports.
+pub struct Done<'a> {
+    pub dir: &'a Path,
+    pub prompt: &'a [u32],
+    pub generation: &'a Generation,
+    pub params: &'a SamplingParams,
+    pub stop: &'a StopConditions,
+    pub mode: DecodeMode,
+    pub reused: usize,
+    pub prefill_s: f64,
+    /// I/O counters after open (pins read) and after the prompt, for per-phase reports.
+    pub stats_open: k3_engine::StoreStats,
+    pub stats_prefill: k3_engine::StoreStats,
+    pub decode_s: f64,
+    pub wall: f64,
+}
+
+impl Done<'_> {
+    /// Decode seconds per token: the decode time over the tokens the decode passes made. The
+    /// first generated token comes from the prompt pass (its logits), so it is not counted
+    /// (0 when at most one token was generated).
+    pub fn per_token(&self) -> f64 {
+        match self.generation.ids.len() {
+            0 | 1 => 0.0,
+            n => self.decode_s / (n - 1) as f64,
+        }
+    }
+
+    /// The figure `seconds_per_token` held before: decode time over every generated token,
+    /// the first one (made by the prompt pass) included.
+    pub fn per_generated_token(&self) -> f64 {
+        match self.generation.ids.len() {
+            0 => 0.0,
+            n => self.decode_s / n as f64,
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //! template with thinking off, the reply is constrained to one JSON value (valid for the
 //! schema) in the response channel, and stdout carries that JSON and nothing else.
 
-use crate::run::RunArgs;
+use crate::run_args::RunArgs;
 use crate::run_input::Prompt;
 use crate::CliError;
 use k3_engine::chat_template::{self as chat, ChatMessage, Thinking};

@@ -93,7 +93,10 @@ impl Status {
         let done = p.fraction();
         let elapsed = self.since.elapsed().as_secs_f64();
         let eta = match done > 0.0 {
-            true => format!("eta {}", seconds(elapsed / done * (1.0 - done))),
+            true => format!(
+                "eta {}",
+                k3_plan::plan::fmt_seconds(elapsed / done * (1.0 - done))
+            ),
             false => "eta --".into(),
         };
         bar.set_message(format!(
@@ -127,25 +130,5 @@ impl Status {
 impl Drop for Status {
     fn drop(&mut self) {
         self.clear();
-    }
-}
-
-/// `s` seconds as `12s`, `3m 05s` or `2h 10m`.
-pub fn seconds(s: f64) -> String {
-    let s = s.max(0.0).round() as u64;
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
-        _ => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn seconds_read_as_time() {
-        assert_eq!(super::seconds(42.4), "42s");
-        assert_eq!(super::seconds(185.0), "3m 05s");
-        assert_eq!(super::seconds(7800.0), "2h 10m");
     }
 }

@@ -2,9 +2,9 @@
 //! `pull` is `k3 download` (which ends with `k3 verify`) into the store, then `k3 pack` into
 //! `NAME/trunk`, then the pull record `NAME/k3-model.json`.
 
-use crate::store::{self, PullRecord, TRUNK_SUBDIR};
 use crate::CliError;
 use clap::Args;
+use k3_hub::store::{self, PullRecord, TRUNK_SUBDIR};
 use k3_plan::plan::fmt_bytes;
 use std::path::{Path, PathBuf};
 
@@ -117,7 +117,7 @@ fn pack_room(dir: &Path) -> Option<(u64, u64)> {
         .iter()
         .map(|lt| lt.trunk_bytes().div_ceil(4096) * 4096)
         .sum();
-    Some((need, crate::doctor::free_disk(dir)?))
+    Some((need, k3_store::probe::free_disk(dir)?))
 }
 
 fn now_secs() -> u64 {

@@ -78,7 +78,7 @@ fn read_file(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
 
 pub fn tokenize(mut args: TokenizeArgs) -> Result<(), CliError> {
     // A stored NAME (`k3 pull`) stands for its directory (docs/MODELS.md).
-    args.tok_dir = crate::store::resolve_model(&args.tok_dir)?;
+    args.tok_dir = k3_hub::store::resolve_model(&args.tok_dir)?;
     let tok = Tokenizer::from_dir(&args.tok_dir).map_err(|e| CliError::usage(e.to_string()))?;
     if let Some(path) = &args.export {
         let json = tok

@@ -6,8 +6,7 @@
 //! number and nothing is adopted.
 
 mod common;
-#[path = "../../k3-format/tests/support/upstream_pack.rs"]
-mod upstream_pack;
+use k3_testkit::upstream_pack;
 
 use common::{k3, scratch_dir, stderr, tiny_arg};
 use std::path::Path;

@@ -3,13 +3,18 @@
 //! Open a model directory, create a [`Session`], feed token ids, step or generate with a
 //! callback per token, read logits, drop.
 //!
-//! ```no_run
-//! use k3_engine::{Engine, EngineOptions, DecodeMode};
-//! let engine = Engine::open("fixtures/tiny-k3".as_ref(), EngineOptions::default())?;
-//! let mut session = engine.new_session(256)?;
-//! session.feed(&[1, 2, 3])?;
+//! ```
+//! use k3_engine::{DecodeMode, Engine, EngineOptions};
+//! # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/tiny-k3");
+//! // let dir = "fixtures/tiny-k3";
+//! let engine = Engine::open(dir.as_ref(), EngineOptions::default())?;
+//! let tok = engine.tokenizer().expect("the model ships tiktoken.model");
+//! let prompt = tok.encode("The train left at", false);
+//! let mut session = engine.new_session(prompt.len() + 8)?;
+//! session.feed(&prompt)?;
 //! let ids = session.generate(8, DecodeMode::Incremental, |_id| true)?;
-//! println!("{ids:?}");
+//! println!("{}", tok.decode_lossy(&ids).expect("ids from the vocabulary"));
+//! assert_eq!(ids.len(), 8);
 //! # Ok::<(), k3_engine::EngineError>(())
 //! ```
 //!

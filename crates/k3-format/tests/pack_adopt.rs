@@ -1,11 +1,10 @@
 //! Adopting a trunk packed by upstream's packer (docs/FORMATS.md#adopting-an-upstream-pack).
-//! The packs are written by the small independent writer in `support/upstream_pack.rs` from the
+//! The packs are written by the small independent writer in `k3_testkit::upstream_pack` from the
 //! format's description (never by transforming k3's pack): the fields upstream writes, the same
 //! with the fields derived packers add, and damaged copies (a wrong tensor offset, a flipped
 //! run byte, non-zero padding, a missing layer), each refused by layer with nothing written.
 
-#[path = "support/upstream_pack.rs"]
-mod upstream_pack;
+use k3_testkit::upstream_pack;
 
 use k3_format::bind::{bind_model, ModelBinding};
 use k3_format::pack::{adopt_trunk_pack, UPSTREAM_JSON};

@@ -10,8 +10,8 @@ use k3_kernels::{matmul, par_matvec, Matrix};
 use std::hint::black_box;
 use std::time::Duration;
 
-mod common;
 use common::{bf16_data, bytes, mx_data, vector};
+use k3_testkit::bench_data as common;
 
 /// Pools of 1 thread and of every available core.
 fn pools() -> Vec<(usize, rayon::ThreadPool)> {

@@ -12,8 +12,7 @@
 //! ≈ 2 GFLOP, wall seconds (`WALL=1` is implied for `THREADS` > 1). Exit code 2 where AMX
 //! is not usable.
 
-#[path = "../benches/common/mod.rs"]
-mod common;
+use k3_testkit::bench_data as common;
 
 use common::{best_seconds, bf16_data, max_rel_err, mx_data, vector};
 use half::bf16;

@@ -17,8 +17,7 @@
 //! maximum over all outputs. Timing is best of 15 trials of ≈ 2 GFLOP each, on-CPU seconds of the calling thread
 //! (1 thread) or wall seconds with `WALL=1` (needed for `THREADS` > 1).
 
-#[path = "../benches/common/mod.rs"]
-mod common;
+use k3_testkit::bench_data as common;
 
 #[cfg(target_arch = "x86_64")]
 fn main() {

@@ -16,9 +16,8 @@ use k3_kernels::simd::{active_level, available_levels, Level};
 use k3_kernels::{matmul_at, probe, Matrix};
 use std::hint::black_box;
 
-#[path = "../benches/common/mod.rs"]
-mod common;
 use common::{best_seconds, bf16_data, bytes, mx_data, vector};
+use k3_testkit::bench_data as common;
 
 #[path = "gemm_cpu_time/calls.rs"]
 mod calls;

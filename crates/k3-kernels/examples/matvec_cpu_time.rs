@@ -9,9 +9,8 @@
 use k3_kernels::{matvec, Matrix};
 use std::time::Instant;
 
-#[path = "../benches/common/mod.rs"]
-mod common;
 use common::{bf16_data, cpu_ns, mx_data, vector};
+use k3_testkit::bench_data as common;
 
 /// Best on-CPU and wall GB/s over 7 trials of `iters` products rotating over `mats`.
 fn run(name: &str, mats: &[Matrix], iters: usize) {

@@ -4,6 +4,7 @@
 //! * [`policy`]: expert-cache replacement policies (LRU, LFU with decay, ARC, per-layer LRU,
 //!   Belady OPT for simulation) over `(layer, expert)` keys, and [`SlotTable`], the slot
 //!   bookkeeping that enforces pins.
+//! * [`forecast`]: the expected expert hit rate of a preset and a token's I/O floor.
 //! * [`sim`]: replay of recorded expert traces through the policies (`cargo xtask sim-cache`).
 //! * [`plan`]: the memory planner (presets, budgets, trunk pinning, expert-cache slots,
 //!   the printed plan table, and the refusal when it does not fit). What memory the machine
@@ -14,6 +15,7 @@
 // Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod forecast;
 pub mod plan;
 pub mod policy;
 pub mod sim;

@@ -4,6 +4,7 @@
 //! * [`io`]: positional reads (O_DIRECT when possible), aligned buffers, fault injection.
 //! * [`trunk_store`]: pinned trunk layers plus a read-ahead ring for the rest.
 //! * [`expert_store`]: the routed-expert cache (slots, policy, batched parallel reads).
+//! * [`probe`]: free disk space, peak RSS, measured read rates.
 //! * [`available_memory`]: what `/proc/meminfo` and the cgroup files leave to this process.
 //!
 //! Dependencies point one way: k3-store → k3-plan, never the reverse.
@@ -16,6 +17,7 @@
 mod avail;
 pub mod expert_store;
 pub mod io;
+pub mod probe;
 mod store_error;
 pub mod trunk_store;
 

@@ -9,9 +9,6 @@
 
 mod abort_guard;
 mod mutate;
-#[path = "../../../crates/k3-cli/src/serve/types.rs"]
-#[allow(dead_code)]
-mod serve_types;
 mod targets;
 mod targets_engine;
 

@@ -2,11 +2,11 @@
 //! decoding of `k3 serve` (JSON body → request struct → validation → prompt tokens).
 
 use super::mutate::{self, Rng};
-use super::serve_types::anthropic::{validate_messages, MessagesRequest};
-use super::serve_types::{
+use super::{workspace_root, Target};
+use k3_api::anthropic::{validate_messages, MessagesRequest};
+use k3_api::{
     parse_body, validate_chat, validate_completion, ApiError, ChatRequest, CompletionRequest,
 };
-use super::{workspace_root, Target};
 use k3_engine::{DecodeMode, Engine, EngineOptions, Tokenizer};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -193,12 +193,12 @@ impl Target for Serve {
             Err(e) => refusals.push(api(e)),
         }
         match parse_body::<CompletionRequest>(input).and_then(|r| validate_completion(&r)) {
-            Ok((settings, super::serve_types::Prompt::Text(text))) => {
+            Ok((settings, k3_api::Prompt::Text(text))) => {
                 check_settings(&settings);
                 let ids = self.tok.encode(&text, false);
                 assert!(ids.iter().all(|&id| (id as usize) < self.tok.vocab_size()));
             }
-            Ok((settings, super::serve_types::Prompt::Ids(ids))) => {
+            Ok((settings, k3_api::Prompt::Ids(ids))) => {
                 check_settings(&settings);
                 assert!(!ids.is_empty());
             }
@@ -226,7 +226,7 @@ impl Target for Serve {
 }
 
 /// What an accepted request guarantees the worker.
-fn check_settings(s: &super::serve_types::GenSettings) {
+fn check_settings(s: &k3_api::GenSettings) {
     let p = &s.params;
     assert!(
         p.validate().is_ok(),

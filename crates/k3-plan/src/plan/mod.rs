@@ -12,7 +12,7 @@ pub use avail::{cgroup_v1_headroom, cgroup_v2_headroom, parse_meminfo, Available
 pub use error::PlanError;
 pub use k3::RELEASED_PREFILL_BYTES_PER_TOKEN;
 pub use pin::{min_trunk_budget, plan_trunk, plan_trunk_with, LayerCost, PinStrategy, TrunkPlan};
-pub use table::fmt_bytes;
+pub use table::{fmt_bytes, fmt_seconds};
 
 use std::fmt;
 use std::str::FromStr;

@@ -14,6 +14,16 @@ pub fn fmt_bytes(b: u64) -> String {
     }
 }
 
+/// Human durations: `42s`, `3m 05s`, `2h 10m` (ETAs and predictions; negative counts as 0).
+pub fn fmt_seconds(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
 /// GB rounded up to 0.01 (amounts to add, minimums).
 pub(super) fn gb_ceil(b: u64) -> String {
     gb_rounded(b, true)
@@ -139,5 +149,15 @@ fn line(s: &mut String, label: &str, bytes: u64, note: &str) {
 impl fmt::Display for MemoryPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.table(None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn seconds_read_as_time() {
+        assert_eq!(super::fmt_seconds(42.4), "42s");
+        assert_eq!(super::fmt_seconds(185.0), "3m 05s");
+        assert_eq!(super::fmt_seconds(7800.0), "2h 10m");
     }
 }

@@ -3,15 +3,16 @@
 //! streaming their neutral events, and the protocol-free endpoints (models, health,
 //! metrics).
 
-use super::types::neutral::Request;
-use super::types::{ApiError, GenSettings};
 use super::worker::{ChatJob, Event, Job, JobConstraint, JobKind, Metrics, Summary};
 use super::Shared;
+use crate::error_body::OpenAiError;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use k3_api::neutral::Request;
+use k3_api::{ApiError, GenSettings};
 use k3_engine::chat_template::{render_with_tools, Thinking};
 use k3_engine::{Constraint, ConstraintSpec, ReplyStart, TokenLogprob};
 use serde_json::{json, Value};
@@ -440,7 +441,7 @@ pub fn json_response(v: Value) -> Response {
 pub async fn models(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OpenAiError> {
     authorize(&shared, &headers)?;
     Ok(json_response(json!({"object": "list", "data": [model_object(&shared)]})).into_response())
 }
@@ -454,10 +455,10 @@ pub async fn model(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OpenAiError> {
     authorize(&shared, &headers)?;
     if id != shared.model_id {
-        return Err(ApiError {
+        return Err(OpenAiError(ApiError {
             status: StatusCode::NOT_FOUND,
             message: format!(
                 "the model `{id}` does not exist: this server serves `{}`",
@@ -466,7 +467,7 @@ pub async fn model(
             kind: "invalid_request_error",
             param: Some("model".into()),
             code: Some("model_not_found"),
-        });
+        }));
     }
     Ok(json_response(model_object(&shared)).into_response())
 }
@@ -569,26 +570,11 @@ fn metrics_text(shared: &Shared) -> String {
 pub async fn metrics(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OpenAiError> {
     authorize(&shared, &headers)?;
     Ok((
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         metrics_text(&shared),
     )
         .into_response())
-}
-
-/// 404 for an unknown path; in Anthropic's shape under `/v1/messages`.
-pub async fn not_found(uri: axum::http::Uri) -> Response {
-    let e = ApiError::new(
-        StatusCode::NOT_FOUND,
-        "invalid_request_error",
-        Some("not_found"),
-        "no such endpoint: see /v1/chat/completions, /v1/completions, /v1/messages, /v1/messages/count_tokens, /v1/models, /v1/models/{id}, /health, /metrics",
-    );
-    if uri.path().starts_with("/v1/messages") {
-        super::http_anthropic::AnthropicError(e).into_response()
-    } else {
-        e.into_response()
-    }
 }

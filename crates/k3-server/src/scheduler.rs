@@ -13,7 +13,8 @@
 mod spec_step;
 
 use super::replica::Inbox;
-use super::worker::{log, Event, Job, JobKind, Lru, Metrics, Output, Summary};
+use super::worker::{Event, Job, JobKind, Lru, Metrics, Output, Summary};
+use crate::Events;
 use k3_engine::{token_logprob, BatchFeed, Engine, EngineError, Sampler, Session, StopReason};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -104,8 +105,10 @@ pub fn run(
     mut inbox: Inbox,
     metrics: Arc<Metrics>,
     lim: Limits,
+    events: Arc<dyn Events>,
 ) -> Result<(), String> {
     let engine: &Engine = &engine;
+    let ev: &dyn Events = &*events;
     let tok = engine
         .tokenizer()
         .ok_or_else(|| "the model has no tokenizer".to_string())?;
@@ -118,7 +121,7 @@ pub fn run(
     loop {
         let room = lim.parallel.max(1).saturating_sub(live.len());
         let queued: Vec<&Job> = live.iter().map(|l| &l.job).collect();
-        let tick = inbox.next(&queued, room, tok)?;
+        let tick = inbox.next(ev, &queued, room, tok)?;
         for &i in &tick.cancel {
             if let Some(l) = live.get_mut(i) {
                 l.out.cancelled = true;
@@ -126,14 +129,14 @@ pub fn run(
         }
         if tick.shutdown {
             let why = EngineError::Invalid("the server is shutting down".into());
-            live.drain(..).for_each(|l| fail(&l.job, &why));
+            live.drain(..).for_each(|l| fail(ev, &l.job, &why));
             return Ok(());
         }
         for job in tick.jobs {
             if !inbox.follower() {
                 metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
             }
-            if let Some(mut l) = admit(engine, &mut lru, lim.ctx, job, inbox.replicated()) {
+            if let Some(mut l) = admit(ev, engine, &mut lru, lim.ctx, job, inbox.replicated()) {
                 l.out.local_cancel = !inbox.replicated();
                 live.push(l);
             }
@@ -144,7 +147,7 @@ pub fn run(
         let stepped = Instant::now();
         if let Err(e) = step(engine, &mut live, lim, inbox.replicated()) {
             for l in live.drain(..) {
-                fail(&l.job, &e);
+                fail(ev, &l.job, &e);
             }
         }
         if let Some(comm) = inbox.comm() {
@@ -165,10 +168,10 @@ pub fn run(
         let (done, running): (Vec<_>, Vec<_>) = live.into_iter().partition(is_done);
         live = running;
         for l in done {
-            retire(engine, &mut lru, &metrics, l);
+            retire(ev, engine, &mut lru, &metrics, l);
         }
         if !inbox.follower() {
-            show_status(&live, &metrics, stepped.elapsed().as_secs_f64());
+            show_status(ev, &live, &metrics, stepped.elapsed().as_secs_f64());
         }
         metrics
             .active_sessions
@@ -177,7 +180,7 @@ pub fn run(
 }
 
 /// Updates the live status line (a terminal only; docs/SERVER.md "Logging").
-fn show_status(live: &[Live<'_>], metrics: &Metrics, step_seconds: f64) {
+fn show_status(ev: &dyn Events, live: &[Live<'_>], metrics: &Metrics, step_seconds: f64) {
     let views: Vec<_> = live
         .iter()
         .map(|l| super::status_line::JobView {
@@ -190,11 +193,11 @@ fn show_status(live: &[Live<'_>], metrics: &Metrics, step_seconds: f64) {
         })
         .collect();
     let queued = metrics.queue_depth.load(Ordering::SeqCst);
-    super::status_line::set(super::status_line::describe(&views, queued, step_seconds));
+    ev.status(&super::status_line::describe(&views, queued, step_seconds));
 }
 
-fn fail(job: &Job, e: &EngineError) {
-    log(format_args!(
+fn fail(ev: &dyn Events, job: &Job, e: &EngineError) {
+    ev.log(&format!(
         "k3: request {} {}: failed: {e}",
         job.id,
         job.kind.endpoint()
@@ -205,6 +208,7 @@ fn fail(job: &Job, e: &EngineError) {
 /// A job's session, restored from the longest saved prefix of its prompt or fresh; `None`
 /// when the client already left or the job cannot start (reported to it).
 fn admit<'e>(
+    ev: &dyn Events,
     engine: &'e Engine,
     lru: &mut Lru,
     ctx: usize,
@@ -213,7 +217,7 @@ fn admit<'e>(
 ) -> Option<Live<'e>> {
     // Over ranks rank 0 drops a job whose client left before broadcasting it.
     if job.events.is_closed() && !replicated {
-        log(format_args!(
+        ev.log(&format!(
             "k3: request {} {}: cancelled while queued",
             job.id,
             job.kind.endpoint()
@@ -233,7 +237,7 @@ fn admit<'e>(
     let (session, reused, sampler, out) = match opened {
         Ok(parts) => parts,
         Err(e) => {
-            fail(&job, &e);
+            fail(ev, &job, &e);
             return None;
         }
     };
@@ -426,10 +430,10 @@ fn stop_reason(l: &Live<'_>) -> StopReason {
 }
 
 /// Ends a job: flushes its text, saves its state for reuse, counts it and answers it.
-fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
+fn retire(ev: &dyn Events, engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
     let reason = stop_reason(&l);
     if l.out.cancelled && l.prefilling() {
-        log(format_args!(
+        ev.log(&format!(
             "k3: request {} {}: cancelled during the prompt",
             l.job.id,
             l.job.kind.endpoint()
@@ -441,7 +445,7 @@ fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
         .take()
         .or_else(|| l.sampler.constraint_failure().map(str::to_string));
     if let Some(why) = failure {
-        fail(&l.job, &EngineError::Invalid(why));
+        fail(ev, &l.job, &EngineError::Invalid(why));
         return;
     }
     let finish = l.out.finish(&reason);
@@ -476,9 +480,9 @@ fn retire(engine: &Engine, lru: &mut Lru, metrics: &Metrics, mut l: Live<'_>) {
         expert_hit_rate: engine.stats().expert_hit_rate(),
         ids: std::mem::take(&mut l.ids),
     };
-    log(log_line(&l.job, &summary));
+    ev.log(&log_line(&l.job, &summary));
     if l.drafted > 0 {
-        log(format_args!(
+        ev.log(&format!(
             "k3: request {}: hybrid drafting accepted {} of {} drafted ids",
             l.job.id, l.accepted, l.drafted
         ));

@@ -5,8 +5,6 @@
 use super::routes::{
     authorize, body_bytes, collect, next_id, render_chat, sse, submit, Choice, SseFraming,
 };
-use super::types::anthropic::{validate_messages, MessagesRequest};
-use super::types::{parse_body, ApiError};
 use super::worker::{Event, Summary};
 use super::Shared;
 use axum::body::Bytes;
@@ -14,6 +12,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use k3_api::anthropic::{validate_messages, MessagesRequest};
+use k3_api::{parse_body, ApiError};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -45,6 +45,7 @@ fn error_type(status: StatusCode) -> &'static str {
 impl IntoResponse for AnthropicError {
     fn into_response(self) -> Response {
         let e = self.0;
+        let retry_after = e.retry_after();
         let message = match &e.param {
             Some(p) if !e.message.starts_with(&format!("{p}:")) => format!("{p}: {}", e.message),
             _ => e.message,
@@ -57,7 +58,7 @@ impl IntoResponse for AnthropicError {
             body.to_string(),
         )
             .into_response();
-        if e.status == StatusCode::TOO_MANY_REQUESTS {
+        if retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }

@@ -6,20 +6,14 @@
 //! every rejection — malformed JSON, a wrong type, an out-of-range sampling value — comes back
 //! as an error naming the field's path (docs/SERVER.md "Request fields").
 
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+pub use http::StatusCode;
 use k3_engine::SamplingParams;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-// Beside this file (also when xtask's fuzzer includes this file by path).
-#[path = "anthropic.rs"]
 pub mod anthropic;
-#[path = "fields.rs"]
 mod fields;
-#[path = "neutral.rs"]
 pub mod neutral;
-#[path = "openai.rs"]
 pub mod openai;
 
 pub use openai::{validate_chat, ChatRequest};
@@ -68,32 +62,26 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        // Every refusal's message names its field, too.
+impl ApiError {
+    /// OpenAI's `{"error": {...}}` body; the message names the field when there is one.
+    pub fn body(&self) -> Value {
         let message = match &self.param {
             Some(p) if !self.message.contains(p.as_str()) => format!("{p}: {}", self.message),
-            _ => self.message,
+            _ => self.message.clone(),
         };
-        let body = json!({
+        json!({
             "error": {
                 "message": message,
                 "type": self.kind,
                 "param": self.param,
                 "code": self.code,
             }
-        });
-        let mut resp = (
-            self.status,
-            [(header::CONTENT_TYPE, "application/json")],
-            body.to_string(),
-        )
-            .into_response();
-        if self.status == StatusCode::TOO_MANY_REQUESTS {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        resp
+        })
+    }
+
+    /// Whether the client should retry after a second (`Retry-After: 1`): the queue was full.
+    pub fn retry_after(&self) -> bool {
+        self.status == StatusCode::TOO_MANY_REQUESTS
     }
 }
 

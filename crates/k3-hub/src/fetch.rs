@@ -3,8 +3,8 @@
 //! written, checked against the hub's SHA-256 (LFS) or git blob id, fetched again from scratch
 //! when the hash is wrong, and renamed to `NAME` only once it is right.
 
-use super::hub::{Digest, Hub, RepoFile};
-use indicatif::ProgressBar;
+use crate::hub::{Digest, Hub, RepoFile};
+use crate::Progress;
 use sha1::Sha1;
 use sha2::{Digest as _, Sha256};
 use std::fs::{File, OpenOptions};
@@ -104,13 +104,13 @@ fn hash_prefix(path: &Path, f: &RepoFile, n: u64) -> Result<Hasher, String> {
     }
 }
 
-/// Fetches `f` into `dir` (see the module docs). `say` reports resumes and re-fetches.
+/// Fetches `f` into `dir` (see the module docs); `pb` hears the bytes and the resumes and
+/// re-fetches.
 pub fn fetch_file(
     hub: &Hub,
     dir: &Path,
     f: &RepoFile,
-    pb: &ProgressBar,
-    say: &dyn Fn(String),
+    pb: &dyn Progress,
 ) -> Result<Outcome, String> {
     let target = dir.join(&f.path);
     let part = part_path(&target);
@@ -120,19 +120,19 @@ pub fn fetch_file(
             out.present = true;
             return Ok(out);
         }
-        say(format!(
+        pb.say(&format!(
             "{}: on disk but its hash is wrong: fetching it again",
             f.path
         ));
         std::fs::remove_file(&target).map_err(|e| format!("{}: {e}", target.display()))?;
-        pb.inc_length(f.size);
+        pb.add_total(f.size);
         out.refetched += 1;
     }
     if let Some(parent) = target.parent() {
         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     }
     loop {
-        let hash = transfer(hub, f, &part, pb, say, &mut out)?;
+        let hash = transfer(hub, f, &part, pb, &mut out)?;
         if hash == expected(&f.digest) {
             break;
         }
@@ -144,13 +144,13 @@ pub fn fetch_file(
                 out.refetched + 1
             ));
         }
-        say(format!(
+        pb.say(&format!(
             "{}: hash {hash} is not the hub's {}: fetching it again",
             f.path,
             expected(&f.digest)
         ));
         let _ = std::fs::remove_file(&part);
-        pb.inc_length(f.size);
+        pb.add_total(f.size);
         out.refetched += 1;
     }
     std::fs::rename(&part, &target).map_err(|e| format!("{}: {e}", target.display()))?;
@@ -162,8 +162,7 @@ fn transfer(
     hub: &Hub,
     f: &RepoFile,
     part: &Path,
-    pb: &ProgressBar,
-    say: &dyn Fn(String),
+    pb: &dyn Progress,
     out: &mut Outcome,
 ) -> Result<String, String> {
     let mut last_err = String::new();
@@ -174,7 +173,7 @@ fn transfer(
         let mut have = std::fs::metadata(part).map(|m| m.len()).unwrap_or(0);
         if have > f.size {
             std::fs::remove_file(part).map_err(|e| format!("{}: {e}", part.display()))?;
-            pb.inc_length(have.min(f.size));
+            pb.add_total(have.min(f.size));
             have = 0;
         }
         let mut hasher = hash_prefix_or_new(part, f, have)?;
@@ -182,7 +181,10 @@ fn transfer(
             return Ok(hasher.hex());
         }
         if have > 0 {
-            say(format!("{}: resuming at byte {have} of {}", f.path, f.size));
+            pb.say(&format!(
+                "{}: resuming at byte {have} of {}",
+                f.path, f.size
+            ));
             out.resumed_from = out.resumed_from.max(have);
         }
         match stream(hub, f, part, have, &mut hasher, pb, out) {
@@ -220,7 +222,7 @@ fn stream(
     part: &Path,
     mut have: u64,
     hasher: &mut Hasher,
-    pb: &ProgressBar,
+    pb: &dyn Progress,
     out: &mut Outcome,
 ) -> Result<(), StreamError> {
     let resp = match hub.fetch(&f.path, have).map_err(|e| *e) {
@@ -228,7 +230,7 @@ fn stream(
         Err(ureq::Error::Status(code, _)) if code == 416 || (code >= 500) => {
             if code == 416 {
                 let _ = std::fs::remove_file(part);
-                pb.inc_length(have);
+                pb.add_total(have);
             }
             return Err(Retry(format!("{}: HTTP {code}", f.path)));
         }
@@ -239,14 +241,14 @@ fn stream(
             return Err(Retry(format!(
                 "{}: {}",
                 f.path,
-                super::hub::transport_text(&t)
+                crate::hub::transport_text(&t)
             )))
         }
     };
     let mut file = OpenOptions::new().create(true).append(true).open(part);
     if have > 0 && resp.status() == 200 {
         // The server ignored the Range: start over.
-        pb.inc_length(have);
+        pb.add_total(have);
         file = File::create(part);
         have = 0;
         *hasher = Hasher::new(&f.digest, f.size);
@@ -276,7 +278,7 @@ fn stream(
         hasher.update(&buf[..n]);
         have += n as u64;
         out.fetched += n as u64;
-        pb.inc(n as u64);
+        pb.advance(n as u64);
     }
     file.sync_all()
         .map_err(|e| Fatal(format!("{}: {e}", part.display())))?;

@@ -1,6 +1,5 @@
 //! Synthetic weights and activations shared by `benches/kernels.rs`, the `examples/` and
 //! `xtask bench-compute` (no weights ship with any), and the examples' on-CPU clock.
-#![allow(dead_code)] // each user takes what it needs
 
 use half::bf16;
 

@@ -5,8 +5,8 @@
 
 use super::replica::Inbox;
 use super::scheduler::{self, Limits};
-use super::types::GenSettings;
 use super::worker::{ChatJob, Event, Finish, Job, JobConstraint, JobKind, Metrics};
+use k3_api::GenSettings;
 use k3_engine::chat_template::{render_with_tools, ChatMessage, Thinking, ToolSpec};
 use k3_engine::{
     Comm, Constraint, ConstraintSpec, Engine, EngineOptions, LocalComm, ReplyStart, SamplingParams,
@@ -143,7 +143,13 @@ fn serve(ranks: usize, phases: &[Phase<'_>]) -> Vec<Outcome> {
             std::thread::spawn(move || {
                 let engine = open(Some(comm.clone()));
                 let metrics = Arc::new(Metrics::default());
-                scheduler::run(engine, Inbox::Follower(comm), metrics, lim)
+                scheduler::run(
+                    engine,
+                    Inbox::Follower(comm),
+                    metrics,
+                    lim,
+                    Arc::new(crate::Quiet),
+                )
             })
         })
         .collect();
@@ -159,7 +165,9 @@ fn serve(ranks: usize, phases: &[Phase<'_>]) -> Vec<Outcome> {
     let metrics = Arc::new(Metrics::default());
     let worker = {
         let (engine, metrics) = (engine.clone(), metrics.clone());
-        std::thread::spawn(move || scheduler::run(engine, inbox, metrics, lim))
+        std::thread::spawn(move || {
+            scheduler::run(engine, inbox, metrics, lim, Arc::new(crate::Quiet))
+        })
     };
     let mut done: Vec<Outcome> = Vec::new();
     for phase in phases {

@@ -3,16 +3,11 @@
 //! one progress bar (resuming partial files, checking every file's hash, fetching a damaged
 //! file again) and ends with `k3 verify DIR`.
 
-mod fetch;
-mod hub;
-
 use crate::CliError;
 use clap::Args;
-use fetch::{fetch_file, present_bytes, Outcome};
-use hub::{Hub, RepoFile};
 use indicatif::{ProgressBar, ProgressStyle};
+use k3_hub::{present_bytes, Hub, Outcome, Progress, RepoFile};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Instant;
 
 /// The released Kimi K3 repository.
@@ -40,7 +35,7 @@ pub struct DownloadArgs {
 
 /// The hub endpoint in use (`HF_ENDPOINT`, else huggingface.co), for the pull record.
 pub fn endpoint() -> String {
-    hub::endpoint_from_env()
+    k3_hub::endpoint_from_env()
 }
 
 pub fn download(args: DownloadArgs) -> Result<(), CliError> {
@@ -84,7 +79,7 @@ pub fn download(args: DownloadArgs) -> Result<(), CliError> {
 /// Refuses (exit 2) when the bytes still to fetch exceed the free space of `dir`'s filesystem.
 fn check_space(dir: &Path, total: u64, need: u64) -> Result<(), CliError> {
     let gb = |b: u64| b as f64 / 1e9;
-    let Some(free) = crate::doctor::free_disk(dir) else {
+    let Some(free) = k3_store::probe::free_disk(dir) else {
         eprintln!(
             "k3: cannot tell the free space of {}; going on",
             dir.display()
@@ -122,53 +117,36 @@ fn progress_bar(len: u64) -> ProgressBar {
     pb
 }
 
-/// Fetches every file with `jobs` threads, largest first; fails listing every file that failed.
+/// The download's progress bar on stderr; events go above it (or alone, off a terminal).
+struct Bar(ProgressBar);
+
+impl Progress for Bar {
+    fn add_total(&self, bytes: u64) {
+        self.0.inc_length(bytes);
+    }
+    fn advance(&self, bytes: u64) {
+        self.0.inc(bytes);
+    }
+    fn say(&self, line: &str) {
+        match self.0.is_hidden() {
+            true => eprintln!("{line}"),
+            false => self.0.println(line),
+        }
+    }
+}
+
+/// Fetches every file with `jobs` threads under one progress bar.
 fn fetch_all(
     hub: &Hub,
     dir: &Path,
-    mut files: Vec<RepoFile>,
+    files: Vec<RepoFile>,
     need: u64,
     jobs: usize,
 ) -> Result<Vec<(RepoFile, Outcome)>, CliError> {
-    files.sort_by_key(|f| f.size);
-    let workers = jobs.min(files.len());
-    let queue = Mutex::new(files);
-    let results = Mutex::new(Vec::new());
-    let pb = progress_bar(need);
-    let say = |m: String| match pb.is_hidden() {
-        true => eprintln!("{m}"),
-        false => pb.println(m),
-    };
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| loop {
-                let next = queue.lock().map(|mut q| q.pop());
-                let Ok(Some(f)) = next else { return };
-                let r = fetch_file(hub, dir, &f, &pb, &say);
-                if let Ok(mut all) = results.lock() {
-                    all.push((f, r));
-                }
-            });
-        }
-    });
-    pb.finish_and_clear();
-    let results = results.into_inner().unwrap_or_default();
-    let failed: Vec<String> = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().err().cloned())
-        .collect();
-    if !failed.is_empty() {
-        return Err(CliError::runtime(format!(
-            "{} of {} files failed (run the same command again to resume):\n  {}",
-            failed.len(),
-            results.len(),
-            failed.join("\n  ")
-        )));
-    }
-    Ok(results
-        .into_iter()
-        .filter_map(|(f, r)| r.ok().map(|o| (f, o)))
-        .collect())
+    let bar = Bar(progress_bar(need));
+    let fetched = k3_hub::fetch_all(hub, dir, files, jobs, &bar);
+    bar.0.finish_and_clear();
+    Ok(fetched?)
 }
 
 /// One summary line on stderr.

@@ -5,7 +5,6 @@
 //! from its shard, zero padded. The runs are found from the safetensors headers alone: a
 //! layer's trunk is every `language_model.model.layers.{L}.` tensor but the routed experts.
 //! Shared by k3-format's and k3-cli's adopt tests.
-#![allow(dead_code)]
 
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! `Link: <…>; rel="next"` pages), and a file's bytes (`/{repo}/resolve/{revision}/{path}`).
 //! Endpoint from `HF_ENDPOINT`, token from `HF_TOKEN` or `$HF_HOME/token`.
 
-use crate::CliError;
+use crate::HubError;
 use serde::Deserialize;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -91,7 +91,7 @@ impl Hub {
     }
 
     /// Every file of the repository at the revision.
-    pub fn list(&self) -> Result<Vec<RepoFile>, CliError> {
+    pub fn list(&self) -> Result<Vec<RepoFile>, HubError> {
         let mut url = format!(
             "{}/api/models/{}/tree/{}?recursive=true",
             self.endpoint, self.repo, self.revision
@@ -101,7 +101,7 @@ impl Hub {
             let resp = self.get(&url).call().map_err(|e| self.api_error(&url, e))?;
             let next = resp.header("link").and_then(next_link);
             let entries: Vec<TreeEntry> = resp.into_json().map_err(|e| {
-                CliError::runtime(format!(
+                HubError::Failed(format!(
                     "{url}: the hub's file list is not the expected JSON: {e}"
                 ))
             })?;
@@ -131,20 +131,20 @@ impl Hub {
     }
 
     /// The listing call's error: 401/403/404 are refusals the user can act on (exit 2).
-    fn api_error(&self, url: &str, e: ureq::Error) -> CliError {
+    fn api_error(&self, url: &str, e: ureq::Error) -> HubError {
         match e {
-            ureq::Error::Status(code @ (401 | 403), _) => CliError::usage(format!(
+            ureq::Error::Status(code @ (401 | 403), _) => HubError::Refused(format!(
                 "{url}: HTTP {code}: the hub refused access to {}: set HF_TOKEN to a token that may read it (or accept the model's licence on its page)",
                 self.repo
             )),
-            ureq::Error::Status(404, _) => CliError::usage(format!(
+            ureq::Error::Status(404, _) => HubError::Refused(format!(
                 "{url}: HTTP 404: no repository {} with revision {} on {}: check the name (default moonshotai/Kimi-K3) and HF_ENDPOINT",
                 self.repo, self.revision, self.endpoint
             )),
             ureq::Error::Status(code, _) => {
-                CliError::runtime(format!("{url}: the hub answered HTTP {code}"))
+                HubError::Failed(format!("{url}: the hub answered HTTP {code}"))
             }
-            ureq::Error::Transport(t) => CliError::runtime(format!("{url}: {}", transport_text(&t))),
+            ureq::Error::Transport(t) => HubError::Failed(format!("{url}: {}", transport_text(&t))),
         }
     }
 }
@@ -232,11 +232,11 @@ fn next_link(link: &str) -> Option<String> {
 }
 
 /// A tree entry as a file to fetch, refusing a path that would leave the target directory.
-fn repo_file(e: TreeEntry) -> Result<RepoFile, CliError> {
+fn repo_file(e: TreeEntry) -> Result<RepoFile, HubError> {
     let p = Path::new(&e.path);
     let inside = !e.path.is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)));
     if !inside {
-        return Err(CliError::usage(format!(
+        return Err(HubError::Refused(format!(
             "the hub lists a file {:?} that is not a plain relative path: refusing to write outside the target directory",
             e.path
         )));

@@ -6,17 +6,18 @@ use super::routes::{
     authorize, body_bytes, collect, json_response, next_id, now, render_chat, sse, submit, timings,
     usage, usage_all, worker_failed, SseFraming,
 };
-use super::types::{
-    parse_body, validate_chat, validate_completion, ApiError, ChatRequest, CompletionRequest,
-    Prompt,
-};
 use super::worker::{Event, JobKind};
 use super::Shared;
+use crate::error_body::OpenAiError;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use k3_api::{
+    parse_body, validate_chat, validate_completion, ApiError, ChatRequest, CompletionRequest,
+    Prompt,
+};
 use k3_engine::{TokenLogprob, Tokenizer};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -99,7 +100,7 @@ pub async fn chat_completions(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OpenAiError> {
     authorize(&shared, &headers)?;
     let req: ChatRequest = parse_body(&body_bytes(body)?)?;
     let request = validate_chat(&req)?;
@@ -214,7 +215,7 @@ pub async fn completions(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OpenAiError> {
     authorize(&shared, &headers)?;
     let req: CompletionRequest = parse_body(&body_bytes(body)?)?;
     let (settings, prompt) = validate_completion(&req)?;
@@ -227,10 +228,10 @@ pub async fn completions(
         Prompt::Ids(ids) => {
             let vocab = shared.engine.config().vocab_size;
             if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
-                return Err(ApiError::invalid(
+                return Err(OpenAiError(ApiError::invalid(
                     "prompt",
                     format!("token id {bad} is out of range: the model's vocab_size is {vocab}"),
-                ));
+                )));
             }
             ids
         }

@@ -71,7 +71,7 @@ pub fn describe(jobs: &[JobView<'_>], queued: u64, seconds_per_step: f64) -> Str
             0 => "eta --".to_string(),
             fed => {
                 let left = j.seconds / fed as f64 * (j.prompt - fed) as f64;
-                format!("eta {}", crate::status::seconds(left))
+                format!("eta {}", k3_plan::plan::fmt_seconds(left))
             }
         };
         parts.push(format!("{} prefill {}/{} ({eta})", j.id, j.fed, j.prompt));

@@ -6,8 +6,9 @@
 //! constraint masks and prefix-cache decisions). Nothing a follower's machine or clock says
 //! reaches an engine call.
 
-use super::types::GenSettings;
-use super::worker::{log, Job, JobConstraint, JobKind};
+use super::worker::{Job, JobConstraint, JobKind};
+use crate::Events;
+use k3_api::GenSettings;
 use k3_engine::chat_template::Thinking;
 use k3_engine::{Comm, Constraint, ConstraintSpec, ReplyStart, SamplingParams, Tokenizer};
 use serde::{Deserialize, Serialize};
@@ -75,14 +76,20 @@ impl Inbox {
 
     /// The next tick's inputs, given the live jobs' event senders (in order) and the room
     /// for new ones. Blocks while nothing is live and nothing is queued.
-    pub fn next(&mut self, live: &[&Job], room: usize, tok: &Tokenizer) -> Result<Tick, String> {
+    pub fn next(
+        &mut self,
+        ev: &dyn Events,
+        live: &[&Job],
+        room: usize,
+        tok: &Tokenizer,
+    ) -> Result<Tick, String> {
         match self {
             Inbox::Local(jobs) => Ok(local_tick(jobs, live.is_empty(), room)),
             Inbox::Leader {
                 jobs,
                 comm,
                 shutdown,
-            } => leader_tick(jobs, comm.as_ref(), shutdown, live, room),
+            } => leader_tick(ev, jobs, comm.as_ref(), shutdown, live, room),
             Inbox::Follower(comm) => follower_tick(comm.as_ref(), tok),
         }
     }
@@ -114,6 +121,7 @@ fn local_tick(jobs: &mut mpsc::Receiver<Job>, idle: bool, room: usize) -> Tick {
 /// Rank 0: this tick's jobs (a job whose client already left is dropped here, before any
 /// rank sees it), the live jobs whose client left, and shutdown; broadcast, then returned.
 fn leader_tick(
+    ev: &dyn Events,
     jobs: &mut mpsc::Receiver<Job>,
     comm: &dyn Comm,
     shutdown: &AtomicBool,
@@ -128,7 +136,7 @@ fn leader_tick(
     loop {
         while tick.jobs.len() < room {
             match jobs.try_recv() {
-                Ok(j) if j.events.is_closed() => log(format_args!(
+                Ok(j) if j.events.is_closed() => ev.log(&format!(
                     "k3: request {} {}: cancelled while queued",
                     j.id,
                     j.kind.endpoint()

@@ -6,7 +6,7 @@
 //! unbounded event channel. A job whose event receiver is gone (the client disconnected, its
 //! response future or SSE body was dropped) is cancelled at the next step.
 
-use super::types::GenSettings;
+use k3_api::GenSettings;
 use k3_engine::chat_template::{Channel, ReplyEvent, ReplyParser, ReplyStream, Template, Thinking};
 use k3_engine::{
     Constraint, ConstraintSpec, EngineError, ReplyStart, StopReason, StopScanner, TokenLogprob,
@@ -18,16 +18,6 @@ use tokio::sync::mpsc;
 
 /// Saved sessions kept for reuse.
 pub const LRU_CAPACITY: usize = 4;
-
-/// Writes one server log line on stderr, stamped with the time (RFC 3339, UTC, ms).
-/// A follower rank of an MPI job logs nothing (rank 0 logs every request).
-pub fn log(line: impl std::fmt::Display) {
-    if crate::mpi_comm::is_follower() {
-        return;
-    }
-    let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
-    super::status_line::print(&format!("{now} {line}"));
-}
 
 /// A chat job: how its reply is read and bounded.
 #[derive(Clone, Copy, Debug)]
@@ -532,7 +522,7 @@ mod tests {
 
     #[test]
     fn digests_compare_in_constant_time_and_correctly() {
-        use super::super::{digest_eq, key_digest};
+        use crate::{digest_eq, key_digest};
         assert!(digest_eq(&key_digest("k"), &key_digest("k")));
         assert!(!digest_eq(&key_digest("k"), &key_digest("k ")));
     }

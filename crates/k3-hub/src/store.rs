@@ -3,7 +3,7 @@
 //! and every command that takes a model directory also takes a stored NAME
 //! ([`resolve_model`]).
 
-use crate::CliError;
+use crate::HubError;
 use serde::{Deserialize, Serialize};
 use std::path::{Component, Path, PathBuf};
 
@@ -29,7 +29,7 @@ pub struct PullRecord {
 
 /// The store's root directory: `$K3_MODELS`, else `$XDG_DATA_HOME/k3/models`, else
 /// `~/.local/share/k3/models` (docs/MODELS.md#where-models-live).
-pub fn models_root() -> Result<PathBuf, CliError> {
+pub fn models_root() -> Result<PathBuf, HubError> {
     let var = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())
@@ -44,7 +44,9 @@ pub fn models_root() -> Result<PathBuf, CliError> {
     var("HOME")
         .map(|h| h.join(".local/share/k3/models"))
         .ok_or_else(|| {
-            CliError::usage("cannot place the model store: set K3_MODELS, XDG_DATA_HOME or HOME")
+            HubError::Refused(
+                "cannot place the model store: set K3_MODELS, XDG_DATA_HOME or HOME".into(),
+            )
         })
 }
 
@@ -58,12 +60,12 @@ pub fn is_store_name(name: &str) -> bool {
 }
 
 /// The store name of a hub repository: its last path component (`owner/name` → `name`).
-pub fn name_from_repo(repo: &str) -> Result<String, CliError> {
+pub fn name_from_repo(repo: &str) -> Result<String, HubError> {
     let name = repo.trim_end_matches('/').rsplit('/').next().unwrap_or("");
     if is_store_name(name) {
         Ok(name.to_string())
     } else {
-        Err(CliError::usage(format!(
+        Err(HubError::Refused(format!(
             "cannot derive a model name from the repository {repo:?}: pass --name NAME"
         )))
     }
@@ -73,7 +75,7 @@ pub fn name_from_repo(repo: &str) -> Result<String, CliError> {
 /// (`k3 list`); otherwise, for a plain name, a refusal (exit 2) naming it, the stored names
 /// and `k3 pull`. A missing path with a `/` is no name: it is returned as it is, for the
 /// command's own refusal naming the file it lacks (docs/MODELS.md#names-stand-for-directories).
-pub fn resolve_model(arg: &Path) -> Result<PathBuf, CliError> {
+pub fn resolve_model(arg: &Path) -> Result<PathBuf, HubError> {
     let name = arg.to_str().filter(|n| is_store_name(n));
     let Some(name) = name.filter(|_| !arg.exists()) else {
         return Ok(arg.to_path_buf());
@@ -89,7 +91,7 @@ pub fn resolve_model(arg: &Path) -> Result<PathBuf, CliError> {
     } else {
         format!("stored models in {}: {}", root.display(), names.join(", "))
     };
-    Err(CliError::usage(format!(
+    Err(HubError::Refused(format!(
         "{}: no such model directory and no stored model of that name ({stored}): give a model directory, or fetch one with `k3 pull OWNER/REPO`",
         arg.display()
     )))
@@ -118,12 +120,12 @@ pub fn read_record(dir: &Path) -> Option<PullRecord> {
 }
 
 /// Writes `NAME/k3-model.json`.
-pub fn write_record(dir: &Path, record: &PullRecord) -> Result<(), CliError> {
+pub fn write_record(dir: &Path, record: &PullRecord) -> Result<(), HubError> {
     let path = dir.join(RECORD_FILE);
     let text = serde_json::to_string_pretty(record)
-        .map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
+        .map_err(|e| HubError::Failed(format!("{}: {e}", path.display())))?;
     std::fs::write(&path, text + "\n")
-        .map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))
+        .map_err(|e| HubError::Failed(format!("{}: {e}", path.display())))
 }
 
 /// Bytes of every file under `dir` (apparent sizes; symlinks not followed).
