@@ -4,10 +4,10 @@
 use k3_format::{bind_model, Checkpoint, K3Config, ModelBinding};
 use k3_plan::ModelSizes;
 use k3_store::io::{aligned_span, ReadAt};
+use k3_store::probe::{read_rates, ReadTest, TestRead};
 use k3_store::{AlignedBuf, ShardFile};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Median of `v` (mean of the two middle values for an even count; 0 when empty).
 pub fn median(v: &[f64]) -> f64 {
@@ -173,46 +173,21 @@ pub fn measure_disk(m: &ModelInfo, depths: &[usize], secs: f64) -> Result<DiskRa
         return Err("the model has no routed experts".into());
     }
     let bytes = m.binding.experts.expert_bytes();
-    let counter = AtomicU64::new(0);
-    let mut expert = Vec::new();
-    for &qd in depths {
-        let done = AtomicU64::new(0);
-        let start = Instant::now();
-        let limit = Duration::from_secs_f64(secs);
-        std::thread::scope(|s| -> Result<(), String> {
-            let hs: Vec<_> = (0..qd)
-                .map(|_| {
-                    s.spawn(|| -> Result<(), String> {
-                        let mut buf = AlignedBuf::new(aligned_span(0, bytes) as usize + 4096);
-                        while start.elapsed() < limit {
-                            let i = counter.fetch_add(1, Ordering::Relaxed);
-                            let k = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as usize
-                                % (layers * per);
-                            let loc = m
-                                .binding
-                                .experts
-                                .locate(first + k / per, k % per)
-                                .map_err(|e| e.to_string())?;
-                            let f = &shards[loc.shard];
-                            for &(off, len) in &loc.reads {
-                                let span = aligned_span(off, len) as usize;
-                                f.read_into_aligned(&mut buf[..span], off, len as usize)
-                                    .map_err(|e| e.to_string())?;
-                            }
-                            done.fetch_add(loc.total_bytes, Ordering::Relaxed);
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            for h in hs {
-                h.join().map_err(|_| "read thread panicked".to_string())??;
-            }
-            Ok(())
-        })?;
-        let rate = done.into_inner() as f64 / start.elapsed().as_secs_f64().max(1e-9);
-        expert.push((qd, rate));
-    }
+    let test = ReadTest {
+        depths,
+        secs,
+        cap: u64::MAX,
+        max_read: bytes,
+    };
+    let next = |i: u64| {
+        let k = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as usize % (layers * per);
+        let loc = m.binding.experts.locate(first + k / per, k % per).ok()?;
+        Some(TestRead {
+            file: loc.shard,
+            pieces: loc.reads,
+        })
+    };
+    let expert = read_rates(&shards, test, &next)?.levels;
     // Whole layer runs in layer order: the trunk store reads a run with one call.
     let runs: Vec<_> = m
         .binding

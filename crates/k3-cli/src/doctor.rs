@@ -23,11 +23,9 @@ use k3_engine::{Budget, Preset};
 use k3_plan::forecast::{hit_rate, holds_everything};
 use k3_plan::plan::{fmt_bytes, plan as make_plan, GB};
 use k3_plan::{MemoryPlan, ModelSizes, PlanRequest};
-use k3_store::io::{aligned_span, ReadAt};
-use k3_store::probe::{free_disk, Bandwidth};
-use k3_store::{available_memory, AlignedBuf, ShardFile};
+use k3_store::probe::{free_disk, read_rates, Bandwidth, ReadTest, TestRead};
+use k3_store::{available_memory, ShardFile};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 #[derive(Args)]
 #[command(
@@ -240,7 +238,6 @@ fn bandwidth(
     files: u64,
     secs: f64,
 ) -> Bandwidth {
-    let mut levels = Vec::new();
     let shards: Vec<ShardFile> = match ck
         .shards()
         .iter()
@@ -250,7 +247,7 @@ fn bandwidth(
         Ok(s) => s,
         Err(e) => {
             println!("  read test         skipped: {e}");
-            return Bandwidth { levels };
+            return Bandwidth::default();
         }
     };
     let direct = shards.iter().all(ShardFile::is_direct);
@@ -258,7 +255,7 @@ fn bandwidth(
     let layers = cfg.num_hidden_layers.saturating_sub(first);
     if layers == 0 || cfg.num_experts == 0 || b.experts.is_empty() {
         println!("  read test         skipped: the model has no routed experts");
-        return Bandwidth { levels };
+        return Bandwidth::default();
     }
     let nth = |i: u64| {
         // Weyl sequence over the expert table: deterministic, spread over every shard.
@@ -274,61 +271,27 @@ fn bandwidth(
         fmt_bytes(bytes),
         secs
     );
-    let counter = std::sync::atomic::AtomicU64::new(0);
-    for qd in [1usize, 4, 16] {
-        let done = std::sync::atomic::AtomicU64::new(0);
-        let start = Instant::now();
-        let limit = Duration::from_secs_f64(secs);
-        let failed = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..qd)
-                .map(|_| {
-                    let work = || -> Result<(), String> {
-                        let mut buf = AlignedBuf::new(aligned_span(0, bytes) as usize + 4096);
-                        loop {
-                            let i = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(loc) = nth(i) else { return Ok(()) };
-                            let f = &shards[loc.shard];
-                            for &(off, len) in &loc.reads {
-                                f.read_into_aligned(
-                                    &mut buf[..aligned_span(off, len) as usize],
-                                    off,
-                                    len as usize,
-                                )
-                                .map_err(|e| e.to_string())?;
-                            }
-                            let total = done
-                                .fetch_add(loc.total_bytes, std::sync::atomic::Ordering::Relaxed)
-                                + loc.total_bytes;
-                            if start.elapsed() >= limit || total >= LEVEL_BYTES {
-                                return Ok(());
-                            }
-                        }
-                    };
-                    // A reader thread that cannot start ends the test with that reason
-                    // (instead of a panic).
-                    std::thread::Builder::new()
-                        .spawn_scoped(s, work)
-                        .map_err(|e| format!("cannot start a reader thread: {e}"))
-                })
-                .collect();
-            hs.into_iter()
-                .filter_map(|h| match h {
-                    Ok(h) => h
-                        .join()
-                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
-                        .err(),
-                    Err(e) => Some(e),
-                })
-                .next()
-        });
-        if let Some(e) = failed {
-            println!("  read test         failed at {qd} outstanding: {e}");
-            return Bandwidth { levels };
+    let test = ReadTest {
+        depths: &[1, 4, 16],
+        secs,
+        cap: LEVEL_BYTES,
+        max_read: bytes,
+    };
+    let next = |i: u64| {
+        nth(i).map(|loc| TestRead {
+            file: loc.shard,
+            pieces: loc.reads.clone(),
+        })
+    };
+    let levels = match read_rates(&shards, test, &next) {
+        Ok(bw) => bw.levels,
+        Err(e) => {
+            println!("  read test         {e}");
+            return Bandwidth::default();
         }
-        let secs = start.elapsed().as_secs_f64().max(1e-9);
-        let bps = done.into_inner() as f64 / secs;
-        println!("  {qd:>2} outstanding    {}/s", fmt_bytes(bps as u64));
-        levels.push((qd, bps));
+    };
+    for (qd, bps) in &levels {
+        println!("  {qd:>2} outstanding    {}/s", fmt_bytes(*bps as u64));
     }
     if files < 1 << 30 {
         println!("  note              the model's files total {} (< 1 GiB): these figures are cache-dominated (drive or page cache), not the disk's sustained rate", fmt_bytes(files));

@@ -9,11 +9,10 @@ use k3_engine::{Budget, Preset};
 use k3_format::{Dtype, K3Config, TensorSpec};
 use k3_plan::plan::{fmt_bytes, plan as make_plan};
 use k3_plan::{ModelSizes, PlanRequest};
-use k3_store::io::{align_up, ReadAt};
-use k3_store::probe::{free_disk, Bandwidth};
-use k3_store::{AlignedBuf, ShardFile};
+use k3_store::io::align_up;
+use k3_store::probe::{free_disk, read_rates, Bandwidth, ReadTest, TestRead};
+use k3_store::ShardFile;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 /// Disk the release takes, bytes.
 pub struct ReleaseDisk {
@@ -211,45 +210,22 @@ fn write_scratch(path: &Path) -> Result<(), String> {
 /// `((outstanding reads, bytes/s) at 1 and 16, O_DIRECT?)`.
 fn read_levels(path: &Path, secs: f64) -> Result<(Vec<(usize, f64)>, bool), String> {
     let file = ShardFile::open(path, true).map_err(|e| e.to_string())?;
-    let slots = (SCRATCH_BYTES as usize / READ_BYTES) as u64;
-    let mut levels = Vec::new();
-    for qd in [1usize, 16] {
-        let next = std::sync::atomic::AtomicU64::new(0);
-        let done = std::sync::atomic::AtomicU64::new(0);
-        let start = Instant::now();
-        let limit = Duration::from_secs_f64(secs);
-        let failed = std::thread::scope(|s| {
-            let workers: Vec<_> = (0..qd)
-                .map(|_| {
-                    s.spawn(|| -> Result<(), String> {
-                        let mut buf = AlignedBuf::new(READ_BYTES);
-                        while start.elapsed() < limit {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let off = (i % slots) * READ_BYTES as u64;
-                            file.read_into_aligned(&mut buf[..], off, READ_BYTES)
-                                .map_err(|e| e.to_string())?;
-                            done.fetch_add(READ_BYTES as u64, std::sync::atomic::Ordering::Relaxed);
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .filter_map(|w| {
-                    w.join()
-                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
-                        .err()
-                })
-                .next()
-        });
-        if let Some(e) = failed {
-            return Err(format!("failed at {qd} outstanding: {e}"));
-        }
-        let bps = done.into_inner() as f64 / start.elapsed().as_secs_f64().max(1e-9);
-        levels.push((qd, bps));
-    }
-    Ok((levels, file.is_direct()))
+    let slots = SCRATCH_BYTES / READ_BYTES as u64;
+    let test = ReadTest {
+        depths: &[1, 16],
+        secs,
+        cap: u64::MAX,
+        max_read: READ_BYTES as u64,
+    };
+    let next = |i: u64| {
+        Some(TestRead {
+            file: 0,
+            pieces: vec![((i % slots) * READ_BYTES as u64, READ_BYTES as u64)],
+        })
+    };
+    let direct = file.is_direct();
+    let bw = read_rates(std::slice::from_ref(&file), test, &next)?;
+    Ok((bw.levels, direct))
 }
 
 #[cfg(test)]

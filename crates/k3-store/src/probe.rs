@@ -2,7 +2,10 @@
 //! free disk space, this process's peak memory, and read rates at several queue depths
 //! (measured by the caller's read test, held here).
 
+use crate::io::{aligned_span, AlignedBuf, ReadAt, ShardFile};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Bytes available to unprivileged users on the filesystem holding `dir` (statvfs); `None`
 /// where it cannot be told.
@@ -49,6 +52,95 @@ impl Bandwidth {
     }
 }
 
+/// One read of a read test: the file (an index into the test's files) and its pieces,
+/// `(offset, length)`, read in order into one aligned buffer.
+#[derive(Debug, Clone)]
+pub struct TestRead {
+    /// Which of the files.
+    pub file: usize,
+    /// `(offset, length)` pieces.
+    pub pieces: Vec<(u64, u64)>,
+}
+
+/// How long and how far a read test goes at each depth.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadTest<'a> {
+    /// Outstanding reads to test, one level each (e.g. `[1, 4, 16]`).
+    pub depths: &'a [usize],
+    /// Seconds per level.
+    pub secs: f64,
+    /// Bytes per level at most (a level always finishes the reads it started).
+    pub cap: u64,
+    /// The largest single read, in bytes (sizes each thread's aligned buffer).
+    pub max_read: u64,
+}
+
+/// Measures the read rate of `files` at each depth of `test`: that many threads read
+/// `next(0)`, `next(1)`, … (one counter across every level, so a level does not re-read the
+/// last one's bytes) until the level's seconds or bytes are spent, or `next` has no more.
+/// Reads bypass the page cache where the files were opened with O_DIRECT. The first failed
+/// read or thread ends the test with its reason, naming the depth.
+pub fn read_rates(
+    files: &[ShardFile],
+    test: ReadTest<'_>,
+    next: &(dyn Fn(u64) -> Option<TestRead> + Sync),
+) -> Result<Bandwidth, String> {
+    let counter = AtomicU64::new(0);
+    let mut levels = Vec::new();
+    for &qd in test.depths {
+        let done = AtomicU64::new(0);
+        let start = Instant::now();
+        let limit = Duration::from_secs_f64(test.secs);
+        let reader = || -> Result<(), String> {
+            let mut buf = AlignedBuf::new(aligned_span(0, test.max_read) as usize + 4096);
+            loop {
+                let Some(read) = next(counter.fetch_add(1, Ordering::Relaxed)) else {
+                    return Ok(());
+                };
+                let file = files
+                    .get(read.file)
+                    .ok_or_else(|| format!("read test: no file {}", read.file))?;
+                let mut bytes = 0;
+                for &(off, len) in &read.pieces {
+                    let span = aligned_span(off, len) as usize;
+                    let into = buf
+                        .get_mut(..span)
+                        .ok_or_else(|| format!("read test: a read of {len} B exceeds max_read"))?;
+                    file.read_into_aligned(into, off, len as usize)
+                        .map_err(|e| e.to_string())?;
+                    bytes += len;
+                }
+                let total = done.fetch_add(bytes, Ordering::Relaxed) + bytes;
+                if start.elapsed() >= limit || total >= test.cap {
+                    return Ok(());
+                }
+            }
+        };
+        let failed = std::thread::scope(|s| {
+            let readers: Vec<_> = (0..qd)
+                .map(|_| {
+                    std::thread::Builder::new()
+                        .spawn_scoped(s, reader)
+                        .map_err(|e| format!("cannot start a reader thread: {e}"))
+                })
+                .collect();
+            readers.into_iter().find_map(|r| match r {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err("a reader panicked".into()))
+                    .err(),
+                Err(e) => Some(e),
+            })
+        });
+        if let Some(e) = failed {
+            return Err(format!("failed at {qd} outstanding: {e}"));
+        }
+        let secs = start.elapsed().as_secs_f64().max(1e-9);
+        levels.push((qd, done.into_inner() as f64 / secs));
+    }
+    Ok(Bandwidth { levels })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,6 +152,41 @@ mod tests {
         };
         assert_eq!(bw.floor_secs(1e9, 4e9), Some(3.0));
         assert_eq!(Bandwidth::default().floor_secs(1.0, 1.0), None);
+    }
+
+    #[test]
+    fn a_read_test_counts_what_it_read_at_each_depth() {
+        let dir = std::env::temp_dir().join(format!("k3-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("scratch.bin");
+        std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+        let files = [ShardFile::open(&path, false).unwrap()];
+        let test = ReadTest {
+            depths: &[1, 2],
+            secs: 10.0,
+            cap: 4 << 20,
+            max_read: 64 << 10,
+        };
+        // 16 reads of 64 KiB in all: the first level takes them all, the second finds none.
+        let next = |i: u64| {
+            (i < 16).then(|| TestRead {
+                file: 0,
+                pieces: vec![(i * (64 << 10), 64 << 10)],
+            })
+        };
+        let bw = read_rates(&files, test, &next).unwrap();
+        assert_eq!(bw.levels.len(), 2);
+        assert!(bw.at(1).is_some(), "the first level read 1 MiB");
+        assert_eq!(bw.at(2), None, "nothing was left for the second level");
+        let no_such_file = |_: u64| {
+            Some(TestRead {
+                file: 3,
+                pieces: vec![(0, 4096)],
+            })
+        };
+        let err = read_rates(&files, test, &no_such_file).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(err, "failed at 1 outstanding: read test: no file 3");
     }
 
     #[test]
