@@ -15,8 +15,10 @@ mod replica;
 mod replica_tests;
 mod routes;
 mod scheduler;
+mod status_api;
 mod status_line;
 mod types;
+mod webui;
 mod worker;
 
 use crate::engine_args::EngineArgs;
@@ -88,6 +90,9 @@ pub struct ServeArgs {
     /// Do not keep saved sessions for conversation state reuse (every prompt is fed whole).
     #[arg(long)]
     pub no_reuse: bool,
+    /// Do not serve the chat page at `/` (docs/SERVER.md "Chat page"); the API is unchanged.
+    #[arg(long)]
+    pub no_webui: bool,
 }
 
 /// State shared by every handler.
@@ -272,6 +277,11 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         .route("/v1/models/{id}", get(routes::model))
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics))
+        .route("/v1/status", get(status_api::status))
+        .merge(match args.no_webui {
+            true => Router::new(),
+            false => webui::router(),
+        })
         .fallback(routes::not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(shared);

@@ -204,8 +204,10 @@ pub fn submit(
             _admission: permit,
         };
         shared.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
+        shared.metrics.live.enqueue(id);
         if let Err(e) = shared.jobs.try_send(job) {
             shared.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+            shared.metrics.live.dequeue(id);
             return Err(match e {
                 // The channel holds every permit's job; kept as a backstop.
                 mpsc::error::TrySendError::Full(_) => queue_full(),
@@ -584,7 +586,7 @@ pub async fn not_found(uri: axum::http::Uri) -> Response {
         StatusCode::NOT_FOUND,
         "invalid_request_error",
         Some("not_found"),
-        "no such endpoint: see /v1/chat/completions, /v1/completions, /v1/messages, /v1/messages/count_tokens, /v1/models, /v1/models/{id}, /health, /metrics",
+        "no such endpoint: see /v1/chat/completions, /v1/completions, /v1/messages, /v1/messages/count_tokens, /v1/models, /v1/models/{id}, /v1/status, /health, /metrics",
     );
     if uri.path().starts_with("/v1/messages") {
         super::http_anthropic::AnthropicError(e).into_response()

@@ -132,6 +132,7 @@ pub fn run(
         for job in tick.jobs {
             if !inbox.follower() {
                 metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+                metrics.live.dequeue(&job.id);
             }
             if let Some(mut l) = admit(engine, &mut lru, lim.ctx, job, inbox.replicated()) {
                 l.out.local_cancel = !inbox.replicated();
@@ -190,6 +191,7 @@ fn show_status(live: &[Live<'_>], metrics: &Metrics, step_seconds: f64) {
         })
         .collect();
     let queued = metrics.queue_depth.load(Ordering::SeqCst);
+    metrics.live.publish(&views, step_seconds);
     super::status_line::set(super::status_line::describe(&views, queued, step_seconds));
 }
 
