@@ -247,7 +247,8 @@ def run_main_checks(p, server):
         csp = h.get("content-security-policy", "")
         expect("default-src 'self'" in csp and "script-src 'self'" in csp and "unsafe" not in csp, csp)
         expect(b"<script>" not in body, "inline script in the page")
-        for path in ("/favicon.ico", "/favicon.svg", "/webui/app.js", "/webui/app.css",
+        for path in ("/favicon.ico", "/favicon.svg", "/webui/app.js", "/webui/render.js",
+                     "/webui/status.js", "/webui/app.css",
                      "/webui/markdown-it.min.js"):
             status, _, _ = server.request(path)
             expect(status == 200, f"{path}: {status}")

@@ -27,11 +27,21 @@ struct Asset {
 }
 
 /// The page's files. markdown-it is vendored at a pinned version (webui/vendor/README.md).
-static ASSETS: [Asset; 5] = [
+static ASSETS: [Asset; 7] = [
     Asset {
         path: "/",
         content_type: "text/html; charset=utf-8",
         body: include_bytes!("webui/index.html"),
+    },
+    Asset {
+        path: "/webui/render.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("webui/render.js"),
+    },
+    Asset {
+        path: "/webui/status.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("webui/status.js"),
     },
     Asset {
         path: "/webui/app.js",
@@ -54,6 +64,9 @@ static ASSETS: [Asset; 5] = [
         body: include_bytes!("webui/favicon.svg"),
     },
 ];
+
+/// The favicon's index in [`ASSETS`] (also served as `/favicon.ico`).
+const FAVICON: usize = 6;
 
 /// An asset with its type and the security headers.
 fn respond(asset: &'static Asset) -> Response {
@@ -107,7 +120,7 @@ pub fn router() -> Router<Arc<Shared>> {
         router = router.route(asset.path, get(move || async move { respond(asset) }));
     }
     router
-        .route("/favicon.ico", get(|| async { respond(&ASSETS[4]) }))
+        .route("/favicon.ico", get(|| async { respond(&ASSETS[FAVICON]) }))
         .route("/webui/config.json", get(config))
 }
 
@@ -136,7 +149,7 @@ mod tests {
         }
         assert!(!html.contains("style=\""), "inline style attribute");
         assert!(!html.contains("http://") && !html.contains("https://"));
-        assert_eq!(ASSETS[4].path, "/favicon.svg");
+        assert_eq!(ASSETS[FAVICON].path, "/favicon.svg");
     }
 
     #[test]

@@ -10,68 +10,9 @@
   const STORE_SETTINGS = "k3.settings";
   const SESSION_KEY = "k3.apiKey";
   const EXPORT_FORMAT = "k3-webui-conversations";
-  const POLL_BUSY_MS = 1000;
-  const POLL_IDLE_MS = 5000;
   const SAVE_EVERY_MS = 1000;
 
-  const $ = (id) => document.getElementById(id);
-  const el = (tag, className, text) => {
-    const e = document.createElement(tag);
-    if (className) e.className = className;
-    if (text !== undefined) e.textContent = text;
-    return e;
-  };
-
-  // ---- Markdown: the vendored markdown-it, raw HTML escaped, images shown as links ----
-  const md = window.markdownit({ html: false, linkify: false, breaks: true, typographer: false });
-  md.renderer.rules.image = (tokens, idx) => {
-    const token = tokens[idx];
-    const src = token.attrGet("src") || "";
-    const alt = token.content || "image";
-    // A reply's image is never fetched: it would reach another origin (and CSP forbids it).
-    return md.utils.escapeHtml("[image: " + alt + "](" + src + ")");
-  };
-  const defaultLink = md.renderer.rules.link_open ||
-    ((tokens, idx, options, env, self) => self.renderToken(tokens, idx, options));
-  md.renderer.rules.link_open = (tokens, idx, options, env, self) => {
-    tokens[idx].attrSet("target", "_blank");
-    tokens[idx].attrSet("rel", "noopener noreferrer");
-    return defaultLink(tokens, idx, options, env, self);
-  };
-
-  function renderMarkdown(target, text) {
-    target.innerHTML = md.render(text); // html: false: every tag in `text` is escaped
-    for (const pre of target.querySelectorAll("pre")) {
-      const wrap = el("div", "code-wrap");
-      pre.replaceWith(wrap);
-      wrap.appendChild(pre);
-      const copy = el("button", "copy", "Copy");
-      copy.type = "button";
-      copy.addEventListener("click", () => copyText(pre.textContent, copy));
-      wrap.appendChild(copy);
-    }
-  }
-
-  function copyText(text, button) {
-    const done = () => {
-      button.textContent = "Copied";
-      setTimeout(() => { button.textContent = "Copy"; }, 1200);
-    };
-    if (navigator.clipboard && window.isSecureContext) {
-      navigator.clipboard.writeText(text).then(done, () => fallbackCopy(text, done));
-    } else {
-      fallbackCopy(text, done);
-    }
-  }
-
-  function fallbackCopy(text, done) {
-    const area = el("textarea", "visually-hidden");
-    area.value = text;
-    document.body.appendChild(area);
-    area.select();
-    try { document.execCommand("copy"); done(); } catch (e) { /* nothing to copy with */ }
-    area.remove();
-  }
+  const { $, el, renderMarkdown, prettyJson, fmtSeconds, fmtSpt, secondsPerToken, md } = window.K3Render;
 
   // ---- Storage ----
   function loadJson(key, fallback) {
@@ -252,9 +193,6 @@
     if (m.meta) wrap.appendChild(el("div", "meta", m.meta));
   }
 
-  function prettyJson(text) {
-    try { return JSON.stringify(JSON.parse(text), null, 2); } catch (e) { return text; }
-  }
 
   function updateLiveMessage() {
     const live = state.live;
@@ -468,10 +406,6 @@
     return choice.finish_reason || null;
   }
 
-  function secondsPerToken(live) {
-    if (!live || live.tokens < 2) return null;
-    return (live.lastToken - live.firstToken) / 1000 / (live.tokens - 1);
-  }
 
   function metaLine(live, finish) {
     const parts = [];
@@ -497,139 +431,9 @@
     $("stop").hidden = !busy;
   }
 
-  // ---- Status ----
-  let pollTimer = null;
-  function pollSoon() {
-    clearTimeout(pollTimer);
-    pollTimer = setTimeout(poll, 50);
-  }
-
-  async function poll() {
-    clearTimeout(pollTimer);
-    try {
-      const r = await fetch("/v1/status", { headers: authHeaders() });
-      if (r.status === 401) {
-        state.status = null;
-        setStatus("down", "API key needed");
-        askForKey(state.apiKey ? "The server refused the API key." : "");
-      } else if (r.ok) {
-        state.status = await r.json();
-        state.statusAt = performance.now();
-        renderStatus();
-        renderPlan();
-      } else {
-        setStatus("down", "status: HTTP " + r.status);
-      }
-    } catch (e) {
-      state.status = null;
-      setStatus("down", "server unreachable");
-    }
-    const busy = state.live || (state.status && state.status.state !== "idle");
-    if (!document.hidden || state.live) {
-      pollTimer = setTimeout(poll, busy ? POLL_BUSY_MS : POLL_IDLE_MS);
-    }
-  }
-
-  function setStatus(kind, text, progress) {
-    $("status-dot").className = "dot " + kind;
-    $("status-text").textContent = text;
-    const bar = $("prefill-bar");
-    bar.hidden = progress === undefined;
-    if (progress !== undefined) bar.value = progress;
-  }
-
-  function renderStatus() {
-    const s = state.status;
-    const live = state.live;
-    if (!s) {
-      if (live) setStatus("busy", "sending…");
-      return;
-    }
-    const others = (s.jobs || []).length;
-    const queued = s.queued || [];
-    if (live) {
-      const id = live.requestId;
-      const job = (s.jobs || []).find((j) => j.id === id);
-      const spt = secondsPerToken(live);
-      const position = id ? queued.indexOf(id) : -1;
-      if (position >= 0) {
-        setStatus("busy", "waiting in queue: position " + (position + 1) + " of " + queued.length +
-          " (" + others + " generating)");
-      } else if (job && job.phase === "prefill") {
-        const eta = job.prefill_eta_s === null ? "estimating…" : "about " + fmtSeconds(job.prefill_eta_s) + " left";
-        setStatus("busy", "reading the prompt: " + job.prompt_fed + " / " + job.prompt_tokens +
-          " tokens, " + eta, job.prompt_tokens ? job.prompt_fed / job.prompt_tokens : 0);
-      } else if (live.tokens > 0 || (job && job.generated > 0)) {
-        const thinking = live.message.content === "" && !live.message.tool_calls && (live.message.reasoning || (job && job.phase === "thinking"));
-        const n = job ? job.generated : live.tokens;
-        setStatus("busy", (thinking ? "thinking" : "writing") + ": " + n + " tokens" +
-          (spt !== null ? ", " + fmtSpt(spt) : s.last_step_s ? ", " + fmtSpt(s.last_step_s) : ""));
-      } else {
-        setStatus("busy", "starting… " + fmtSeconds((performance.now() - live.started) / 1000));
-      }
-      return;
-    }
-    if (s.state === "idle") {
-      const spt = s.seconds_per_token ? ", last reply " + fmtSpt(s.seconds_per_token) : "";
-      setStatus("idle", "ready: " + s.model + spt);
-    } else {
-      setStatus("busy", "server busy: " + others + " request(s) running, " + queued.length + " queued");
-    }
-  }
-
-  function renderPlan() {
-    const s = state.status;
-    const p = s.plan || {};
-    const rows = [["model", s.model], ["context", s.ctx + " tokens"]];
-    let summary;
-    if (p.resident) {
-      summary = s.model + " · weights used in place (no memory budget)";
-      rows.push(["memory", "resident: weights used in place from the maps"]);
-    } else {
-      const b = p.budget || {};
-      const budget = b.kind === "preset" ? "preset " + b.preset
-        : b.kind === "split" ? "trunk " + fmtBytes(b.trunk_bytes) + " + cache " + fmtBytes(b.cache_bytes)
-        : "total " + fmtBytes(b.total_bytes);
-      const streamed = p.trunk_streamed_bytes_per_token > 0
-        ? "streams " + fmtBytes(p.trunk_streamed_bytes_per_token) + " per token" : "all pinned";
-      summary = s.model + " · " + budget + " · trunk " + p.trunk_pinned_layers + "/" + p.layers + " pinned, " + streamed;
-      rows.push(["budget", budget + " (plan " + fmtBytes(p.total_bytes) + ")"]);
-      rows.push(["trunk", p.trunk_pinned_layers + " of " + p.layers + " layers pinned (" +
-        fmtBytes(p.trunk_pinned_bytes) + "), " + streamed]);
-      rows.push(["expert cache", fmtBytes(p.expert_cache_bytes) + ", " + p.expert_cache_slots + " of " +
-        p.routed_experts + " experts, hit rate " + (100 * s.expert_hit_rate).toFixed(1) + "%"]);
-      rows.push(["prefill chunk", p.prefill_chunk + " tokens per pass"]);
-    }
-    rows.push(["read from disk", fmtBytes(s.bytes_read_total)]);
-    rows.push(["served", s.requests_total + " requests, " + s.tokens_generated_total + " tokens"]);
-    if (s.seconds_per_token) rows.push(["last reply", fmtSpt(s.seconds_per_token)]);
-    rows.push(["up", fmtSeconds(s.uptime_s)]);
-    $("plan-summary").textContent = summary;
-    const dl = $("plan-list");
-    dl.textContent = "";
-    for (const [k, v] of rows) dl.append(el("dt", "", k), el("dd", "", v));
-  }
-
-  // ---- Formatting ----
-  function fmtSeconds(s) {
-    s = Math.max(0, Math.round(s));
-    if (s < 60) return s + " s";
-    if (s < 3600) return Math.floor(s / 60) + " min " + String(s % 60).padStart(2, "0") + " s";
-    return Math.floor(s / 3600) + " h " + String(Math.floor(s % 3600 / 60)).padStart(2, "0") + " min";
-  }
-  function fmtSpt(spt) {
-    return spt >= 0.1 ? spt.toFixed(2) + " s/token" : (1 / spt).toFixed(1) + " tokens/s";
-  }
-  function fmtBytes(b) {
-    if (!b) return "0 B";
-    const units = ["B", "KB", "MB", "GB", "TB"];
-    let i = 0;
-    while (b >= 1000 && i < units.length - 1) { b /= 1000; i += 1; }
-    return (i ? b.toFixed(2) : b) + " " + units[i];
-  }
+  const { poll, pollSoon, setStatus, renderStatus } = window.K3Status(state, authHeaders, askForKey);
 
   // ---- API key ----
-  let keyCheck = null;
   function askForKey(error) {
     const dialog = $("key-dialog");
     const err = $("key-error");
@@ -647,7 +451,6 @@
     sessionStorage.setItem(SESSION_KEY, key);
     $("key-input").value = "";
     $("key-dialog").close();
-    if (keyCheck) clearTimeout(keyCheck);
     poll();
   }
 
