@@ -255,6 +255,11 @@ def run_main_checks(p, server):
     check("the page carries a strict CSP and every asset (favicon too) is served", headers)
 
     def stream():
+        box = p.find("#input")
+        box.send_keys("first line", Keys.SHIFT, Keys.ENTER, Keys.SHIFT, "second line")
+        expect(p.js("return document.getElementById('input').value") == "first line\nsecond line",
+               "Shift+Enter did not make a new line")
+        expect(not p.finds(".msg"), "Shift+Enter sent the message")
         p.send("Hi there")
         p.wait(lambda: len(p.replies()) == 1 and p.finds(".msg.assistant .meta"), "the first reply")
         reply = p.replies()[0]
@@ -300,6 +305,8 @@ def run_main_checks(p, server):
 
     def stop():
         p.set_setting("#set-max-tokens", 4000)
+        saved = p.js("return JSON.parse(localStorage.getItem('k3.settings')).max_tokens")
+        expect(saved == "4000", f"max tokens saved as {saved!r}")
         p.find("#new-chat").click()
         p.send(LONG_PROMPT)
         p.wait(lambda: len(p.text(".msg.assistant .bubble")) > 40, "streamed text")
@@ -322,6 +329,9 @@ def run_main_checks(p, server):
         p.wait(lambda: p.finds(".msg.assistant .meta") and p.idle(), "the regenerated reply")
         users = [e.text for e in p.finds(".msg.user .bubble")]
         expect(users == ["An edited question"], users)
+        # the settings' max tokens (64) went with the request
+        tokens = int(p.text(".msg.assistant .meta").split(" tokens")[0])
+        expect(tokens <= 64, f"{tokens} tokens with max tokens 64")
         expect(len(p.replies()) == 1, "the old reply was kept")
         before = p.text(".msg.assistant .bubble")
         p.find(".msg.assistant .regenerate").click()

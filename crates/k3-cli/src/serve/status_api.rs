@@ -118,7 +118,8 @@ fn jobs_json(s: &Snapshot) -> Vec<Value> {
         .collect()
 }
 
-/// `Preset laptop`, `trunk 3 GB + cache 4 GB`, `mem 8 GB`.
+/// How the user sized memory: `{"kind": "preset", "preset"}`, `{"kind": "split",
+/// "trunk_bytes", "cache_bytes"}` or `{"kind": "total", "total_bytes"}`.
 fn budget_json(budget: &Budget) -> Value {
     match *budget {
         Budget::Preset(p) => json!({"kind": "preset", "preset": p.name()}),

@@ -12,9 +12,10 @@ use axum::routing::get;
 use axum::Router;
 use std::sync::Arc;
 
-/// Everything from this origin and nothing inline. `img-src` allows `data:` for nothing
-/// the page makes itself; model output is rendered with raw HTML escaped, so no image a
-/// reply names is ever loaded from elsewhere.
+/// Everything from this origin and nothing inline: no inline script or style, no other
+/// origin for scripts, styles, images, fonts or fetches, no plugins, no frames, no form
+/// posts. Model output is rendered with raw HTML escaped and images shown as text, so a reply
+/// cannot make the browser load anything either way.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
      style-src 'self'; img-src 'self'; font-src 'self'; connect-src 'self'; \
      object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
