@@ -446,7 +446,8 @@ def _alert(driver):
 
 
 def key_flow(shots, profile):
-    server = Server(["--api-key", KEY])
+    # a budget that streams most of the trunk: the plan line has something to say
+    server = Server(["--api-key", KEY, "--trunk-gb", "0.0006", "--cache-gb", "0.0006"])
     d = browser(profile)
     p = Page(d, server.base, shots)
     try:
@@ -454,6 +455,13 @@ def key_flow(shots, profile):
             p.d.get(server.base + "/")
             p.wait(lambda: p.js("return document.getElementById('key-dialog').open"), "the key dialog")
             p.shot("09-api-key")
+            # a wrong key is refused and asked for again (its 401 is the only console error)
+            p.find("#key-input").send_keys("not-the-key", Keys.ENTER)
+            p.wait(lambda: p.js("return document.getElementById('key-dialog').open")
+                   and "refused" in p.text("#key-error"), "the key dialog to ask again")
+            refused = [e for e in p.d.get_log("browser") if e.get("level") == "SEVERE"]
+            expect(refused and all("/v1/status" in e["message"] and "401" in e["message"] for e in refused),
+                   f"console after a wrong key: {refused}")
             p.find("#key-input").send_keys(KEY, Keys.ENTER)
             p.wait(lambda: p.status_text().startswith("ready"), "the status with the key")
             expect(p.js("return sessionStorage.getItem('k3.apiKey')") == KEY, "key not in sessionStorage")
@@ -462,6 +470,12 @@ def key_flow(shots, profile):
             p.send("Hello with a key")
             p.wait(lambda: p.finds(".msg.assistant .meta") and p.idle(), "the reply")
             expect(not p.finds(".msg.error"), p.text(".msg.assistant"))
+            summary = p.text("#plan-summary")
+            expect("pinned, streams" in summary and "trunk 600.00 KB + cache 600.00 KB" in summary, summary)
+            p.find("#plan-summary").click()
+            plan = p.text("#plan-list")
+            expect("expert cache" in plan and "hit rate" in plan, plan)
+            p.shot("10-plan")
             # The page and its assets are open; the API is not.
             for path in ("/", "/webui/app.js", "/favicon.ico"):
                 expect(server.request(path)[0] == 200, path)
@@ -470,7 +484,8 @@ def key_flow(shots, profile):
                 raise AssertionError("/v1/status answered without the key")
             except urllib.error.HTTPError as e:
                 expect(e.code == 401, f"/v1/status without the key: {e.code}")
-        check("with an API key the page asks for it and sends it as a Bearer header", asks)
+        check("with an API key the page asks for it, refuses a wrong one and sends it as a Bearer header",
+              asks)
         p.collect_console()
         severe = [e for e in p.console if e.get("level") == "SEVERE"]
         check("the keyed page's console has no SEVERE entry",

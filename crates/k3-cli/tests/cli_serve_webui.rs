@@ -146,3 +146,22 @@ fn the_status_names_the_queued_request_and_the_running_ones_phase() {
     let v = wait_status(&s, "idle", |v| v["state"] == "idle");
     assert!(v["tokens_generated_total"].as_u64().unwrap() >= 1, "{v}");
 }
+
+#[test]
+fn the_status_gives_the_plan_of_a_streaming_budget() {
+    let s = Server::start(&["--trunk-gb", "0.0006", "--cache-gb", "0.0006"]);
+    let plan = status(&s)["plan"].clone();
+    assert_eq!(plan["resident"], json!(false), "{plan}");
+    assert_eq!(
+        plan["budget"],
+        json!({"kind": "split", "trunk_bytes": 600_000, "cache_bytes": 600_000}),
+        "{plan}"
+    );
+    let pinned = plan["trunk_pinned_layers"].as_u64().unwrap();
+    assert!(pinned < plan["layers"].as_u64().unwrap(), "{plan}");
+    assert!(
+        plan["trunk_streamed_bytes_per_token"].as_u64().unwrap() > 0,
+        "{plan}"
+    );
+    assert!(plan["expert_cache_slots"].as_u64().unwrap() > 0, "{plan}");
+}

@@ -104,7 +104,7 @@ window.K3Status = function (state, authHeaders, askForKey) {
         : "total " + fmtBytes(b.total_bytes);
       const streamed = p.trunk_streamed_bytes_per_token > 0
         ? "streams " + fmtBytes(p.trunk_streamed_bytes_per_token) + " per token" : "all pinned";
-      summary = s.model + " · " + budget + " · trunk " + p.trunk_pinned_layers + "/" + p.layers + " pinned, " + streamed;
+      summary = s.model + " · " + budget + " · " + p.trunk_pinned_layers + "/" + p.layers + " layers pinned, " + streamed;
       rows.push(["budget", budget + " (plan " + fmtBytes(p.total_bytes) + ")"]);
       rows.push(["trunk", p.trunk_pinned_layers + " of " + p.layers + " layers pinned (" +
         fmtBytes(p.trunk_pinned_bytes) + "), " + streamed]);
@@ -113,7 +113,8 @@ window.K3Status = function (state, authHeaders, askForKey) {
       rows.push(["prefill chunk", p.prefill_chunk + " tokens per pass"]);
     }
     rows.push(["read from disk", fmtBytes(s.bytes_read_total)]);
-    rows.push(["served", s.requests_total + " requests, " + s.tokens_generated_total + " tokens"]);
+    const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
+    rows.push(["served", plural(s.requests_total, "request") + ", " + plural(s.tokens_generated_total, "token")]);
     if (s.seconds_per_token) rows.push(["last reply", fmtSpt(s.seconds_per_token)]);
     rows.push(["up", fmtSeconds(s.uptime_s)]);
     $("plan-summary").textContent = summary;
