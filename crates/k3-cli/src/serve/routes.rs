@@ -204,7 +204,7 @@ pub fn submit(
             _admission: permit,
         };
         shared.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
-        shared.metrics.live.enqueue(id);
+        shared.metrics.live.enqueue(id, job.events.downgrade());
         if let Err(e) = shared.jobs.try_send(job) {
             shared.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
             shared.metrics.live.dequeue(id);

@@ -11,7 +11,7 @@
 use super::routes::{authorize, json_response};
 use super::status_line::JobView;
 use super::types::ApiError;
-use super::worker::Metrics;
+use super::worker::{Event, Metrics};
 use super::Shared;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
+use tokio::sync::mpsc::WeakUnboundedSender;
 
 /// One live request as the scheduler last saw it.
 #[derive(Clone, Debug)]
@@ -33,12 +34,21 @@ struct JobSnapshot {
     thinking: bool,
 }
 
+/// A queued job: its id, and its event sender held weakly — the job holds the sender, so a
+/// job dropped without reaching the scheduler (cancelled while queued over ranks) leaves the
+/// list by itself.
+#[derive(Debug)]
+struct Waiting {
+    id: String,
+    job: WeakUnboundedSender<Event>,
+}
+
 /// What the scheduler published after its last step, and the queue.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     jobs: Vec<JobSnapshot>,
-    /// Ids waiting for the scheduler, oldest first (one entry per queued choice).
-    queued: Vec<String>,
+    /// Jobs waiting for the scheduler, oldest first (one entry per queued choice).
+    queued: Vec<Waiting>,
     step_seconds: f64,
     taken: Option<Instant>,
 }
@@ -71,17 +81,26 @@ impl LiveStatus {
         s.taken = Some(Instant::now());
     }
 
-    /// A job was queued.
-    pub fn enqueue(&self, id: &str) {
-        self.lock().queued.push(id.to_string());
+    /// A job was queued; `job` is its event sender (downgraded).
+    pub fn enqueue(&self, id: &str, job: WeakUnboundedSender<Event>) {
+        self.lock().queued.push(Waiting {
+            id: id.to_string(),
+            job,
+        });
     }
 
     /// The scheduler took a job off the queue (admitted, or skipped as cancelled).
     pub fn dequeue(&self, id: &str) {
         let mut s = self.lock();
-        if let Some(i) = s.queued.iter().position(|q| q == id) {
+        if let Some(i) = s.queued.iter().position(|q| q.id == id) {
             s.queued.remove(i);
         }
+    }
+
+    /// The ids still waiting, oldest first (jobs dropped while queued are forgotten).
+    fn queued_ids(s: &mut Snapshot) -> Vec<String> {
+        s.queued.retain(|w| w.job.upgrade().is_some());
+        s.queued.iter().map(|w| w.id.clone()).collect()
     }
 }
 
@@ -156,16 +175,17 @@ fn plan_json(plan: Option<&MemoryPlan>) -> Value {
 /// The whole status object.
 pub fn status_json(shared: &Shared) -> Value {
     let m: &Metrics = &shared.metrics;
-    let s = m.live.lock();
+    let mut s = m.live.lock();
+    let queued = LiveStatus::queued_ids(&mut s);
     let stats = shared.engine.stats();
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     json!({
         "object": "k3.status",
         "model": shared.model_id,
         "ctx": shared.ctx,
-        "state": if s.jobs.is_empty() && s.queued.is_empty() { "idle" } else { "busy" },
+        "state": if s.jobs.is_empty() && queued.is_empty() { "idle" } else { "busy" },
         "jobs": jobs_json(&s),
-        "queued": s.queued,
+        "queued": queued,
         "last_step_s": s.step_seconds,
         "seconds_per_token": f64::from_bits(load(&m.seconds_per_token_bits)),
         "tokens_generated_total": load(&m.tokens_generated),
@@ -240,14 +260,19 @@ mod tests {
     }
 
     #[test]
-    fn the_queue_keeps_arrival_order_and_loses_admitted_ids() {
+    fn the_queue_keeps_arrival_order_and_loses_admitted_and_dropped_jobs() {
         let live = LiveStatus::default();
-        for id in ["x", "y", "x", "z"] {
-            live.enqueue(id);
+        let mut senders = Vec::new();
+        for id in ["x", "y", "x", "z", "gone"] {
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            live.enqueue(id, tx.downgrade());
+            senders.push(tx);
         }
         live.dequeue("x");
         live.dequeue("nobody");
-        assert_eq!(live.lock().queued, ["y", "x", "z"]);
+        // the job "gone" is dropped without reaching the scheduler
+        drop(senders.pop());
+        assert_eq!(LiveStatus::queued_ids(&mut live.lock()), ["y", "x", "z"]);
     }
 
     #[test]

@@ -26,7 +26,6 @@ window.K3Status = function (state, authHeaders, askForKey) {
         askForKey(state.apiKey ? "The server refused the API key." : "");
       } else if (r.ok) {
         state.status = await r.json();
-        state.statusAt = performance.now();
         renderStatus();
         renderPlan();
       } else {
