@@ -51,6 +51,9 @@ pub struct ServeArgs {
     /// Do not keep saved sessions for conversation state reuse (every prompt is fed whole).
     #[arg(long)]
     pub no_reuse: bool,
+    /// Do not serve the chat page at `/` (docs/SERVER.md "Chat page"); the API is unchanged.
+    #[arg(long)]
+    pub no_webui: bool,
 }
 
 /// Environment variable holding the API key (kept out of `ps`).
@@ -176,6 +179,7 @@ pub fn serve(args: ServeArgs, group: Option<Arc<dyn k3_engine::Comm>>) -> Result
         ubatch: args.ubatch,
         reuse: !args.no_reuse,
         api_key: key,
+        webui: !args.no_webui,
     };
     let events = Arc::new(CliEvents {
         announcement: Mutex::new(Some(crate::ps::Announcement::new(&model_dir, &engine))),

@@ -115,12 +115,10 @@ pub async fn chat_completions(
     let (created, model) = (now(), shared.model_id.clone());
     if stream {
         let started = std::sync::Mutex::new(vec![false; n]);
-        return Ok(sse(
-            rx,
-            n,
-            shared.keep_alive,
-            framing(),
-            move |index, event| {
+        let request_id = id.clone();
+        return Ok(super::status_api::with_request_id(
+            &request_id,
+            sse(rx, n, shared.keep_alive, framing(), move |index, event| {
                 let chunk = |delta: Value, finish: Value| {
                     json!({"id": id, "object": "chat.completion.chunk", "created": created,
                        "model": model, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]})
@@ -176,7 +174,7 @@ pub async fn chat_completions(
                     Event::Failed(m) => error_value(m),
                 };
                 data(&value)
-            },
+            }),
         ));
     }
     let all = collect(rx, n).await?;

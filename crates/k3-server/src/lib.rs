@@ -54,7 +54,9 @@ mod replica_tests;
 mod routes;
 mod scheduler;
 mod server;
+mod status_api;
 mod status_line;
+mod webui;
 mod worker;
 
 pub use events::{Events, Quiet, Stderr};

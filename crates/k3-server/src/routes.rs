@@ -205,8 +205,10 @@ pub fn submit(
             _admission: permit,
         };
         shared.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
+        shared.metrics.live.enqueue(id, job.events.downgrade());
         if let Err(e) = shared.jobs.try_send(job) {
             shared.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+            shared.metrics.live.dequeue(id);
             return Err(match e {
                 // The channel holds every permit's job; kept as a backstop.
                 mpsc::error::TrySendError::Full(_) => queue_full(),

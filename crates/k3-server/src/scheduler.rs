@@ -135,6 +135,7 @@ pub fn run(
         for job in tick.jobs {
             if !inbox.follower() {
                 metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+                metrics.live.dequeue(&job.id);
             }
             if let Some(mut l) = admit(ev, engine, &mut lru, lim.ctx, job, inbox.replicated()) {
                 l.out.local_cancel = !inbox.replicated();
@@ -193,6 +194,7 @@ fn show_status(ev: &dyn Events, live: &[Live<'_>], metrics: &Metrics, step_secon
         })
         .collect();
     let queued = metrics.queue_depth.load(Ordering::SeqCst);
+    metrics.live.publish(&views, step_seconds);
     ev.status(&super::status_line::describe(&views, queued, step_seconds));
 }
 

@@ -8,7 +8,8 @@ use crate::replica::Inbox;
 use crate::scheduler::{self, Limits};
 use crate::worker::{Job, Metrics};
 use crate::{
-    http_anthropic, http_openai, keep_alive_interval, key_digest, routes, Shared, BODY_LIMIT,
+    http_anthropic, http_openai, keep_alive_interval, key_digest, routes, status_api, Shared,
+    BODY_LIMIT,
 };
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
@@ -39,6 +40,8 @@ pub struct Options {
     pub reuse: bool,
     /// `Authorization: Bearer KEY` (or `x-api-key: KEY`) required on /v1/* and /metrics.
     pub api_key: Option<String>,
+    /// Serve the chat page at `/` (docs/SERVER.md "Chat page").
+    pub webui: bool,
 }
 
 impl Options {
@@ -52,6 +55,7 @@ impl Options {
             ubatch: 64,
             reuse: true,
             api_key: None,
+            webui: true,
         }
     }
 
@@ -81,6 +85,7 @@ pub enum ServeError {
 /// once its live requests are answered.
 pub struct Core {
     shared: Arc<Shared>,
+    webui: bool,
     scheduler: Option<JoinHandle<Result<(), String>>>,
 }
 
@@ -103,15 +108,17 @@ impl Core {
         )?;
         Ok(Core {
             shared: shared(engine, options, tx, metrics),
+            webui: options.webui,
             scheduler: Some(scheduler),
         })
     }
 
     /// The OpenAI and Anthropic routes (`/v1/chat/completions`, `/v1/completions`,
-    /// `/v1/messages`, `/v1/messages/count_tokens`, `/v1/models`), `/health` and `/metrics`,
-    /// with a 1 MiB body limit; unknown paths answer 404 in OpenAI's error shape.
+    /// `/v1/messages`, `/v1/messages/count_tokens`, `/v1/models`), `/v1/status`, `/health`,
+    /// `/metrics` and, unless [`Options::webui`] is off, the chat page at `/`, with a 1 MiB body
+    /// limit; unknown paths answer 404 in OpenAI's error shape.
     pub fn router(&self) -> Router {
-        router(self.shared.clone())
+        router(self.shared.clone(), self.webui)
     }
 
     /// Waits for the scheduler once every router is dropped.
@@ -160,7 +167,7 @@ fn shared(
     })
 }
 
-fn router(shared: Arc<Shared>) -> Router {
+fn router(shared: Arc<Shared>, webui: bool) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(http_openai::chat_completions))
         .route("/v1/completions", post(http_openai::completions))
@@ -173,6 +180,11 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/models/{id}", get(routes::model))
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics))
+        .route("/v1/status", get(status_api::status))
+        .merge(match webui {
+            true => crate::webui::router(),
+            false => Router::new(),
+        })
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(shared)
@@ -184,7 +196,7 @@ async fn not_found(uri: axum::http::Uri) -> Response {
         StatusCode::NOT_FOUND,
         "invalid_request_error",
         Some("not_found"),
-        "no such endpoint: see /v1/chat/completions, /v1/completions, /v1/messages, /v1/messages/count_tokens, /v1/models, /v1/models/{id}, /health, /metrics",
+        "no such endpoint: see /v1/chat/completions, /v1/completions, /v1/messages, /v1/messages/count_tokens, /v1/models, /v1/models/{id}, /v1/status, /health, /metrics",
     );
     if uri.path().starts_with("/v1/messages") {
         http_anthropic::AnthropicError(e).into_response()
@@ -253,7 +265,7 @@ pub fn serve(
         events.clone(),
         group,
     )?;
-    let app = router(shared(engine, options, tx, metrics));
+    let app = router(shared(engine, options, tx, metrics), options.webui);
     let served = run_http(app, addr, shutdown, replicated, events);
     if replicated {
         // The followers wait for the scheduler's shutdown tick.

@@ -185,6 +185,8 @@ pub struct Metrics {
     pub active_sessions: AtomicU64,
     /// `f64` bits of the longest wait between two tokens of the last finished job.
     pub max_token_gap_bits: AtomicU64,
+    /// The scheduler's last step and the queue, for `GET /v1/status`.
+    pub live: super::status_api::LiveStatus,
 }
 
 /// Saved sessions keyed by their exact token sequence, least recently used evicted first.
