@@ -13,6 +13,7 @@ mod http_openai;
 mod replica;
 #[cfg(test)]
 mod replica_tests;
+mod room;
 mod routes;
 mod scheduler;
 mod status_line;
@@ -88,6 +89,10 @@ pub struct ServeArgs {
     /// Do not keep saved sessions for conversation state reuse (every prompt is fed whole).
     #[arg(long)]
     pub no_reuse: bool,
+    /// Print control tokens the model writes in its text as their spellings (llama.cpp's
+    /// `--special`); by default they are left out of every reply. Template markup never is text.
+    #[arg(long)]
+    pub special: bool,
 }
 
 /// State shared by every handler.
@@ -210,6 +215,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         parallel: args.parallel,
         ubatch: args.ubatch,
         reuse: !args.no_reuse,
+        special: args.special,
     };
     let group = crate::mpi_comm::group();
     if let Some(comm) = group.as_ref().filter(|c| c.rank() > 0) {

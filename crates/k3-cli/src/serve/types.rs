@@ -21,6 +21,8 @@ mod fields;
 pub mod neutral;
 #[path = "openai.rs"]
 pub mod openai;
+#[path = "strict_schema.rs"]
+mod strict_schema;
 
 pub use openai::{validate_chat, ChatRequest};
 

@@ -7,7 +7,9 @@
 //! response future or SSE body was dropped) is cancelled at the next step.
 
 use super::types::GenSettings;
-use k3_engine::chat_template::{Channel, ReplyEvent, ReplyParser, ReplyStream, Template, Thinking};
+use k3_engine::chat_template::{
+    Channel, ReplyEvent, ReplyParser, ReplyStream, Served, Template, Thinking,
+};
 use k3_engine::{
     Constraint, ConstraintSpec, EngineError, ReplyStart, StopReason, StopScanner, TokenLogprob,
     Tokenizer,
@@ -293,6 +295,8 @@ pub struct Output<'t> {
     pub first_token: Option<Instant>,
     /// The end-of-turn ids that stop the generation.
     pub end_ids: Vec<u32>,
+    /// Control ids in the text are printed as their spellings (`--special`); else left out.
+    show_special: bool,
 }
 
 impl<'t> Output<'t> {
@@ -313,8 +317,11 @@ impl<'t> Output<'t> {
                 } else {
                     t.end_ids()
                 };
+                let served = Served {
+                    show_control: false,
+                };
                 calls = chat.call_id_prefix.map(|prefix| Calls {
-                    stream: ReplyStream::new(&t, start),
+                    stream: ReplyStream::served(&t, start, served),
                     prefix,
                     closed: 0,
                 });
@@ -337,7 +344,17 @@ impl<'t> Output<'t> {
             cancelled: false,
             local_cancel: true,
             first_token: None,
+            show_special: false,
         })
+    }
+
+    /// `--special`: control ids the model writes in its text are printed as their spellings
+    /// instead of left out (docs/SERVER.md "Control tokens"); markup is never text.
+    pub fn set_show_special(&mut self, show: bool) {
+        self.show_special = show;
+        if let Some(calls) = self.calls.as_mut() {
+            calls.stream.set_served(Served { show_control: show });
+        }
     }
 
     fn send(&mut self, content: String, reasoning: String, logprobs: Vec<TokenLogprob>) {
@@ -396,6 +413,9 @@ impl<'t> Output<'t> {
         for (channel, pid) in payload {
             if self.stop_hit.is_some() {
                 break;
+            }
+            if self.tok.is_special(pid) && !self.show_special {
+                continue; // a control id is not text
             }
             if channel == Channel::Think {
                 reasoning.push_str(&self.think.push(pid).unwrap_or_default());

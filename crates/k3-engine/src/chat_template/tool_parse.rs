@@ -158,6 +158,11 @@ impl<'t> ReplyStream<'t> {
         }
     }
 
+    /// Reads the rest of the reply as served with `served`.
+    pub fn set_served(&mut self, served: Served) {
+        self.served = Some(served);
+    }
+
     /// A call event: released now, or held until the call closes when served.
     fn call_event(&mut self, event: ReplyEvent, out: &mut Vec<ReplyEvent>) {
         if self.served.is_some() {
