@@ -1,8 +1,10 @@
 """Shared by the client scripts in tools/clients (not a test itself: .ci/run skips `_*.py`):
 `k3 serve fixtures/tiny-k3` on 127.0.0.1 with an ephemeral port, its address read from its
-stderr, every wait bounded; and the bounded tool schema the tool tests use.
+stderr, every wait bounded; the bounded tool schema the tool tests use; an open schema strict
+mode refuses; and the control-token spellings no reply may carry.
 """
 
+import json
 import os
 import pathlib
 import queue
@@ -26,6 +28,30 @@ WEATHER_PARAMS = {
     "required": ["city", "days"],
     "additionalProperties": False,
 }
+
+
+# An object a strict schema may not have: open (no additionalProperties: false) and with a
+# property `required` leaves out (docs/SERVER.md "Strict schemas").
+OPEN_NOTE = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "maxLength": 24},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 3},
+    },
+    "required": ["text"],
+}
+
+
+def control_spellings():
+    """Every added token's spelling in the tiny model: none may reach a reply's text
+    (docs/SERVER.md "Control tokens")."""
+    config = json.loads((ROOT / "fixtures/tiny-k3/tokenizer_config.json").read_text())
+    return [t["content"] for t in config["added_tokens_decoder"].values()]
+
+
+def spelling_in(text, spellings):
+    """The first control-token spelling in `text`, or None."""
+    return next((s for s in spellings if s in (text or "")), None)
 
 
 def k3_binary():

@@ -5,6 +5,9 @@ blocks, count_tokens, x-api-key, a request without max_tokens refused with a 400
 Anthropic's error shape, and tools (docs/SERVER.md "Tools"): `tool_choice` any / tool give a
 `tool_use` block whose `input` validates (the `jsonschema` package) with stop_reason
 `tool_use`, streamed in Anthropic's event order, and a `tool_result` follow-up is answered.
+At the edges (docs/SERVER.md "Control tokens", "Limits", "Tools"): `max_tokens` past the
+context is a 400 whose message starts with `max_tokens`; text blocks and deltas never carry a
+control-token spelling; a tool call cut by `max_tokens` is not returned and leaves no markup.
 
 Starts and stops its own server on 127.0.0.1 (an ephemeral port), every wait bounded.
 Run: python3 tools/clients/test_anthropic.py  (K3_BIN=path/to/k3 to pick the binary; needs
@@ -18,7 +21,8 @@ import unittest
 import anthropic
 import jsonschema
 
-from _k3_server import KEY, REQUEST_TIMEOUT_S, WEATHER_PARAMS, Server
+from _k3_server import (KEY, REQUEST_TIMEOUT_S, WEATHER_PARAMS, Server, control_spellings,
+                        spelling_in)
 
 
 SERVER = None
@@ -159,6 +163,66 @@ def client_events(stream):
     raw = {"message_start", "message_delta", "message_stop", "content_block_start",
            "content_block_delta", "content_block_stop"}
     return [e for e in stream if e.type in raw]
+
+
+SPELLINGS = control_spellings()
+
+
+def texts_and_calls(message):
+    """Text of the text and thinking blocks, and the tool_use blocks, of a Message."""
+    texts = [getattr(b, "text", None) or getattr(b, "thinking", "") for b in message.content
+             if b.type in ("text", "thinking")]
+    return texts, [b for b in message.content if b.type == "tool_use"]
+
+
+class Edges(unittest.TestCase):
+    def test_max_tokens_past_the_context_is_refused(self):
+        for stream in (False, True):
+            with self.assertRaises(anthropic.BadRequestError) as caught:
+                client().messages.create(model="tiny-k3", max_tokens=10**9, messages=HELLO,
+                                         stream=stream)
+            message = caught.exception.body["error"]["message"]
+            self.assertTrue(message.startswith("max_tokens"), message)
+            self.assertIn("maximum context length is 4096 tokens", message)
+            self.assertIn("in the prompt", message)
+
+    def test_text_blocks_carry_no_control_tokens(self):
+        for seed in range(4):
+            with self.subTest(seed=seed):
+                args = dict(model="tiny-k3", max_tokens=48, messages=HELLO,
+                            extra_body={"seed": seed, "temperature": 1})
+                texts, _ = texts_and_calls(client().messages.create(**args))
+                for text in texts:
+                    self.assertIsNone(spelling_in(text, SPELLINGS), texts)
+                with client().messages.stream(**args) as stream:
+                    deltas = [e.delta.text for e in client_events(stream)
+                              if e.type == "content_block_delta" and e.delta.type == "text_delta"]
+                for delta in deltas:
+                    self.assertIsNone(spelling_in(delta, SPELLINGS), deltas)
+                self.assertEqual("".join(deltas), "".join(texts))
+
+    def test_a_tool_call_cut_by_max_tokens_is_not_returned(self):
+        choice = {"type": "any", "disable_parallel_tool_use": True}
+        cut = 0
+        for max_tokens in range(40, 97, 8):
+            with self.subTest(max_tokens=max_tokens):
+                args = dict(model="tiny-k3", max_tokens=max_tokens, messages=ASK,
+                            tools=[WEATHER_TOOL], tool_choice=choice,
+                            extra_body={"seed": 6, "temperature": 1})
+                m = client().messages.create(**args)
+                texts, uses = texts_and_calls(m)
+                for text in texts:
+                    self.assertIsNone(spelling_in(text, SPELLINGS), m)
+                for use in uses:
+                    jsonschema.validate(use.input, WEATHER_PARAMS)
+                self.assertIn(m.stop_reason, ("max_tokens", "tool_use"))
+                cut += not uses
+                with client().messages.stream(**args) as stream:
+                    final = stream.get_final_message()
+                self.assertEqual(final.stop_reason, m.stop_reason)
+                self.assertEqual([u.input for u in texts_and_calls(final)[1]],
+                                 [u.input for u in uses])
+        self.assertGreater(cut, 0, "some max_tokens cut the call")
 
 
 if __name__ == "__main__":

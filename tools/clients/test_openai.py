@@ -9,7 +9,12 @@ reply is validated with the `jsonschema` package against the schema the request 
 - streamed `delta.tool_calls` reassemble to the same valid call;
 - a follow-up with the `tool` message is rendered and answered;
 - `response_format` `json_schema` (strict) validates on a dozen seeds at temperature 1, and
-  `json_object` is a JSON object.
+  `json_object` is a JSON object;
+- at the edges (docs/SERVER.md "Strict schemas", "Control tokens", "Limits"): a strict schema
+  with an open object is a 400 naming its path (response_format and a strict tool); a call cut
+  by `max_tokens` leaves no markup in `content` and is not returned, streamed or not; control
+  tokens the model samples are not in `content`; `max_tokens` past the context is a 400
+  naming `max_tokens` (chat and legacy completions).
 
 Starts and stops its own server on 127.0.0.1 (an ephemeral port), every wait bounded.
 Run: python3 tools/clients/test_openai.py  (K3_BIN=path/to/k3 to pick the binary; needs
@@ -23,7 +28,8 @@ import unittest
 import jsonschema
 import openai
 
-from _k3_server import KEY, REQUEST_TIMEOUT_S, WEATHER_PARAMS, Server
+from _k3_server import (KEY, OPEN_NOTE, REQUEST_TIMEOUT_S, WEATHER_PARAMS, Server,
+                        control_spellings, spelling_in)
 
 SERVER = None
 
@@ -138,6 +144,91 @@ class StructuredOutput(unittest.TestCase):
             response_format={"type": "json_object"}, max_tokens=200, temperature=0)
         self.assertEqual(r.choices[0].finish_reason, "stop")
         self.assertIsInstance(json.loads(r.choices[0].message.content), dict)
+
+
+SPELLINGS = control_spellings()
+
+
+def streamed(stream):
+    """(content pieces, calls as {index: [name, arguments]}, finish_reason) of a stream."""
+    pieces, calls, finish = [], {}, None
+    for chunk in stream:
+        c = chunk.choices[0]
+        if c.delta.content:
+            pieces.append(c.delta.content)
+        for d in c.delta.tool_calls or []:
+            call = calls.setdefault(d.index, [None, ""])
+            call[0] = call[0] or d.function.name
+            call[1] += d.function.arguments or ""
+        finish = c.finish_reason or finish
+    return pieces, calls, finish
+
+
+class Edges(unittest.TestCase):
+    def test_a_strict_schema_with_an_open_object_is_refused_by_its_path(self):
+        fmt = {"type": "json_schema",
+               "json_schema": {"name": "note", "strict": True, "schema": OPEN_NOTE}}
+        with self.assertRaises(openai.BadRequestError) as caught:
+            client().chat.completions.create(
+                model="tiny-k3", messages=[{"role": "user", "content": "A note"}],
+                response_format=fmt, max_tokens=128, temperature=1, seed=4)
+        self.assertEqual(caught.exception.param, "response_format.json_schema.schema")
+        self.assertIn("additionalProperties", caught.exception.message)
+        tool = {"type": "function", "function": {"name": "note", "strict": True,
+                                                 "parameters": OPEN_NOTE}}
+        with self.assertRaises(openai.BadRequestError) as caught:
+            client().chat.completions.create(
+                model="tiny-k3", messages=ASK, tools=[tool], max_tokens=8)
+        self.assertEqual(caught.exception.param, "tools[0].function.parameters")
+
+    def test_a_call_cut_by_max_tokens_leaves_no_markup_and_is_not_returned(self):
+        cut = 0
+        for max_tokens in range(40, 97, 8):
+            with self.subTest(max_tokens=max_tokens):
+                whole = ask_tools(6, "required", max_tokens=max_tokens).choices[0]
+                self.assertIsNone(spelling_in(whole.message.content, SPELLINGS), whole)
+                calls = whole.message.tool_calls or []
+                for call in calls:
+                    jsonschema.validate(json.loads(call.function.arguments),
+                                        SCHEMAS[call.function.name])
+                self.assertIn(whole.finish_reason, ("length", "tool_calls"))
+                cut += not calls
+                pieces, scalls, finish = streamed(
+                    ask_tools(6, "required", max_tokens=max_tokens, stream=True))
+                for piece in pieces:
+                    self.assertIsNone(spelling_in(piece, SPELLINGS), pieces)
+                self.assertEqual(finish, whole.finish_reason)
+                self.assertEqual([tuple(scalls[i]) for i in sorted(scalls)],
+                                 [(c.function.name, c.function.arguments) for c in calls])
+        self.assertGreater(cut, 0, "some max_tokens cut the call")
+
+    def test_control_tokens_are_not_in_the_content(self):
+        sampled = 0
+        for seed in range(4):
+            with self.subTest(seed=seed):
+                args = dict(model="tiny-k3", messages=[{"role": "user", "content": "Hi"}],
+                            max_tokens=48, temperature=1, seed=seed,
+                            extra_body={"return_tokens": True, "ignore_eos": True})
+                r = client().chat.completions.create(**args).choices[0]
+                self.assertIsNone(spelling_in(r.message.content, SPELLINGS), r.message)
+                sampled += any(i >= 768 for i in r.model_dump()["tokens"])  # added ids
+                pieces, _, _ = streamed(client().chat.completions.create(stream=True, **args))
+                self.assertEqual("".join(pieces), r.message.content)
+        self.assertGreater(sampled, 0, "the tiny model sampled control tokens")
+
+    def test_max_tokens_past_the_context_is_refused(self):
+        for stream in (False, True):
+            with self.assertRaises(openai.BadRequestError) as caught:
+                client().chat.completions.create(
+                    model="tiny-k3", messages=ASK, max_tokens=10**9, stream=stream)
+            e = caught.exception
+            self.assertEqual((e.param, e.code), ("max_tokens", "context_length_exceeded"))
+            self.assertIn("maximum context length is 4096 tokens", e.message)
+            self.assertIn("in the prompt", e.message)
+            with self.assertRaises(openai.BadRequestError) as caught:
+                client().completions.create(model="tiny-k3", prompt="Hi", max_tokens=10**9,
+                                            stream=stream)
+            self.assertEqual(caught.exception.param, "max_tokens")
 
 
 if __name__ == "__main__":

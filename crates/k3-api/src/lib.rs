@@ -15,6 +15,7 @@ pub mod anthropic;
 mod fields;
 pub mod neutral;
 pub mod openai;
+mod strict_schema;
 
 pub use openai::{validate_chat, ChatRequest};
 

@@ -46,8 +46,8 @@ pub struct InFunction {
     pub name: String,
     pub description: Option<String>,
     pub parameters: Option<Value>,
-    /// Strict schema adherence: accepted (constrained decoding is always strict).
-    #[allow(dead_code)]
+    /// Strict schema adherence: `parameters` must be closed and complete
+    /// (docs/SERVER.md "Strict schemas"); a required or named call is always enforced.
     pub strict: Option<bool>,
 }
 
@@ -236,6 +236,9 @@ fn tools_of(tools: Option<&Vec<InTool>>) -> Result<Vec<ToolDef>, ApiError> {
             ));
         }
         neutral::check_tool_name(&t.function.name, &format!("tools[{i}].function.name"))?;
+        if let (Some(true), Some(params)) = (t.function.strict, &t.function.parameters) {
+            super::strict_schema::check(params, &format!("tools[{i}].function.parameters"))?;
+        }
         out.push(ToolDef {
             name: t.function.name.clone(),
             description: t.function.description.clone(),
@@ -314,10 +317,14 @@ fn response_format_of(v: Option<&Value>) -> Result<ResponseFormat, ApiError> {
                     "response_format.json_schema.schema must be a JSON object",
                 ));
             }
+            let strict = s.strict.unwrap_or(false);
+            if strict {
+                super::strict_schema::check(&schema, "response_format.json_schema.schema")?;
+            }
             Ok(ResponseFormat::JsonSchema {
                 name: s.name,
                 schema,
-                strict: s.strict.unwrap_or(false),
+                strict,
             })
         }
         _ => Err(ApiError::invalid(
@@ -392,7 +399,7 @@ mod tests {
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
             "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
             "parallel_tool_calls": false,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}},
+            "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object", "additionalProperties": false}, "strict": true}},
         });
         let r = validate_chat(&parse_body::<ChatRequest>(body.to_string().as_bytes()).unwrap())
             .unwrap();

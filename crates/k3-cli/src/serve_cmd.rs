@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// Do not keep saved sessions for conversation state reuse (every prompt is fed whole).
     #[arg(long)]
     pub no_reuse: bool,
+    /// Print control tokens the model writes in its text as their spellings (llama.cpp's
+    /// `--special`); by default they are left out of every reply. Template markup never is text.
+    #[arg(long)]
+    pub special: bool,
     /// Do not serve the chat page at `/` (docs/SERVER.md "Chat page"); the API is unchanged.
     #[arg(long)]
     pub no_webui: bool,
@@ -180,6 +184,7 @@ pub fn serve(args: ServeArgs, group: Option<Arc<dyn k3_engine::Comm>>) -> Result
         reuse: !args.no_reuse,
         api_key: key,
         webui: !args.no_webui,
+        special: args.special,
     };
     let events = Arc::new(CliEvents {
         announcement: Mutex::new(Some(crate::ps::Announcement::new(&model_dir, &engine))),

@@ -51,6 +51,7 @@ mod http_openai;
 mod replica;
 #[cfg(test)]
 mod replica_tests;
+mod room;
 mod routes;
 mod scheduler;
 mod server;

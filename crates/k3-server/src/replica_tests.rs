@@ -129,6 +129,7 @@ fn serve(ranks: usize, phases: &[Phase<'_>]) -> Vec<Outcome> {
         parallel: 4,
         ubatch: 8,
         reuse: true,
+        special: false,
     };
     let mut comms: Vec<Arc<dyn Comm>> = match ranks {
         1 => Vec::new(),

@@ -174,8 +174,7 @@ pub fn submit(
     if prompt.is_empty() {
         return Err(ApiError::invalid(param, "the prompt is empty"));
     }
-    let room = ctx - prompt.len();
-    let max_new = settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).min(room);
+    let max_new = super::room::max_new(prompt.len(), ctx, settings.max_tokens, DEFAULT_MAX_TOKENS)?;
     let mut permits = Vec::with_capacity(settings.n);
     for _ in 0..settings.n {
         permits.push(

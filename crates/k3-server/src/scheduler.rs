@@ -31,6 +31,8 @@ pub struct Limits {
     pub ubatch: usize,
     /// Keep saved sessions for conversation reuse.
     pub reuse: bool,
+    /// Print control ids in the text as their spellings (`--special`).
+    pub special: bool,
 }
 
 /// A job being served: its session and where it stands.
@@ -139,6 +141,7 @@ pub fn run(
             }
             if let Some(mut l) = admit(ev, engine, &mut lru, lim.ctx, job, inbox.replicated()) {
                 l.out.local_cancel = !inbox.replicated();
+                l.out.set_show_special(lim.special);
                 live.push(l);
             }
         }

@@ -42,6 +42,9 @@ pub struct Options {
     pub api_key: Option<String>,
     /// Serve the chat page at `/` (docs/SERVER.md "Chat page").
     pub webui: bool,
+    /// Print control tokens the model writes as their spellings (llama.cpp's `--special`);
+    /// by default they are left out of every reply (docs/SERVER.md "Control tokens").
+    pub special: bool,
 }
 
 impl Options {
@@ -56,6 +59,7 @@ impl Options {
             reuse: true,
             api_key: None,
             webui: true,
+            special: false,
         }
     }
 
@@ -65,6 +69,7 @@ impl Options {
             parallel: self.parallel,
             ubatch: self.ubatch,
             reuse: self.reuse,
+            special: self.special,
         }
     }
 }

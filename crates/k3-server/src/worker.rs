@@ -7,7 +7,9 @@
 //! response future or SSE body was dropped) is cancelled at the next step.
 
 use k3_api::GenSettings;
-use k3_engine::chat_template::{Channel, ReplyEvent, ReplyParser, ReplyStream, Template, Thinking};
+use k3_engine::chat_template::{
+    Channel, ReplyEvent, ReplyParser, ReplyStream, Served, Template, Thinking,
+};
 use k3_engine::{
     Constraint, ConstraintSpec, EngineError, ReplyStart, StopReason, StopScanner, TokenLogprob,
     Tokenizer,
@@ -252,21 +254,24 @@ fn call_id(prefix: &str) -> String {
     )
 }
 
-/// The tool-call parser of a job with tools: K3's reply grammar read by [`ReplyStream`]
-/// (docs/MODEL.md#chat-template), its calls given ids as they open.
+/// The reply parser of a chat job: K3's reply grammar read by [`ReplyStream::served`]
+/// (docs/MODEL.md#chat-template), so no markup reaches the text; with tools declared its
+/// calls are given ids as they are released, without tools they are dropped.
 struct Calls<'t> {
     stream: ReplyStream<'t>,
-    prefix: &'static str,
+    /// Call ids start with this; `None`: no tools declared, calls are not returned.
+    prefix: Option<&'static str>,
     /// Calls closed so far.
     closed: usize,
 }
 
-/// Turns generated ids into text deltas and tool call events: the chat template's channels
-/// split (and its tools channel parsed when the job declares tools), stop strings matched on
-/// the content, and a send error marking the job cancelled.
+/// Turns generated ids into text deltas and tool call events: a chat reply's channels split
+/// and its tools channel parsed (calls returned when the job declares tools), control ids
+/// left out of the text unless `--special`, stop strings matched on the content, and a send
+/// error marking the job cancelled.
 pub struct Output<'t> {
     tok: &'t Tokenizer,
-    /// Tracks the channel (for the thinking budget); splits the payload without tools.
+    /// Tracks the channel (for the thinking budget); a completion has none.
     parser: Option<ReplyParser>,
     calls: Option<Calls<'t>>,
     think: k3_tokenizer::StreamDecoder<'t>,
@@ -285,6 +290,8 @@ pub struct Output<'t> {
     pub first_token: Option<Instant>,
     /// The end-of-turn ids that stop the generation.
     pub end_ids: Vec<u32>,
+    /// Control ids in the text are printed as their spellings (`--special`); else left out.
+    show_special: bool,
 }
 
 impl<'t> Output<'t> {
@@ -305,9 +312,12 @@ impl<'t> Output<'t> {
                 } else {
                     t.end_ids()
                 };
-                calls = chat.call_id_prefix.map(|prefix| Calls {
-                    stream: ReplyStream::new(&t, start),
-                    prefix,
+                let served = Served {
+                    show_control: false,
+                };
+                calls = Some(Calls {
+                    stream: ReplyStream::served(&t, start, served),
+                    prefix: chat.call_id_prefix,
                     closed: 0,
                 });
                 (Some(ReplyParser::new(&t, start)), end_ids)
@@ -329,7 +339,17 @@ impl<'t> Output<'t> {
             cancelled: false,
             local_cancel: true,
             first_token: None,
+            show_special: false,
         })
+    }
+
+    /// `--special`: control ids the model writes in its text are printed as their spellings
+    /// instead of left out (docs/SERVER.md "Control tokens"); markup is never text.
+    pub fn set_show_special(&mut self, show: bool) {
+        self.show_special = show;
+        if let Some(calls) = self.calls.as_mut() {
+            calls.stream.set_served(Served { show_control: show });
+        }
     }
 
     fn send(&mut self, content: String, reasoning: String, logprobs: Vec<TokenLogprob>) {
@@ -389,6 +409,9 @@ impl<'t> Output<'t> {
             if self.stop_hit.is_some() {
                 break;
             }
+            if self.tok.is_special(pid) && !self.show_special {
+                continue; // a control id is not text
+            }
             if channel == Channel::Think {
                 reasoning.push_str(&self.think.push(pid).unwrap_or_default());
             } else {
@@ -405,11 +428,19 @@ impl<'t> Output<'t> {
     /// and end as tool call events.
     fn reply_events(&mut self, events: Vec<ReplyEvent>, logprobs: Vec<TokenLogprob>) {
         let (mut content, mut reasoning) = (String::new(), String::new());
+        let tools = self.calls.as_ref().and_then(|c| c.prefix);
         for event in events {
             if self.stop_hit.is_some() {
                 break;
             }
             let call_event = match event {
+                ReplyEvent::CallStart { .. }
+                | ReplyEvent::ArgumentsDelta { .. }
+                | ReplyEvent::CallEnd { .. }
+                    if tools.is_none() =>
+                {
+                    continue; // no tools declared: a call is not returned
+                }
                 ReplyEvent::Reasoning(text) => {
                     reasoning.push_str(&text);
                     continue;
@@ -421,10 +452,7 @@ impl<'t> Output<'t> {
                 }
                 ReplyEvent::Done => continue,
                 ReplyEvent::CallStart { index, name } => {
-                    let Some(calls) = self.calls.as_mut() else {
-                        continue;
-                    };
-                    let id = call_id(calls.prefix);
+                    let id = call_id(tools.unwrap_or_default());
                     Event::ToolCallStart {
                         call: index,
                         id,

@@ -24,13 +24,14 @@
 //! ```
 
 mod history;
+mod markup;
 mod reply;
 mod tool_parse;
 mod tools;
 
 pub use history::{history_jsonl, load_history, parse_history, save_history, validate_history};
 pub use reply::{parse_assistant, Channel, ParsedReply, ReplyParser};
-pub use tool_parse::{ReplyEvent, ReplyStream};
+pub use tool_parse::{ReplyEvent, ReplyStream, Served};
 pub use tools::{argument_text, argument_type, tool_declare_text, ToolCall, ToolSpec};
 
 use crate::EngineError;

@@ -6,7 +6,11 @@
 //! Text that merely spells a marker is ordinary ids and stays text, so a string argument may
 //! contain `<|close|>argument<|sep|>` literally. Ordinary ids are released as soon as they
 //! complete a UTF-8 character; only a marker's own ids are held.
+//!
+//! [`ReplyStream::served`] reads a reply for an API client, which must never see the
+//! template's markup: see [`Served`].
 
+use super::markup::{attr, drain_utf8, json_string, parse_tag};
 use super::tools::python_json;
 use super::{Channel, ParsedReply, Template, ToolCall};
 use k3_tokenizer::Tokenizer;
@@ -66,6 +70,20 @@ struct OpenCall {
     arg: Option<(String, String, Vec<u32>)>,
 }
 
+/// How a served reply ([`ReplyStream::served`]) differs from a plain one, which returns
+/// whatever does not parse as text of its channel (for `k3 chat` and history parsing):
+/// * a call's events are held until its `close(call)` and released together; a call the
+///   tools channel broke, or that was cut short ([`ReplyStream::flush`]), is dropped with its
+///   events, so every call released is complete;
+/// * a marker out of place, a broken tools channel and everything after it are dropped,
+///   never returned as text;
+/// * a control id inside channel text is left out of the text (still counted in
+///   `control_ids`) unless `show_control` (the server's `--special`) prints its spelling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    pub show_control: bool,
+}
+
 /// The longest marker (`<|open|>` … `<|sep|>`) accepted, in ids; a longer one is text.
 const MAX_MARKER_IDS: usize = 256;
 
@@ -93,6 +111,10 @@ pub struct ReplyStream<'t> {
     control_ids: Vec<u32>,
     well_formed: bool,
     trailing: usize,
+    /// Reading for an API client (see [`Served`]); `None`: a plain reply.
+    served: Option<Served>,
+    /// Served: the open call's events, released when it closes.
+    held_call: Vec<ReplyEvent>,
 }
 
 impl<'t> ReplyStream<'t> {
@@ -121,6 +143,32 @@ impl<'t> ReplyStream<'t> {
             control_ids: Vec::new(),
             well_formed: true,
             trailing: 0,
+            served: None,
+            held_call: Vec::new(),
+        }
+    }
+
+    /// A parser for a reply served to an API client: no markup or (unless
+    /// `served.show_control`) control id reaches its text, and only complete calls are
+    /// released ([`Served`]).
+    pub fn served(t: &Template<'t>, start: Channel, served: Served) -> Self {
+        ReplyStream {
+            served: Some(served),
+            ..Self::new(t, start)
+        }
+    }
+
+    /// Reads the rest of the reply as served with `served`.
+    pub fn set_served(&mut self, served: Served) {
+        self.served = Some(served);
+    }
+
+    /// A call event: released now, or held until the call closes when served.
+    fn call_event(&mut self, event: ReplyEvent, out: &mut Vec<ReplyEvent>) {
+        if self.served.is_some() {
+            self.held_call.push(event);
+        } else {
+            out.push(event);
         }
     }
 
@@ -208,6 +256,9 @@ impl<'t> ReplyStream<'t> {
         if self.tok.is_special(id) {
             self.control_ids.push(id);
             self.well_formed = false;
+            if self.served.is_some_and(|s| !s.show_control) {
+                return;
+            }
         }
         self.pending
             .extend_from_slice(self.tok.token_bytes(id).unwrap_or("\u{FFFD}".as_bytes()));
@@ -224,6 +275,9 @@ impl<'t> ReplyStream<'t> {
                 if self.state == State::AfterThink {
                     self.state = State::Response;
                 }
+                if self.served.is_some() {
+                    return; // markup out of place is not text
+                }
                 for &id in ids {
                     self.text_id(id, out);
                 }
@@ -232,7 +286,7 @@ impl<'t> ReplyStream<'t> {
     }
 
     fn emit_text(&mut self, text: String, out: &mut Vec<ReplyEvent>) {
-        if text.is_empty() {
+        if text.is_empty() || self.served.is_some() && self.state == State::Spill {
             return;
         }
         if self.state == State::Think {
@@ -324,10 +378,11 @@ impl<'t> ReplyStream<'t> {
 
     fn start_call(&mut self, name: String, out: &mut Vec<ReplyEvent>) {
         self.uncommitted.clear();
-        out.push(ReplyEvent::CallStart {
+        let start = ReplyEvent::CallStart {
             index: self.calls.len(),
             name: name.clone(),
-        });
+        };
+        self.call_event(start, out);
         self.call = Some(OpenCall {
             name,
             arguments: Map::new(),
@@ -342,16 +397,17 @@ impl<'t> ReplyStream<'t> {
         let Some(call) = self.call.as_mut() else {
             return;
         };
-        if ty == "string" {
-            let lead = if call.started { ", " } else { "{" };
-            let json_fragment = format!("{lead}{}: \"", json_string(&key));
-            call.started = true;
-            out.push(ReplyEvent::ArgumentsDelta {
+        let lead = if call.started { ", " } else { "{" };
+        let opening = (ty == "string").then(|| format!("{lead}{}: \"", json_string(&key)));
+        call.started |= opening.is_some();
+        call.arg = Some((key, ty, Vec::new()));
+        if let Some(json_fragment) = opening {
+            let delta = ReplyEvent::ArgumentsDelta {
                 index,
                 json_fragment,
-            });
+            };
+            self.call_event(delta, out);
         }
-        call.arg = Some((key, ty, Vec::new()));
     }
 
     /// One id of an argument's value: a string's text is sent as it completes, JSON-escaped;
@@ -370,10 +426,11 @@ impl<'t> ReplyStream<'t> {
         let text = drain_utf8(&mut self.pending, false);
         if !text.is_empty() {
             let escaped = json_string(&text);
-            out.push(ReplyEvent::ArgumentsDelta {
+            let delta = ReplyEvent::ArgumentsDelta {
                 index,
                 json_fragment: escaped[1..escaped.len() - 1].to_string(),
-            });
+            };
+            self.call_event(delta, out);
         }
     }
 
@@ -402,10 +459,11 @@ impl<'t> ReplyStream<'t> {
             call.arguments.insert(key, value);
             fragment
         };
-        out.push(ReplyEvent::ArgumentsDelta {
+        let delta = ReplyEvent::ArgumentsDelta {
             index,
             json_fragment,
-        });
+        };
+        self.call_event(delta, out);
     }
 
     /// Closes the call being read: its argument (if open), `}`, `CallEnd`.
@@ -419,10 +477,12 @@ impl<'t> ReplyStream<'t> {
         };
         self.uncommitted.clear();
         let json_fragment = if call.started { "}" } else { "{}" }.to_string();
-        out.push(ReplyEvent::ArgumentsDelta {
+        let delta = ReplyEvent::ArgumentsDelta {
             index,
             json_fragment,
-        });
+        };
+        self.call_event(delta, out);
+        out.append(&mut self.held_call);
         out.push(ReplyEvent::CallEnd { index });
         self.calls.push(ToolCall {
             id: None,
@@ -433,8 +493,13 @@ impl<'t> ReplyStream<'t> {
 
     /// The tools channel broke at `ids`: an open call ends with what it has, the ids not
     /// yet part of a call and `ids` come back as content, and so does the rest of the reply.
+    /// Served, the open call, those ids and the rest are dropped instead.
     fn fault(&mut self, ids: &[u32], out: &mut Vec<ReplyEvent>) {
         self.well_formed = false;
+        if self.served.is_some() {
+            self.call = None;
+            self.held_call.clear();
+        }
         if self.call.is_some() {
             self.end_call(out);
         }
@@ -447,7 +512,8 @@ impl<'t> ReplyStream<'t> {
     }
 
     /// Releases what is held (a half-read marker, an incomplete character, an open call) as
-    /// if the reply stopped here; for a reply cut short.
+    /// if the reply stopped here; for a reply cut short. Served, the half-read marker and the
+    /// open call are dropped instead.
     pub fn flush(&mut self) -> Vec<ReplyEvent> {
         let mut out = Vec::new();
         self.flush_into(&mut out);
@@ -484,99 +550,4 @@ impl<'t> ReplyStream<'t> {
             tool_calls: self.calls,
         }
     }
-}
-
-/// A JSON string literal of `s`.
-fn json_string(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
-}
-
-/// Takes the decodable prefix of `bytes`: complete characters, U+FFFD for invalid bytes,
-/// and (with `all`) U+FFFD for an incomplete character at the end.
-fn drain_utf8(bytes: &mut Vec<u8>, all: bool) -> String {
-    let mut out = String::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        match std::str::from_utf8(&bytes[at..]) {
-            Ok(s) => {
-                out.push_str(s);
-                at = bytes.len();
-            }
-            Err(e) => {
-                let valid = at + e.valid_up_to();
-                out.push_str(std::str::from_utf8(&bytes[at..valid]).unwrap_or_default());
-                match e.error_len() {
-                    Some(n) => {
-                        out.push('\u{FFFD}');
-                        at = valid + n;
-                    }
-                    None if all => {
-                        out.push('\u{FFFD}');
-                        at = bytes.len();
-                    }
-                    None => {
-                        at = valid;
-                        break;
-                    }
-                }
-            }
-        }
-    }
-    bytes.drain(..at);
-    out
-}
-
-/// Splits a marker's text `tag{ key="value"}` into its tag and unescaped attributes; `None`
-/// when it is not of that form.
-fn parse_tag(text: &str) -> Option<(String, Vec<(String, String)>)> {
-    let (tag, mut rest) = text.split_once(' ').unwrap_or((text, ""));
-    if tag.is_empty()
-        || !tag
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        return None;
-    }
-    let mut attrs = Vec::new();
-    while !rest.is_empty() {
-        let (key, after) = rest.split_once("=\"")?;
-        let (value, after) = after.split_once('"')?;
-        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return None;
-        }
-        attrs.push((key.to_string(), unescape_attr(value)));
-        rest = match after.strip_prefix(' ') {
-            Some(more) if !more.is_empty() => more,
-            Some(_) => return None,
-            None if after.is_empty() => "",
-            None => return None,
-        };
-    }
-    Some((tag.to_string(), attrs))
-}
-
-fn attr(attrs: &[(String, String)], key: &str) -> Option<String> {
-    attrs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
-}
-
-/// Reverses [`super::escape_attr`] in one pass: `&quot;` → `"`, `&amp;` → `&`.
-fn unescape_attr(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(at) = rest.find('&') {
-        out.push_str(&rest[..at]);
-        rest = &rest[at..];
-        if let Some(after) = rest.strip_prefix("&quot;") {
-            out.push('"');
-            rest = after;
-        } else if let Some(after) = rest.strip_prefix("&amp;") {
-            out.push('&');
-            rest = after;
-        } else {
-            out.push('&');
-            rest = &rest[1..];
-        }
-    }
-    out.push_str(rest);
-    out
 }
