@@ -36,38 +36,23 @@ pub fn gb(bytes: f64) -> f64 {
 
 /// One line of machine facts: CPU, cores, SIMD path, RAM, load average.
 pub fn machine_facts() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map_or("unknown CPU".to_string(), |(_, v)| v.trim().to_string());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem = |key: &str| {
-        meminfo
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|k| k.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb * 1024.0 / 1e9)
-    };
+    let m = k3_store::probe::MachineFacts::read();
+    let gb = |b: Option<u64>| b.map_or(0.0, |b| b as f64 / 1e9);
     format!(
-        "{cpu}, {cores} logical cores, kernels {}, AMX-BF16 {}, RAM {:.1} GB (available {:.1} GB), load average {}",
+        "{}, {} logical cores, kernels {}, AMX-BF16 {}, RAM {:.1} GB (available {:.1} GB), load average {}",
+        m.cpu,
+        m.usable_cores,
         k3_kernels::simd::simd_level(),
         k3_kernels::probe::amx_bf16().label(),
-        mem("MemTotal:"),
-        mem("MemAvailable:"),
-        load_average()
+        gb(m.mem_total),
+        gb(m.mem_available),
+        m.load_average
     )
 }
 
 /// The 1-minute load average (a noise indicator for the tables).
 pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "?".into())
+    k3_store::probe::MachineFacts::read().load_average
 }
 
 /// The model's config, binding and the planner's view of it.

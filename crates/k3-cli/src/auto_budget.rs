@@ -11,11 +11,8 @@
 //! machine, and for tests).
 
 use crate::CliError;
-use k3_engine::{Budget, EngineOptions};
+use k3_engine::EngineOptions;
 use std::path::Path;
-
-/// Share of the available memory the automatic budget uses (the rest: OS, page cache, KV).
-const SHARE: f64 = 0.9;
 
 /// Environment variable overriding the available memory, GB.
 pub const ENV_AVAILABLE: &str = "K3_MEM_AVAILABLE_GB";
@@ -37,61 +34,26 @@ fn available() -> Result<Option<(u64, String)>, CliError> {
 }
 
 /// Fills in `options.budget` when no budget was given (`resident` = `--resident`), and says
-/// what was chosen on stderr unless `quiet`.
+/// what was chosen on stderr unless `quiet` (`k3_engine::auto_budget`).
 pub fn apply(
     dir: &Path,
     options: &mut EngineOptions,
     resident: bool,
     quiet: bool,
 ) -> Result<(), CliError> {
-    let say = |line: String| {
+    // The memory is read (and `$K3_MEM_AVAILABLE_GB` checked) only when there is a model to
+    // size against it.
+    let sized = options.budget.is_none() && !resident && dir.join("config.json").is_file();
+    let available = match sized {
+        true => available()?.map(per_local_rank),
+        false => None,
+    };
+    if let Some(choice) = k3_engine::auto_budget::auto_budget(dir, options, resident, available)? {
         if !quiet {
-            eprintln!("k3: {line}");
+            eprintln!("k3: {}", choice.why);
         }
-    };
-    // A missing model directory or config is the engine's to report, by name.
-    if options.budget.is_some() || !dir.join("config.json").is_file() {
-        return Ok(());
+        options.budget = choice.budget;
     }
-    if resident {
-        say("--resident: the whole model is mapped resident (no budget)".into());
-        return Ok(());
-    }
-    // What holding everything costs: the whole trunk and every expert, plus the fixed costs
-    // (embedding and head, KDA state, latent KV for the context, scratch).
-    // Over MPI ranks: this rank's share (docs/DISTRIBUTED.md#memory-per-rank).
-    let group = options
-        .comm
-        .as_ref()
-        .map_or((0, 1), |c| (c.rank(), c.size()));
-    let (_, everything) = k3_engine::planning::budget_extremes_rank(dir, group.0, group.1)?;
-    let sessions = options.sessions.max(1);
-    let (plan, _, _) =
-        k3_engine::planning::forecast_rank(dir, everything, options.ctx, sessions, 0, group)?;
-    let model = plan.total_bytes();
-    let Some((avail, source)) = available()?.map(per_local_rank) else {
-        say(format!(
-            "no budget flag and the available memory is unknown: the whole model ({}) is mapped resident; pass --preset or --mem-gb to plan",
-            gb(model)
-        ));
-        return Ok(());
-    };
-    let usable = (avail as f64 * SHARE) as u64;
-    if model <= usable {
-        say(format!(
-            "budget auto (no budget flag): the whole model ({}) fits 90% of the {} available ({source}): mapped resident",
-            gb(model),
-            gb(avail)
-        ));
-        return Ok(());
-    }
-    say(format!(
-        "budget auto (no budget flag): the model ({}) is larger than 90% of the {} available ({source}): planning as --mem-gb {} (plan below; --resident maps it whole anyway)",
-        gb(model),
-        gb(avail),
-        flag_gb(usable)
-    ));
-    options.budget = Some(Budget::Total(usable));
     Ok(())
 }
 
@@ -111,18 +73,4 @@ fn per_local_rank((bytes, source): (u64, String)) -> (u64, String) {
         ),
         None => (bytes, source),
     }
-}
-
-/// Bytes as `1.23 GB` (or MB below a GB).
-fn gb(bytes: u64) -> String {
-    match bytes >= 1_000_000_000 {
-        true => format!("{:.2} GB", bytes as f64 / 1e9),
-        false => format!("{:.2} MB", bytes as f64 / 1e6),
-    }
-}
-
-/// Bytes as a `--mem-gb` value: GB to four decimals, trailing zeros dropped.
-fn flag_gb(bytes: u64) -> String {
-    let text = format!("{:.4}", bytes as f64 / 1e9);
-    text.trim_end_matches('0').trim_end_matches('.').to_string()
 }

@@ -23,7 +23,9 @@ use k3_engine::{Budget, Preset};
 use k3_plan::forecast::{hit_rate, holds_everything};
 use k3_plan::plan::{fmt_bytes, plan as make_plan, GB};
 use k3_plan::{MemoryPlan, ModelSizes, PlanRequest};
-use k3_store::probe::{free_disk, read_rates, Bandwidth, ReadTest, TestRead};
+use k3_store::probe::{
+    free_disk, fs_type, read_rates, Bandwidth, MachineFacts, ReadTest, TestRead,
+};
 use k3_store::{available_memory, ShardFile};
 use std::path::{Path, PathBuf};
 
@@ -91,38 +93,25 @@ pub fn doctor(args: DoctorArgs) -> Result<(), CliError> {
 }
 
 fn machine_facts(model_dir: Option<&Path>) {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let online = cpuinfo
-        .lines()
-        .filter(|l| l.starts_with("processor"))
-        .count();
+    let m = MachineFacts::read();
     println!("machine");
-    println!(
-        "  cpu               {} ({})",
-        cpu_model(&cpuinfo),
-        std::env::consts::ARCH
-    );
+    println!("  cpu               {} ({})", m.cpu, std::env::consts::ARCH);
     println!(
         "  simd              {} (the kernels' dispatch level)",
         k3_kernels::simd::simd_level()
     );
     println!("  numerics fast     {}", numerics_fast());
-    if online > cores {
-        println!("  logical cores     {cores} usable by this process ({online} online)");
+    if m.online_cores > m.usable_cores {
+        println!(
+            "  logical cores     {} usable by this process ({} online)",
+            m.usable_cores, m.online_cores
+        );
     } else {
-        println!("  logical cores     {cores}");
+        println!("  logical cores     {}", m.usable_cores);
     }
-    let kb = |key: &str| meminfo_kb(&meminfo, key).map(|k| fmt_bytes(k * 1024));
-    println!(
-        "  RAM total         {}",
-        kb("MemTotal:").unwrap_or_else(|| "unknown".into())
-    );
-    println!(
-        "  MemAvailable      {}",
-        kb("MemAvailable:").unwrap_or_else(|| "unknown".into())
-    );
+    let shown = |b: Option<u64>| b.map_or_else(|| "unknown".into(), fmt_bytes);
+    println!("  RAM total         {}", shown(m.mem_total));
+    println!("  MemAvailable      {}", shown(m.mem_available));
     println!("  cgroup memory     {}", cgroup_limit());
     let avail = available_memory();
     match avail.bytes() {
@@ -151,25 +140,6 @@ fn numerics_fast() -> String {
         }
         (false, amx) => format!("unavailable (AMX-BF16: {})", amx.label()),
     }
-}
-
-/// `model name` (x86), else the ARM `Hardware`/`CPU part` lines, else "unknown".
-fn cpu_model(cpuinfo: &str) -> String {
-    let field = |key: &str| {
-        cpuinfo.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            (k.trim() == key && !v.trim().is_empty()).then(|| v.trim().to_string())
-        })
-    };
-    field("model name")
-        .or_else(|| field("Hardware"))
-        .or_else(|| field("CPU part").map(|p| format!("ARM CPU part {p}")))
-        .unwrap_or_else(|| "unknown".into())
-}
-
-fn meminfo_kb(text: &str, key: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with(key))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The memory limit of this process's cgroup (v2 `memory.max`, else v1 `limit_in_bytes`).
@@ -210,22 +180,6 @@ fn cgroup_limit() -> String {
         }
     }
     "none (no cgroup memory controller)".into()
-}
-
-/// `TYPE on MOUNTPOINT` of the longest /proc/mounts entry containing `dir`.
-fn fs_type(dir: &Path) -> Option<String> {
-    let dir = std::fs::canonicalize(dir).ok()?;
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-    mounts
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (_, mnt, ty) = (f.next()?, f.next()?, f.next()?);
-            dir.starts_with(mnt)
-                .then(|| (mnt.len(), format!("{ty} on {mnt}")))
-        })
-        .max_by_key(|m| m.0)
-        .map(|m| m.1)
 }
 
 /// Measures reads of one expert each at 1, 4 and 16 outstanding reads, over real expert

@@ -116,7 +116,7 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
 /// `k3 plan` without a model: the release's shapes (docs/MODELS.md#sizing-the-release), the
 /// same planner and the same fit check against this machine as with a directory.
 fn plan_released(budget: Budget, ctx: usize, sessions: usize) -> Result<(), CliError> {
-    let (sizes, _) = crate::release::released_sizes();
+    let (sizes, _) = k3_engine::release_sizes::released_sizes();
     let req = PlanRequest::new(budget, ctx as u64).with_sessions(sessions as u64);
     let plan = make_plan(&sizes, &req).map_err(|e| CliError::usage(e.to_string()))?;
     let available = k3_store::available_memory();
@@ -160,7 +160,7 @@ pub fn presets(args: PresetsArgs) -> Result<(), CliError> {
     }
     let (sizes, what, moe_layers) = match &args.model_dir {
         None => {
-            let (sizes, moe) = crate::release::released_sizes();
+            let (sizes, moe) = k3_engine::release_sizes::released_sizes();
             (sizes, "Kimi K3 as released".to_string(), moe)
         }
         Some(dir) => {

@@ -75,7 +75,7 @@ pub fn plan_ranks(
             (cfg, dir.display().to_string(), sizes?)
         }
         None => {
-            let (whole, _) = crate::release::released_sizes();
+            let (whole, _) = k3_engine::release_sizes::released_sizes();
             let cfg = K3Config::released();
             let sizes = rank_sizes_of_config(&cfg, &whole, ranks)?;
             (

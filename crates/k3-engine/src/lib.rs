@@ -27,6 +27,7 @@
 // Untrusted data must never reach an unwrap/expect (docs/RELIABILITY.md); tests may.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod auto_budget;
 mod batch;
 pub mod chat_template;
 pub mod comm_stats;
@@ -41,6 +42,7 @@ mod layer_view;
 mod logprob;
 pub mod planning;
 mod rank_share;
+pub mod release_sizes;
 mod resident;
 mod sampler;
 mod session;

@@ -52,6 +52,81 @@ impl Bandwidth {
     }
 }
 
+/// What this machine is, as `k3 doctor` and the benchmarks report it.
+#[derive(Debug, Clone)]
+pub struct MachineFacts {
+    /// `model name` (x86), else the ARM `Hardware` / `CPU part` lines, else "unknown".
+    pub cpu: String,
+    /// Logical cores this process may use.
+    pub usable_cores: usize,
+    /// Logical cores online.
+    pub online_cores: usize,
+    /// `MemTotal` and `MemAvailable`, bytes (`None` without /proc/meminfo).
+    pub mem_total: Option<u64>,
+    /// See `mem_total`.
+    pub mem_available: Option<u64>,
+    /// The 1-minute load average, as /proc/loadavg writes it ("?" where unknown).
+    pub load_average: String,
+}
+
+impl MachineFacts {
+    /// Reads /proc/cpuinfo, /proc/meminfo and /proc/loadavg.
+    pub fn read() -> MachineFacts {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let (cpuinfo, meminfo) = (read("/proc/cpuinfo"), read("/proc/meminfo"));
+        MachineFacts {
+            cpu: cpu_model(&cpuinfo),
+            usable_cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            online_cores: cpuinfo
+                .lines()
+                .filter(|l| l.starts_with("processor"))
+                .count(),
+            mem_total: meminfo_kb(&meminfo, "MemTotal:").map(|k| k * 1024),
+            mem_available: meminfo_kb(&meminfo, "MemAvailable:").map(|k| k * 1024),
+            load_average: read("/proc/loadavg")
+                .split_whitespace()
+                .next()
+                .unwrap_or("?")
+                .to_string(),
+        }
+    }
+}
+
+/// `model name` (x86), else the ARM `Hardware`/`CPU part` lines, else "unknown".
+fn cpu_model(cpuinfo: &str) -> String {
+    let field = |key: &str| {
+        cpuinfo.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == key && !v.trim().is_empty()).then(|| v.trim().to_string())
+        })
+    };
+    field("model name")
+        .or_else(|| field("Hardware"))
+        .or_else(|| field("CPU part").map(|p| format!("ARM CPU part {p}")))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn meminfo_kb(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `TYPE on MOUNTPOINT` of the longest /proc/mounts entry containing `dir`.
+pub fn fs_type(dir: &Path) -> Option<String> {
+    let dir = std::fs::canonicalize(dir).ok()?;
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, mnt, ty) = (f.next()?, f.next()?, f.next()?);
+            dir.starts_with(mnt)
+                .then(|| (mnt.len(), format!("{ty} on {mnt}")))
+        })
+        .max_by_key(|m| m.0)
+        .map(|m| m.1)
+}
+
 /// One read of a read test: the file (an index into the test's files) and its pieces,
 /// `(offset, length)`, read in order into one aligned buffer.
 #[derive(Debug, Clone)]
@@ -187,6 +262,17 @@ mod tests {
         let err = read_rates(&files, test, &no_such_file).unwrap_err();
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(err, "failed at 1 outstanding: read test: no file 3");
+    }
+
+    #[test]
+    fn cpu_names_come_from_x86_or_arm_fields() {
+        assert_eq!(
+            cpu_model("processor : 0\nmodel name : AMD EPYC 9R14\n"),
+            "AMD EPYC 9R14"
+        );
+        assert_eq!(cpu_model("CPU part : 0xd0c\n"), "ARM CPU part 0xd0c");
+        assert_eq!(cpu_model(""), "unknown");
+        assert_eq!(meminfo_kb("MemTotal:  2048 kB\n", "MemTotal:"), Some(2048));
     }
 
     #[test]
