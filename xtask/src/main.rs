@@ -5,13 +5,11 @@ mod bench_compute;
 mod bench_constraint;
 mod bench_decode;
 mod bench_draft;
-mod bench_index;
 mod bench_layers;
 mod bench_lookahead;
 mod bench_model_compute;
 mod bench_prefill;
 mod bench_serve;
-mod bench_spec;
 mod bench_util;
 mod check_docs;
 mod check_released;
@@ -20,7 +18,6 @@ mod fuzz;
 mod gen_bench;
 mod gen_released;
 mod load_test;
-mod pack_trunk;
 mod predict_dist;
 mod sim_cache;
 
@@ -48,15 +45,6 @@ enum Cmd {
         #[arg(long, value_name = "MODE", value_parser = conformance::parse_numerics)]
         numerics: Option<k3_kernels::fast::Numerics>,
     },
-    /// Index a synthetic real-size checkpoint (96 shards, 497,220 tensors): time and bytes/tensor.
-    BenchIndex {
-        /// Keep the synthetic checkpoint here (default: a temp dir, removed afterwards).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// Timed opens (the best and the median are reported).
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-    },
     /// Replay a recorded expert trace through every cache policy at a ladder of capacities.
     SimCache {
         /// Trace file (8-byte records: u32 layer, u32 expert, little-endian).
@@ -78,15 +66,13 @@ enum Cmd {
     /// Structured output: constraint mask µs per token (json_object, bounded json_schema,
     /// tool call) on a ~200k-id vocabulary.
     BenchConstraint(bench_constraint::BenchConstraintArgs),
-    /// Speculative decoding vs plain decoding, trunk streaming and resident, same run.
-    BenchSpec(bench_spec::BenchSpecArgs),
     /// Plain vs n-gram vs hybrid drafting (draft trunks), streaming and resident.
     BenchDraft(bench_draft::BenchDraftArgs),
     /// Greedy decode s/token at four budgets vs the I/O and compute floors, same run.
     BenchDecode(bench_decode::BenchDecodeArgs),
-    /// KDA / MLA / MoE / dense layer 0 at real dims: ms per decode token and prefill chunk.
     /// f32 FMA peak and DRAM bandwidth, and every hot kernel as a share of them, same run.
     BenchCompute(bench_compute::BenchComputeArgs),
+    /// KDA / MLA / MoE / dense layer 0 at real dims: ms per decode token and prefill chunk.
     BenchLayers(bench_layers::BenchLayersArgs),
     /// Expert bytes per prompt token: one-pass (chunk-union) prefill vs token by token.
     BenchPrefill(bench_prefill::BenchPrefillArgs),
@@ -104,19 +90,6 @@ enum Cmd {
     /// Check that every `docs/<NAME>.md#<anchor>` citation points at an existing heading, and
     /// that nothing cites the old outside spec or a path outside the repository.
     CheckDocs,
-    /// Copy every layer's trunk run into OUT_DIR/trunk.bin + trunk.json (docs/FORMATS.md).
-    PackTrunk {
-        /// Checkpoint directory (config.json + safetensors shards).
-        model_dir: PathBuf,
-        /// Output directory for trunk.bin and trunk.json.
-        out_dir: PathBuf,
-        /// Replace a pack already in OUT_DIR.
-        #[arg(long)]
-        overwrite: bool,
-        /// Re-read trunk.bin afterwards and check every layer's checksum.
-        #[arg(long)]
-        verify: bool,
-    },
 }
 
 fn main() -> ExitCode {
@@ -126,13 +99,6 @@ fn main() -> ExitCode {
             &upstream.unwrap_or_else(|| fuzz::workspace_root().join("fixtures/upstream")),
             numerics,
         ),
-        Cmd::BenchIndex { dir, runs } => match bench_index::run(dir, runs) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("bench-index: {e}");
-                ExitCode::FAILURE
-            }
-        },
         Cmd::SimCache {
             trace,
             capacities,
@@ -146,7 +112,6 @@ fn main() -> ExitCode {
         }),
         Cmd::Fuzz(args) => fuzz::run(&args),
         Cmd::BenchLookahead(args) => bench_lookahead::run(&args),
-        Cmd::BenchSpec(args) => bench_spec::run(&args),
         Cmd::BenchConstraint(args) => bench_constraint::run(&args),
         Cmd::BenchDraft(args) => bench_draft::run(&args),
         Cmd::BenchDecode(args) => bench_decode::run(&args),
@@ -159,16 +124,5 @@ fn main() -> ExitCode {
         Cmd::BenchServe(args) => bench_serve::run(&args),
         Cmd::PredictDist(args) => predict_dist::run(&args),
         Cmd::CheckDocs => check_docs::run(&fuzz::workspace_root()),
-        Cmd::PackTrunk {
-            model_dir,
-            out_dir,
-            overwrite,
-            verify,
-        } => pack_trunk::run(&pack_trunk::Options {
-            model_dir: &model_dir,
-            out_dir: &out_dir,
-            overwrite,
-            verify,
-        }),
     }
 }
