@@ -17,8 +17,9 @@ mod conformance;
 mod fuzz;
 mod gen_bench;
 mod gen_released;
-mod load_test;
 mod predict_dist;
+mod serve_client;
+mod serve_process;
 mod sim_cache;
 
 use clap::{Parser, Subcommand};
@@ -81,11 +82,10 @@ enum Cmd {
     CheckReleased(check_released::CheckReleasedArgs),
     /// Write a synthetic benchmark checkpoint (real per-layer dims, or --mid) into OUT_DIR.
     GenBench(gen_bench::GenBenchArgs),
-    /// Drive `k3 serve` on 127.0.0.1 with concurrent clients: latency, throughput, 429s.
-    LoadTest(load_test::LoadTestArgs),
     /// Kimi K3 as released over N machines: predicted decode s/token per preset and network.
     PredictDist(predict_dist::PredictDistArgs),
-    /// Continuous batching: C concurrent clients vs the same requests one at a time, ids checked.
+    /// `k3 serve` on 127.0.0.1 under C concurrent clients vs the same requests one at a time:
+    /// tokens/s, latency, 429s, bytes per token, every request's ids checked.
     BenchServe(bench_serve::BenchServeArgs),
     /// Check that every `docs/<NAME>.md#<anchor>` citation points at an existing heading, and
     /// that nothing cites the old outside spec or a path outside the repository.
@@ -120,7 +120,6 @@ fn main() -> ExitCode {
         Cmd::BenchPrefill(args) => bench_prefill::run(&args),
         Cmd::GenBench(args) => gen_bench::run(&args),
         Cmd::CheckReleased(args) => check_released::run(&args),
-        Cmd::LoadTest(args) => load_test::run(&args),
         Cmd::BenchServe(args) => bench_serve::run(&args),
         Cmd::PredictDist(args) => predict_dist::run(&args),
         Cmd::CheckDocs => check_docs::run(&fuzz::workspace_root()),
