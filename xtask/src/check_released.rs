@@ -79,7 +79,7 @@ fn check(args: &CheckReleasedArgs, dir: &Path) -> Result<(), String> {
     plan_all(dir, 16)?;
     let k3 = match &args.k3 {
         Some(k3) => k3.clone(),
-        None => crate::load_test::build_k3(&crate::fuzz::workspace_root())?,
+        None => crate::serve_process::build_k3(&crate::fuzz::workspace_root())?,
     };
     let json = dir.join("check-released.json");
     let mut cmd = Command::new(&k3);

@@ -5,13 +5,11 @@ mod bench_compute;
 mod bench_constraint;
 mod bench_decode;
 mod bench_draft;
-mod bench_index;
 mod bench_layers;
 mod bench_lookahead;
 mod bench_model_compute;
 mod bench_prefill;
 mod bench_serve;
-mod bench_spec;
 mod bench_util;
 mod check_docs;
 mod check_released;
@@ -19,9 +17,10 @@ mod conformance;
 mod fuzz;
 mod gen_bench;
 mod gen_released;
-mod load_test;
 mod pack_trunk;
 mod predict_dist;
+mod serve_client;
+mod serve_process;
 mod sim_cache;
 
 use clap::{Parser, Subcommand};
@@ -48,15 +47,6 @@ enum Cmd {
         #[arg(long, value_name = "MODE", value_parser = conformance::parse_numerics)]
         numerics: Option<k3_kernels::fast::Numerics>,
     },
-    /// Index a synthetic real-size checkpoint (96 shards, 497,220 tensors): time and bytes/tensor.
-    BenchIndex {
-        /// Keep the synthetic checkpoint here (default: a temp dir, removed afterwards).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// Timed opens (the best and the median are reported).
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-    },
     /// Replay a recorded expert trace through every cache policy at a ladder of capacities.
     SimCache {
         /// Trace file (8-byte records: u32 layer, u32 expert, little-endian).
@@ -78,15 +68,13 @@ enum Cmd {
     /// Structured output: constraint mask µs per token (json_object, bounded json_schema,
     /// tool call) on a ~200k-id vocabulary.
     BenchConstraint(bench_constraint::BenchConstraintArgs),
-    /// Speculative decoding vs plain decoding, trunk streaming and resident, same run.
-    BenchSpec(bench_spec::BenchSpecArgs),
     /// Plain vs n-gram vs hybrid drafting (draft trunks), streaming and resident.
     BenchDraft(bench_draft::BenchDraftArgs),
     /// Greedy decode s/token at four budgets vs the I/O and compute floors, same run.
     BenchDecode(bench_decode::BenchDecodeArgs),
-    /// KDA / MLA / MoE / dense layer 0 at real dims: ms per decode token and prefill chunk.
     /// f32 FMA peak and DRAM bandwidth, and every hot kernel as a share of them, same run.
     BenchCompute(bench_compute::BenchComputeArgs),
+    /// KDA / MLA / MoE / dense layer 0 at real dims: ms per decode token and prefill chunk.
     BenchLayers(bench_layers::BenchLayersArgs),
     /// Expert bytes per prompt token: one-pass (chunk-union) prefill vs token by token.
     BenchPrefill(bench_prefill::BenchPrefillArgs),
@@ -95,16 +83,16 @@ enum Cmd {
     CheckReleased(check_released::CheckReleasedArgs),
     /// Write a synthetic benchmark checkpoint (real per-layer dims, or --mid) into OUT_DIR.
     GenBench(gen_bench::GenBenchArgs),
-    /// Drive `k3 serve` on 127.0.0.1 with concurrent clients: latency, throughput, 429s.
-    LoadTest(load_test::LoadTestArgs),
     /// Kimi K3 as released over N machines: predicted decode s/token per preset and network.
     PredictDist(predict_dist::PredictDistArgs),
-    /// Continuous batching: C concurrent clients vs the same requests one at a time, ids checked.
+    /// `k3 serve` on 127.0.0.1 under C concurrent clients vs the same requests one at a time:
+    /// tokens/s, latency, 429s, bytes per token, every request's ids checked.
     BenchServe(bench_serve::BenchServeArgs),
     /// Check that every `docs/<NAME>.md#<anchor>` citation points at an existing heading, and
     /// that nothing cites the old outside spec or a path outside the repository.
     CheckDocs,
-    /// Copy every layer's trunk run into OUT_DIR/trunk.bin + trunk.json (docs/FORMATS.md).
+    /// Copy every layer's trunk run into OUT_DIR/trunk.bin + trunk.json (docs/FORMATS.md):
+    /// k3-format's packer, as `k3 pack` runs it, for scripts that build a bench model.
     PackTrunk {
         /// Checkpoint directory (config.json + safetensors shards).
         model_dir: PathBuf,
@@ -126,13 +114,6 @@ fn main() -> ExitCode {
             &upstream.unwrap_or_else(|| fuzz::workspace_root().join("fixtures/upstream")),
             numerics,
         ),
-        Cmd::BenchIndex { dir, runs } => match bench_index::run(dir, runs) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("bench-index: {e}");
-                ExitCode::FAILURE
-            }
-        },
         Cmd::SimCache {
             trace,
             capacities,
@@ -146,7 +127,6 @@ fn main() -> ExitCode {
         }),
         Cmd::Fuzz(args) => fuzz::run(&args),
         Cmd::BenchLookahead(args) => bench_lookahead::run(&args),
-        Cmd::BenchSpec(args) => bench_spec::run(&args),
         Cmd::BenchConstraint(args) => bench_constraint::run(&args),
         Cmd::BenchDraft(args) => bench_draft::run(&args),
         Cmd::BenchDecode(args) => bench_decode::run(&args),
@@ -155,7 +135,6 @@ fn main() -> ExitCode {
         Cmd::BenchPrefill(args) => bench_prefill::run(&args),
         Cmd::GenBench(args) => gen_bench::run(&args),
         Cmd::CheckReleased(args) => check_released::run(&args),
-        Cmd::LoadTest(args) => load_test::run(&args),
         Cmd::BenchServe(args) => bench_serve::run(&args),
         Cmd::PredictDist(args) => predict_dist::run(&args),
         Cmd::CheckDocs => check_docs::run(&fuzz::workspace_root()),

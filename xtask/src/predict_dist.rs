@@ -27,7 +27,8 @@ use clap::Args;
 use k3_engine::planning::{decode_exchange, rank_sizes_of_config};
 use k3_engine::{Budget, Preset};
 use k3_format::K3Config;
-use k3_plan::plan::plan as make_plan;
+use k3_plan::forecast::table_hit_rate;
+use k3_plan::plan::{plan as make_plan, GB};
 use k3_plan::{ModelSizes, PlanRequest};
 use std::process::ExitCode;
 
@@ -79,15 +80,19 @@ pub const NETWORKS: [Network; 3] = [
     },
 ];
 
-/// Decode-view ARC hit rates at the presets' cache slots over 82,432 routed experts
-/// (docs/PERFORMANCE.md "Decision: ARC is the default").
-const HIT_POINTS: [(f64, f64); 5] = [
-    (56.0 / 82_432.0, 0.096),
-    (569.0 / 82_432.0, 0.136),
-    (740.0 / 82_432.0, 0.152),
-    (1708.0 / 82_432.0, 0.276),
-    (6208.0 / 82_432.0, 0.418),
-];
+/// The planner's decode-view ARC hit rates (`k3_plan::forecast::table_hit_rate`, from
+/// docs/PERFORMANCE.md#expert-cache-policy) at the presets' cache slots, each as a fraction
+/// of the released model's routed experts, in ascending order.
+fn hit_points() -> [(f64, f64); 5] {
+    let whole = ModelSizes::k3_estimate();
+    let slot = whole.expert_slot_bytes();
+    let mut points = Preset::ALL.map(|p| {
+        let slots = (p.gb().1 * GB / slot) as f64;
+        (slots / whole.n_routed_experts as f64, table_hit_rate(p))
+    });
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points
+}
 
 /// Expected expert hit rate with `slots` cache slots over `experts` owned experts.
 pub fn hit_rate(slots: u64, experts: u64) -> f64 {
@@ -96,7 +101,7 @@ pub fn hit_rate(slots: u64, experts: u64) -> f64 {
     }
     let f = slots as f64 / experts as f64;
     let mut prev = (0.0, 0.0);
-    for &(x, y) in HIT_POINTS.iter().chain(std::iter::once(&(1.0, 1.0))) {
+    for (x, y) in hit_points().into_iter().chain([(1.0, 1.0)]) {
         if f <= x {
             return prev.1 + (y - prev.1) * (f - prev.0) / (x - prev.0);
         }
@@ -249,7 +254,11 @@ mod tests {
 
     #[test]
     fn hit_rate_passes_through_the_measured_points_and_ends_at_one() {
-        for (f, h) in HIT_POINTS {
+        let points = hit_points();
+        assert!(points
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1));
+        for (f, h) in points {
             let slots = (f * 82_432.0).round() as u64;
             assert!((hit_rate(slots, 82_432) - h).abs() < 1e-3, "{slots}");
         }

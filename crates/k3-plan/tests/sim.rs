@@ -105,3 +105,58 @@ fn upstream_trace_layout() {
     assert!(s.batches_distinct && s.prefix_consistent);
     assert_eq!(s.token_forwards(16), 68.0);
 }
+
+/// Hit %, full trace / decode view, of LRU and ARC at a preset's cache size.
+fn preset_hit_rates(trace: &Trace, decode: &Trace, preset: k3_plan::Preset) -> [(f64, f64); 2] {
+    use k3_plan::plan::{ModelSizes, GB};
+    let slots = (preset.gb().1 * GB / ModelSizes::k3_estimate().expert_slot_bytes()) as usize;
+    [PolicyKind::Lru, PolicyKind::Arc].map(|p| {
+        let pct = |t: &Trace| 100.0 * simulate(t, slots, p).unwrap().hit_rate();
+        (pct(trace), pct(decode))
+    })
+}
+
+/// The expert-cache policy decision (docs/PERFORMANCE.md#expert-cache-policy) on
+/// upstream's recorded trace: the table's LRU and ARC cells, ARC as the default because it
+/// never loses more than 2.4 points to LRU and gains at the desktop and server presets'
+/// decode, and the planner's decode-view hit rates (`forecast::table_hit_rate`) are ARC's.
+#[test]
+fn upstream_trace_makes_arc_the_default() {
+    use k3_plan::Preset;
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/upstream/expert_trace.bin"
+    );
+    let trace = Trace::parse(&std::fs::read(path).unwrap(), KeySpace::K3, 16).unwrap();
+    let decode = trace.decode_view().unwrap();
+    // preset: [lru, arc] as (full trace, decode view) hit %, rounded as the table prints them.
+    let table = [
+        (Preset::Laptop, [(35.5, 9.5), (35.0, 9.6)]),
+        (Preset::Desktop, [(36.2, 9.5), (36.1, 13.6)]),
+        (Preset::Server, [(36.2, 9.5), (36.1, 15.2)]),
+        (Preset::Workstation, [(36.2, 30.0), (37.7, 27.6)]),
+        (Preset::Max, [(40.6, 41.5), (45.1, 41.8)]),
+    ];
+    assert_eq!(PolicyKind::DEFAULT, PolicyKind::Arc);
+    for (preset, want) in table {
+        let [lru, arc] = preset_hit_rates(&trace, &decode, preset);
+        let round = |(f, d): (f64, f64)| ((f * 10.0).round() / 10.0, (d * 10.0).round() / 10.0);
+        assert_eq!([round(lru), round(arc)], want, "{preset}: [lru, arc]");
+        assert!(
+            arc.0 >= lru.0 - 2.4 && arc.1 >= lru.1 - 2.4,
+            "{preset}: ARC far behind LRU"
+        );
+        let planned = 100.0 * k3_plan::forecast::table_hit_rate(preset);
+        assert!(
+            (planned - arc.1).abs() < 0.05,
+            "{preset}: planner {planned} vs ARC {arc:?}"
+        );
+    }
+    for preset in [Preset::Desktop, Preset::Server] {
+        let [lru, arc] = preset_hit_rates(&trace, &decode, preset);
+        assert!(
+            arc.1 >= lru.1 + 4.0,
+            "{preset}: ARC's decode gain {arc:?} vs {lru:?}"
+        );
+    }
+}

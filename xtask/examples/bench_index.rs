@@ -1,15 +1,18 @@
-//! `cargo xtask bench-index`: indexes a synthetic checkpoint of the real size (96 shards,
-//! 497,220 tensors with the released names, shapes, dtypes and byte offsets, written as sparse
-//! files: headers plus `set_len`, no data) and reports index time and memory per tensor.
+//! `cargo run --release -p xtask --example bench_index [-- --runs N --dir DIR]`: indexes a
+//! synthetic checkpoint of the real size (96 shards, 497,220 tensors with the released names,
+//! shapes, dtypes and byte offsets, written as sparse files: headers plus `set_len`, no data)
+//! and reports index time and memory per tensor (docs/PERFORMANCE.md#checkpoint-index).
 //!
-//! Heap is measured with a counting global allocator (installed for the whole xtask binary;
-//! two relaxed atomic adds per allocation).
+//! Heap is measured with a counting global allocator (two relaxed atomic adds per
+//! allocation), which is why this is an example binary of its own: it counts nothing else.
 
+use clap::Parser;
 use k3_format::bind::bind_model;
 use k3_format::writer::{write_index, write_sparse_shard};
 use k3_format::{Checkpoint, K3Config};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -53,8 +56,31 @@ static ALLOC: Counting = Counting;
 /// Real checkpoint size (docs/MODEL.md#real-model-sizing).
 use k3_format::released::TENSORS;
 
+/// Flags of the example.
+#[derive(Parser)]
+#[command(about = "Index a synthetic real-size checkpoint: time and bytes per tensor")]
+struct Args {
+    /// Keep the synthetic checkpoint here (default: a temp dir, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Timed opens (the best and the median are reported).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args.dir, args.runs) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench_index: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs the benchmark; `dir` keeps the synthetic checkpoint (else a temp dir, removed after).
-pub fn run(dir: Option<PathBuf>, runs: usize) -> Result<(), String> {
+fn run(dir: Option<PathBuf>, runs: usize) -> Result<(), String> {
     let (root, cleanup) = match dir {
         Some(d) => (d, false),
         None => (
