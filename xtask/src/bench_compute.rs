@@ -358,7 +358,7 @@ struct Timed {
 /// read under 70 % of its peak in 9 % of 21 ms samples, in 91 runs over two minutes of up to
 /// 3.6 s (no steal time shows), and three of five `bench-compute` runs read the 2-thread bf16
 /// T 64 GEMM at 41–42 % where the kernel runs at 83 %
-/// (docs/PERFORMANCE.md#session-14-acceptance-runs). Spread over the run, a case's calls are
+/// (docs/PERFORMANCE.md#measuring-on-a-shared-host). Spread over the run, a case's calls are
 /// no longer all in one episode. Matrices of one kind and shape are shared by the cases that
 /// use them (~1.4 GB in all).
 fn time_cases(

@@ -213,7 +213,7 @@ mod tests {
 
     #[test]
     fn released_token_is_about_206_gflop() {
-        // Issue 29 counts ~206 GFLOP per token for the released model.
+        // The released model costs ~206 GFLOP per token (docs/PERFORMANCE.md#prefill-against-its-compute-floor).
         let f = token_flops(&K3Config::released(), 1.0);
         let g = f.total() / 1e9;
         assert!((200.0..212.0).contains(&g), "{g} GFLOP");

@@ -3,7 +3,7 @@
 //! URLs with Range support. No network: an interrupted transfer is resumed with a Range request,
 //! a file corrupted in transfer or on disk is detected and fetched again, a `.part` file left by
 //! an earlier run is resumed, the token is sent, and a repository too big for the disk is
-//! refused (exit 2) before anything is fetched. Also issue 30's smaller items: the usage line,
+//! refused (exit 2) before anything is fetched. Also the smaller first-hour items: the usage line,
 //! a refused connection naming its URL once, a stalled hub given up after `K3_HUB_TIMEOUT`.
 
 mod fake_hub;

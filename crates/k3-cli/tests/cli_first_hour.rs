@@ -1,4 +1,4 @@
-//! The first hour with a real checkpoint (issue 30), on the tiny model: without a budget flag
+//! The first hour with a real checkpoint, on the tiny model: without a budget flag
 //! `run` and `serve` plan against the memory the machine has and say so (a model larger than
 //! it is never mapped whole unless `--resident` asks); a prompt plus `-n` past the model's
 //! trained context (`max_position_embeddings`) is refused naming both numbers and `-c`; the

@@ -1,4 +1,4 @@
-//! More habits users bring (issue 30): llama.cpp's `-s`, `-r`, `-e`, `--n-predict`, and the
+//! More habits users bring: llama.cpp's `-s`, `-r`, `-e`, `--n-predict`, and the
 //! multi-letter `-np`, `-ub`, `-sys` (rewritten before clap, README "llama.cpp habits"); the
 //! server's API key from `$K3_API_KEY` or `--api-key-file` instead of the command line (where
 //! `ps` shows it); and ollama's `k3 run MODEL` with no prompt opening a chat on a terminal.

@@ -1,4 +1,4 @@
-//! Issue 27 on the OpenAI endpoints of `k3 serve`: every refusal names its field (type errors
+//! The OpenAI endpoints of `k3 serve`: every refusal names its field (type errors
 //! included, nested paths too); tools, tool_choice and response_format are parsed and
 //! validated, then refused as not yet supported; `ignore_eos` works for chat; admission
 //! takes exactly `--parallel` + `--queue` requests; log lines carry RFC 3339 UTC timestamps.

@@ -1,4 +1,4 @@
-//! Progress on long work (issue 30), through a real pseudo-terminal: `k3 chat` draws a status
+//! Progress on long work, through a real pseudo-terminal: `k3 chat` draws a status
 //! line on stderr while it prefills a turn, then shows the thinking dimmed by default before
 //! any response token (`--hide-thinking` hides it, and the status line counts the hidden
 //! thinking instead); `k3 run` draws the prefill status line too. Piped, none of it appears,

@@ -6,10 +6,10 @@
 //! that such a run is not a result).
 //!
 //! The address-space cap is [`AS_CAP`]: the debug `k3` binary at this budget with one compute
-//! thread peaks at ~22 MB RSS (VmHWM, mostly the binary's own text pages) and, measured in
-//! session 9 with `prlimit --as`, runs at 49 MiB of address space and fails at 48 (binary,
+//! thread peaks at ~22 MB RSS (VmHWM, mostly the binary's own text pages) and, measured
+//! with `prlimit --as` (Zen 4, 2026-11), runs at 49 MiB of address space and fails at 48 (binary,
 //! libc, the mmapped shards, thread stacks — the Ctrl-C handler's thread added one stack and the
-//! constrained-decoding code ~4 MB of text; earlier sessions needed ~37 MB). Below the need an
+//! constrained-decoding code ~4 MB of text; earlier builds needed ~37 MB). Below the need an
 //! allocation fails (abort) or thread creation fails (a clean exit 1/2 naming the thread).
 //! 60 MiB leaves ~11 MiB of headroom, as before.
 #![cfg(target_os = "linux")]

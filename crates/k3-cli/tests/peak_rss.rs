@@ -12,7 +12,7 @@
 //! fixtures/tiny-k3 --ids 1,2,3 -n 2 --resident`) is the baseline, and the streamed run may peak
 //! at most [`NOISE`] above plan TOTAL + baseline. The baseline is mostly the binary's text pages
 //! (the kernel maps pages around each fault, so RSS follows the binary's size): 14.5–15.3 MB in
-//! earlier sessions, 24.1–25.2 MB on Zen 4 in session 9 after the binary grew to 22 MB of text
+//! earlier builds, 24.1–25.2 MB on Zen 4 (2026-11) after the binary grew to 22 MB of text
 //! (`/proc/PID/smaps`: 18.2 MB of RSS is the k3 binary). A fixed constant went stale as the code
 //! grew, so the bound now moves with the binary and nothing else. The mid model's streamed run
 //! peaked 4.4–4.9 MB above plan TOTAL earlier, ~10 MB under plan TOTAL + baseline (the plan also counts 7.9 MB of latent KV

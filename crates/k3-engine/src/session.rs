@@ -71,7 +71,7 @@ pub struct Session<'e> {
 
 /// An ended session's scratch goes back to its engine for the next session: a new
 /// session's prefill then writes pages already mapped instead of faulting its whole scratch
-/// in again (docs/PERFORMANCE.md#session-13-acceptance-runs-and-scratch-reuse).
+/// in again (docs/PERFORMANCE.md#scratch-reuse-between-sessions).
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         self.engine.give_back_scratch(self.state.take_scratch());

@@ -300,7 +300,7 @@ mod tests {
         b
     }
 
-    /// Regression (issue 9, found by `cargo xtask fuzz safetensors`): bytes after the data
+    /// Regression (found by `cargo xtask fuzz safetensors`): bytes after the data
     /// section used to be accepted; they are refused naming the shard and both lengths.
     #[test]
     fn trailing_bytes_are_refused_with_counts() {

@@ -2,7 +2,7 @@
 //! of 0.6 s, on 1 and 2 threads: MXFP4 expert w1/w3 3072 × 3584 and w2 3584 × 3072, bf16
 //! 12288 × 7168 and 7168 × 1536. The same file builds against any tree's k3-kernels, so the
 //! current kernels and older ones can be timed alternately on one machine
-//! (docs/PERFORMANCE.md, session 8: the contract-v1 tree, commit 25e0bac, against this one).
+//! (docs/PERFORMANCE.md#mat-vec: the contract-v1 tree, commit 25e0bac, against this one).
 //!
 //! `cargo run --release -p k3-kernels --example matvec_same_run [mx|bf]`
 //!

@@ -251,7 +251,7 @@ pub fn mla_forward_batch(
         cache.rows_mut(pos + n)[pos * kvr..].copy_from_slice(new_rows);
         let rows = cache.rows(pos + n);
         if pass.mla_path == MlaPath::Latent && n > 1 {
-            // a prefill chunk: every query of the chunk per head at once (issue 29)
+            // a prefill chunk: every query of the chunk per head at once
             let q = &sc.q[seq.start * qwl..(seq.start + n) * qwl];
             let o = &mut sc.o[seq.start * hvl..(seq.start + n) * hvl];
             attend_latent_chunk(d, &kv_b, rows, pos, q, o);

@@ -80,7 +80,7 @@ impl Scratch {
     /// An earlier session's scratch, for a new session of `max_ctx` positions: kept as it
     /// is (grown by that session's calls) and grown to what [`Scratch::new`] would hold, so
     /// the new session's prefill writes pages already mapped instead of faulting them in
-    /// again (docs/PERFORMANCE.md#session-13-acceptance-runs-and-scratch-reuse). No buffer
+    /// again (docs/PERFORMANCE.md#scratch-reuse-between-sessions). No buffer
     /// is read before it is written in a call, so the old contents never matter.
     pub fn refit(mut self, d: &Dims, max_ctx: usize) -> Self {
         self.ensure(d, 1);

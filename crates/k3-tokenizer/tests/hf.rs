@@ -85,7 +85,7 @@ fn tokenizer_json_syntax_error_has_line() {
     assert!(err.to_string().starts_with("t.json:3:"), "{err}");
 }
 
-/// Regression (issue 9): a vocab giving one id to two strings used to be accepted: one string
+/// Regression: a vocab giving one id to two strings used to be accepted: one string
 /// was dropped (which one depended on hash order) and its id became an empty token.
 #[test]
 fn tokenizer_json_with_a_repeated_vocab_id_is_refused() {

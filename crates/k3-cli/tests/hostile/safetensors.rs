@@ -425,7 +425,7 @@ fn damaged_shards_are_refused_by_name() {
 
 /// Bytes after the last tensor's data are refused when the shard is opened (`k3 run`: exit 2
 /// naming the shard, the byte counts and "re-download"), and `k3 verify` fails its shard-size
-/// check with the same message (it used to be accepted by `run`; issue 9).
+/// check with the same message (it used to be accepted by `run`).
 #[test]
 fn trailing_bytes_are_refused() {
     let append = |d: &Path| {

@@ -3,7 +3,7 @@
 //! the best: on 2 threads a call's fixed costs (fork-joins, a worker waking, the tail) show
 //! in the spread between the two. The FMA probes right before and after each case are printed
 //! apart: one that reads one core's worth marks a case the host's other tenants shared
-//! (docs/PERFORMANCE.md#session-14-acceptance-runs).
+//! (docs/PERFORMANCE.md#measuring-on-a-shared-host).
 
 use super::common::{bf16_data, bytes, mx_data, vector};
 use k3_kernels::simd::active_level;

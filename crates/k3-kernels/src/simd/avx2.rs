@@ -230,11 +230,11 @@ pub(super) const MR: usize = 4;
 /// the tree, so the halves are independent — reading each pass's half of the panel rows and
 /// activations contiguously (the chunk's halves order, [`widen`]). 4 × 3 one-`ymm`
 /// accumulators, the 3 activation vectors and one weight vector fill the 16 `ymm`, and each
-/// step loads 7 vectors for 12 FMAs. The full-width 2 × 3 tile before it (session 6) loaded
+/// step loads 7 vectors for 12 FMAs. The full-width 2 × 3 tile it replaced loaded
 /// 16: its activations were memory operands, read once per row (L1-resident kernels alone,
 /// Zen 4, 1 thread: 2 × 3 full-width 70 %, 2 × 6 halves interleaved 73 %, 2 × 6 halves
 /// ordered 80 %, 4 × 3 halves ordered 82–88 % of the FMA peak;
-/// docs/PERFORMANCE.md#session-17-avx2-gemm-in-halves).
+/// docs/PERFORMANCE.md#gemm-design-what-is-kept-and-why).
 pub(super) const TB: usize = 3;
 
 /// The GEMM microkernel: for `M` f32 weight rows `w[r]` and `N` activation rows at

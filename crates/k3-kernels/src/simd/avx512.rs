@@ -186,7 +186,7 @@ const SPREAD: [[u8; 64]; 2] = {
 /// `vpermps` looks the low 4 bits up in the scale's row of [`E2M1_SCALED_F32`] (the scalar
 /// `decode`'s values; no multiply). `table` is unused. On Zen 4 `vpermb`, `vpsrlvd` and
 /// `vpermps` issue beside the `zmm` FMAs while the `vpmultishiftqb` of the earlier form took
-/// an FMA cycle each (docs/PERFORMANCE.md#session-11-gemm).
+/// an FMA cycle each (docs/PERFORMANCE.md#gemm-design-what-is-kept-and-why).
 ///
 /// # Safety
 /// 16 bytes readable at `codes`; the CPU has AVX-512 VBMI.
@@ -279,7 +279,7 @@ mx_kernels!(
 
 /// The 16 lanes of `R` MXFP4 rows dotted with `x`: the VBMI decoder where the CPU has it,
 /// else the AVX-512F one (the same bits; `vbmi_and_f_decoders_agree` tests it).
-/// Measured: docs/PERFORMANCE.md#session-7-first-avx-512-machine-vbmi-mxfp4-decoder.
+/// Measured: docs/PERFORMANCE.md#mat-vec.
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(super) fn rows_mx<const R: usize>(
     packed: [&[u8]; R],
@@ -536,7 +536,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
 /// in registers (exactly, as [`widen_bf16`]) and stored at `w[r]` for the sweep's later token
 /// blocks, while their lanes take the same FMAs as [`micro`] on the stored panel would give.
 /// The widen's loads then overlap the FMAs instead of waiting in a pass of their own
-/// (docs/PERFORMANCE.md#session-10-gemm-near-the-fma-peak).
+/// (docs/PERFORMANCE.md#gemm-design-what-is-kept-and-why).
 ///
 /// # Safety
 /// As [`micro`], and `kc` bf16 readable at every `src[r]` and `kc` f32 writable at every

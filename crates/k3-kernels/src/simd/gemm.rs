@@ -7,7 +7,7 @@
 //! and every token. Per group of ≤ [`TG`] tokens it walks the columns in chunks of [`KC`]; on
 //! each chunk its blocks take turns: the activation chunk (≤ 135 KB) is read from L3 once per
 //! task and then served from L2 to every block (2-thread bf16 GEMM 46–52 → 52–58 % of the FMA
-//! peak, docs/PERFORMANCE.md#session-6-gemm-row-super-blocks). Each row's chunk becomes an
+//! peak, docs/PERFORMANCE.md#gemm-design-what-is-kept-and-why). Each row's chunk becomes an
 //! f32 panel row (f32 copied, bf16 and int8 widened, MXFP4 decoded — once, shared by all the
 //! tokens; `−0`-padded), and the level's microkernel adds the chunk to the 16 lanes of `MR`
 //! rows × `TB` tokens at a time, the lanes living in registers within a chunk and in a
@@ -172,7 +172,7 @@ fn matmul_on<I: Isa>(level: Level, y: &mut [f32], w: &Matrix, x: &[f32], t: usiz
         // Split down to single tasks: rayon's default stops splitting a range after a few
         // halvings unless a part is stolen, and a thread that runs out of tasks cannot steal
         // from inside the other's unsplit run, so the call's tail waited on up to a quarter
-        // of the tasks (docs/PERFORMANCE.md#session-12-gemm). Tasks keep their order on each
+        // of the tasks (docs/PERFORMANCE.md#gemm-design-what-is-kept-and-why). Tasks keep their order on each
         // thread (the next-task prefetch in `next_chunk` still points at the right rows).
         (0..w.rows.div_ceil(RB * sb))
             .into_par_iter()
@@ -238,7 +238,7 @@ impl Ahead {
 /// Cache lines a microkernel prefetches (`prefetch_t0`), one every `gap` steps of its k-loop
 /// instead of a burst at the call's start: on Zen 4 the bursts of next-panel hints from
 /// DRAM stalled the sweep (~7 % of its samples on the prefetch loop, `perf`,
-/// docs/PERFORMANCE.md#session-10-gemm-near-the-fma-peak). Hints only: never dereferenced.
+/// docs/PERFORMANCE.md#gemm-design-what-is-kept-and-why). Hints only: never dereferenced.
 pub(crate) struct Spread<'a> {
     ahead: Option<&'a mut Ahead>,
     lines: usize,
@@ -318,7 +318,7 @@ impl Job<'_> {
     /// outputs in `staged` (token `j`, task row `r` at `j · SB · RB + r`) instead. Returns,
     /// per block, whether it did (the fused MXFP4 tiles never do: reducing in them cost the
     /// T 8 / 16 GEMM ~2 points of the FMA peak;
-    /// docs/PERFORMANCE.md#session-16-gemm-lanes-reduced-in-the-tile).
+    /// docs/PERFORMANCE.md#gemm-design-what-is-kept-and-why).
     fn chunks<I: Isa>(
         &self,
         r0: usize,
@@ -512,7 +512,7 @@ impl Job<'_> {
     /// outputs as one run of ≤ `SB · RB`. On AVX-512, 7168 × 1536 at T 32 spent ~13 % of its
     /// time on single stores 28 KB apart and ~10 % in the scalar tree (`perf`); with runs and
     /// 16 sets per reduction, 1 thread 47 → 63 % of the FMA peak
-    /// (docs/PERFORMANCE.md#session-8-zen-5-gemm-emit-and-mxfp4-prefetch-stream).
+    /// (docs/PERFORMANCE.md#gemm-design-what-is-kept-and-why).
     fn emit<'s, I: Isa>(
         &self,
         r0: usize,

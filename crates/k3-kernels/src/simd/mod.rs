@@ -313,7 +313,7 @@ pub(crate) fn copy_in_layout(layout: Layout, src: &[f32], dst: &mut [f32]) {
 /// nothing is read or written; x86-64 only, a no-op elsewhere). The GEMM's next-panel hints
 /// use it: on Zen 4 `prefetcht1` left the panel fill waiting on its weight loads (14 % of
 /// the 1-thread bf16 GEMM's samples in the bf16 widen, 5 % with `t0`; 64–74 → 75–85 % of the
-/// FMA peak; docs/PERFORMANCE.md#session-9-zen-4-prefill-against-its-compute-floor).
+/// FMA peak; docs/PERFORMANCE.md#prefill-against-its-compute-floor).
 #[inline]
 pub(crate) fn prefetch_t0(p: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]

@@ -99,7 +99,7 @@ fn latent_mla_op_equals_expanded_within_tolerance() {
     assert!(lat != exp || max > 0.0);
 }
 
-/// Batched prefill attention (issue 29) is token-by-token attention bit for bit: a chunk of
+/// Batched prefill attention is token-by-token attention bit for bit: a chunk of
 /// 37 queries after 5 cached positions (three tiles, the last one partial), all heads and a
 /// subset of heads (one rank's).
 #[test]

@@ -165,8 +165,8 @@ macro_rules! sweep_fn {
                     // Spread over `kc / 16` ticks. The AVX2 kernel ticks every 8 columns
                     // (`kc / 8` ticks), so there the hints go out in the first half of the
                     // call: spreading them over all of it measured 1–3 points slower (bf16
-                    // T 32/64), over the first quarter level (session 18;
-                    // docs/PERFORMANCE.md#session-18-avx2-prefetch-spread).
+                    // T 32/64), over the first quarter level (measured 2026-12-06;
+                    // docs/PERFORMANCE.md#gemm-design-what-is-kept-and-why).
                     let pf = ahead.take(per, kc / 16);
                     let mut wr = [w[0]; MR];
                     wr.copy_from_slice(&w[rb..rb + MR]);
@@ -265,13 +265,13 @@ isa_impl!(
 const FUSED_MAX_T_AVX2: usize = 8;
 
 /// [`FUSED_MAX_T_AVX2`] for AVX-512 VBMI ([`fused_avx512`]), which decodes each row once per
-/// ≤ 8 tokens. Zen 5 (session 8, `vpmultishiftqb` decoder): T 4 +30 %, T 8 +20–25 %, T 16
-/// level. Zen 4 with the `vpermb` decoder (session 11, `gemm_cpu_time mx` with `TS`, 1
-/// thread, alternate runs; docs/PERFORMANCE.md#session-11-gemm): fused ahead of the panel
+/// ≤ 8 tokens. Zen 5 (`vpmultishiftqb` decoder): T 4 +30 %, T 8 +20–25 %, T 16
+/// level. Zen 4 with the `vpermb` decoder (`gemm_cpu_time mx` with `TS`, 1
+/// thread, alternate runs; docs/PERFORMANCE.md#gemm-design-what-is-kept-and-why): fused ahead of the panel
 /// path by 5–17 points of the FMA peak at T 9–24, behind by 3 at T 32 and 48.
 /// On Intel, where the decode's permutes share port 5 with the FMAs, a port model predicts
 /// the panel path ahead from T ≈ 12 (not yet measured there;
-/// docs/PERFORMANCE.md#session-19-one-shift-per-mxfp4-group-and-the-intel-port-model).
+/// docs/PERFORMANCE.md#intel-amx-mode-fast-and-the-port-model).
 #[cfg(target_arch = "x86_64")]
 const FUSED_MAX_T_AVX512: usize = 24;
 
@@ -421,7 +421,7 @@ unsafe fn fused_rows_avx512<const R: usize, const TB: usize>(
             );
             let ss = tg * 16;
             // The hints spread over the call's groups (a burst before each call stalled,
-            // ~10 % of the T 8 GEMM's samples; docs/PERFORMANCE.md#session-11-gemm).
+            // ~10 % of the T 8 GEMM's samples; docs/PERFORMANCE.md#gemm-design-what-is-kept-and-why).
             let pf = ahead.take(per, groups);
             // SAFETY: VBMI (caller); rows `rb ..= rb + nr - 1` hold `groups` groups from
             // column `k0` (the last row's slice, asserted, ends past the others);

@@ -21,7 +21,7 @@ pub(super) fn pack_x<'b>(
     let xs = scratch::aligned_any(buf, chunks * t * XS);
     // In parallel even when small: the fork wakes the other workers while this thread
     // packs (packing on the calling thread alone delayed their first task by ~20 µs and
-    // cost the 2-thread T 8 MXFP4 GEMM ~5 points; docs/PERFORMANCE.md#session-12-gemm).
+    // cost the 2-thread T 8 MXFP4 GEMM ~5 points; docs/PERFORMANCE.md#gemm-design-what-is-kept-and-why).
     xs.par_chunks_mut(t * XS).enumerate().for_each(|(c, dst)| {
         let (k0, end) = (c * KC, cols.min(c * KC + KC));
         let kc = KC.min(k16 - k0);
