@@ -188,18 +188,7 @@ pub fn chat(args: ChatArgs, ranks: &crate::mpi_comm::Group) -> Result<(), CliErr
     let group = ranks.comm();
     let follower = ranks.is_follower();
     c.group = group.clone();
-    ctrlc::set_handler(move || {
-        if follower {
-            // rank 0's Ctrl-C is broadcast (docs/DISTRIBUTED.md#chat-over-ranks)
-        } else if GENERATING.load(Ordering::SeqCst) {
-            CANCEL.store(true, Ordering::SeqCst);
-        } else if IDLE_INTERRUPTS.fetch_add(1, Ordering::SeqCst) >= 1 {
-            std::process::exit(130);
-        } else {
-            eprint!("\n(Ctrl-C again quits; /exit or Ctrl-D leaves cleanly)\n");
-        }
-    })
-    .map_err(|e| CliError::runtime(format!("cannot install the Ctrl-C handler: {e}")))?;
+    on_ctrl_c(follower)?;
     let interactive = !follower && std::io::stdin().is_terminal();
     if interactive {
         eprintln!(
@@ -214,10 +203,39 @@ pub fn chat(args: ChatArgs, ranks: &crate::mpi_comm::Group) -> Result<(), CliErr
         (false, None) => crate::chat_input::default_history(),
     };
     // A follower reads nothing: every input is rank 0's, broadcast (crate::chat_ranks).
-    let mut input = match follower {
+    let input = match follower {
         true => None,
         false => Some(ChatInput::new(interactive, history)?),
     };
+    converse(&mut c, input, interactive, group.as_ref(), follower)
+}
+
+/// Ctrl-C cancels a reply at a token boundary; at the prompt, twice in a row quits (130). A
+/// follower rank ignores its own: rank 0's is broadcast (docs/DISTRIBUTED.md#chat-over-ranks).
+fn on_ctrl_c(follower: bool) -> Result<(), CliError> {
+    ctrlc::set_handler(move || {
+        if follower {
+            return;
+        }
+        if GENERATING.load(Ordering::SeqCst) {
+            CANCEL.store(true, Ordering::SeqCst);
+        } else if IDLE_INTERRUPTS.fetch_add(1, Ordering::SeqCst) >= 1 {
+            std::process::exit(130);
+        } else {
+            eprint!("\n(Ctrl-C again quits; /exit or Ctrl-D leaves cleanly)\n");
+        }
+    })
+    .map_err(|e| CliError::runtime(format!("cannot install the Ctrl-C handler: {e}")))
+}
+
+/// The read–reply loop until end of input or `/exit`.
+fn converse(
+    c: &mut Chat<'_>,
+    mut input: Option<ChatInput>,
+    interactive: bool,
+    group: Option<&std::sync::Arc<dyn k3_engine::Comm>>,
+    follower: bool,
+) -> Result<(), CliError> {
     loop {
         let said = match input.as_mut() {
             Some(input) => match read_line(input, interactive, group.is_some())? {
@@ -226,7 +244,7 @@ pub fn chat(args: ChatArgs, ranks: &crate::mpi_comm::Group) -> Result<(), CliErr
             },
             None => Said::Eof, // replaced by rank 0's
         };
-        let said = match group.as_ref() {
+        let said = match group {
             Some(comm) => crate::chat_ranks::share(comm, (!follower).then_some(said))?,
             None => said,
         };

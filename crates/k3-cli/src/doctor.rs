@@ -277,7 +277,6 @@ fn recommend(
     bw: &Bandwidth,
 ) -> Result<(), CliError> {
     let avail = available_memory();
-    let fits = |p: &MemoryPlan| p.check(sizes, &avail).is_ok();
     let (smallest, everything) = budget_extremes(dir)?;
     let min_plan = plan_for(sizes, smallest, ctx)?;
     if let Err(e) = min_plan.check(sizes, &avail) {
@@ -288,97 +287,12 @@ fn recommend(
             fmt_bytes(min_plan.total_bytes())
         )));
     }
-    let mut cands = Vec::new();
-    for p in Preset::ALL {
-        let plan = plan_for(sizes, Budget::Preset(p), ctx)?;
-        let hit = hit_rate(p, &plan, sizes);
-        cands.push(Candidate {
-            label: format!("preset {p}"),
-            flag: format!("--preset {p}"),
-            fits: fits(&plan),
-            plan,
-            hit,
-        });
-    }
-    if let Budget::Split { trunk, cache } = everything {
-        // The smallest split that holds the whole model, rounded up to whole MB.
-        let (t, c) = (gb_up(trunk), gb_up(cache));
-        let budget = Budget::Split {
-            trunk: (t * GB as f64) as u64,
-            cache: (c * GB as f64) as u64,
-        };
-        if let Ok(plan) = make_plan(sizes, &PlanRequest::new(budget, ctx as u64)) {
-            let flag = format!("--trunk-gb {t} --cache-gb {c}");
-            let hit = if holds_everything(&plan, sizes) {
-                1.0
-            } else {
-                0.0
-            };
-            cands.push(Candidate {
-                label: "whole model".into(),
-                flag,
-                fits: fits(&plan),
-                plan,
-                hit,
-            });
-        }
-    }
-    if let Some(a) = avail.bytes() {
-        // 90 % of what is available, rounded down to 0.1 GB: room for the page cache and the OS.
-        let gb = ((a as f64 * 0.9 / GB as f64) * 10.0).floor() / 10.0;
-        if gb > 0.0 {
-            if let Ok(plan) = make_plan(
-                sizes,
-                &PlanRequest::new(Budget::Total((gb * GB as f64) as u64), ctx as u64),
-            ) {
-                let hit = if holds_everything(&plan, sizes) {
-                    1.0
-                } else {
-                    0.0
-                };
-                cands.push(Candidate {
-                    label: format!("--mem-gb {gb}"),
-                    flag: format!("--mem-gb {gb}"),
-                    fits: fits(&plan),
-                    plan,
-                    hit,
-                });
-            }
-        }
-    }
-    println!("\nbudgets (ctx {ctx}; I/O floor = trunk streamed + expected expert misses, over the measured bandwidth)");
-    println!(
-        "  {:<20} {:>10} {:>5} {:>8} {:>12} {:>12}",
-        "budget", "total", "fits", "hit", "read/token", "s/token"
-    );
+    let cands = candidates(sizes, everything, ctx, &avail)?;
     let moe_layers = cfg
         .num_hidden_layers
         .saturating_sub(cfg.first_k_dense_replace) as f64;
-    for c in &cands {
-        let (read, secs) = floor(c, sizes, moe_layers, bw);
-        println!(
-            "  {:<20} {:>10} {:>5} {:>7.1}% {:>12} {:>12}",
-            c.label,
-            fmt_bytes(c.plan.total_bytes()),
-            if c.fits { "yes" } else { "no" },
-            c.hit * 100.0,
-            fmt_bytes(read as u64),
-            secs.map_or("?".to_string(), |s| format!("≥ {s:.3}"))
-        );
-    }
-    // The smallest fitting budget that already holds everything, else the largest fitting preset.
-    let pick = cands
-        .iter()
-        .filter(|c| c.fits && holds_everything(&c.plan, sizes))
-        .min_by_key(|c| c.plan.total_bytes())
-        .or_else(|| {
-            cands
-                .iter()
-                .filter(|c| c.fits && c.label.starts_with("preset"))
-                .max_by_key(|c| c.plan.total_bytes())
-        })
-        .or_else(|| cands.iter().find(|c| c.fits));
-    match pick {
+    print_candidates(&cands, sizes, ctx, moe_layers, bw);
+    match pick(&cands, sizes) {
         Some(c) => {
             let why = if holds_everything(&c.plan, sizes) {
                 "holds the whole model: nothing is read per token after warm-up"
@@ -399,6 +313,110 @@ fn recommend(
     }
     println!("s/token is a floor from I/O alone (compute not included); hit rates: docs/PERFORMANCE.md decode view (ARC), 0 for --mem-gb");
     Ok(())
+}
+
+/// Every preset, the smallest split holding the whole model, and 90 % of the available memory.
+fn candidates(
+    sizes: &ModelSizes,
+    everything: Budget,
+    ctx: usize,
+    avail: &k3_plan::Available,
+) -> Result<Vec<Candidate>, CliError> {
+    let fits = |p: &MemoryPlan| p.check(sizes, avail).is_ok();
+    let whole_or_none = |p: &MemoryPlan| f64::from(u8::from(holds_everything(p, sizes)));
+    let mut cands = Vec::new();
+    let mut add = |label: String, flag: String, plan: MemoryPlan, hit: f64| {
+        let fits = fits(&plan);
+        cands.push(Candidate {
+            label,
+            flag,
+            fits,
+            plan,
+            hit,
+        });
+    };
+    for p in Preset::ALL {
+        let plan = plan_for(sizes, Budget::Preset(p), ctx)?;
+        let hit = hit_rate(p, &plan, sizes);
+        add(format!("preset {p}"), format!("--preset {p}"), plan, hit);
+    }
+    if let Budget::Split { trunk, cache } = everything {
+        // The smallest split that holds the whole model, rounded up to whole MB.
+        let (t, c) = (gb_up(trunk), gb_up(cache));
+        let budget = Budget::Split {
+            trunk: (t * GB as f64) as u64,
+            cache: (c * GB as f64) as u64,
+        };
+        if let Ok(plan) = make_plan(sizes, &PlanRequest::new(budget, ctx as u64)) {
+            let hit = whole_or_none(&plan);
+            add(
+                "whole model".into(),
+                format!("--trunk-gb {t} --cache-gb {c}"),
+                plan,
+                hit,
+            );
+        }
+    }
+    // 90 % of what is available, rounded down to 0.1 GB: room for the page cache and the OS.
+    let gb = avail.bytes().map_or(0.0, |a| {
+        ((a as f64 * 0.9 / GB as f64) * 10.0).floor() / 10.0
+    });
+    if gb > 0.0 {
+        let budget = Budget::Total((gb * GB as f64) as u64);
+        if let Ok(plan) = make_plan(sizes, &PlanRequest::new(budget, ctx as u64)) {
+            let hit = whole_or_none(&plan);
+            add(
+                format!("--mem-gb {gb}"),
+                format!("--mem-gb {gb}"),
+                plan,
+                hit,
+            );
+        }
+    }
+    Ok(cands)
+}
+
+/// The budgets table: total, fits, hit rate, bytes read and the I/O floor per token.
+fn print_candidates(
+    cands: &[Candidate],
+    sizes: &ModelSizes,
+    ctx: usize,
+    moe_layers: f64,
+    bw: &Bandwidth,
+) {
+    println!("\nbudgets (ctx {ctx}; I/O floor = trunk streamed + expected expert misses, over the measured bandwidth)");
+    println!(
+        "  {:<20} {:>10} {:>5} {:>8} {:>12} {:>12}",
+        "budget", "total", "fits", "hit", "read/token", "s/token"
+    );
+    for c in cands {
+        let (read, secs) = floor(c, sizes, moe_layers, bw);
+        println!(
+            "  {:<20} {:>10} {:>5} {:>7.1}% {:>12} {:>12}",
+            c.label,
+            fmt_bytes(c.plan.total_bytes()),
+            if c.fits { "yes" } else { "no" },
+            c.hit * 100.0,
+            fmt_bytes(read as u64),
+            secs.map_or("?".to_string(), |s| format!("≥ {s:.3}"))
+        );
+    }
+}
+
+/// The smallest fitting budget that already holds everything, else the largest fitting
+/// preset, else any that fits.
+fn pick<'a>(cands: &'a [Candidate], sizes: &ModelSizes) -> Option<&'a Candidate> {
+    cands
+        .iter()
+        .filter(|c| c.fits && holds_everything(&c.plan, sizes))
+        .min_by_key(|c| c.plan.total_bytes())
+        .or_else(|| {
+            cands
+                .iter()
+                .filter(|c| c.fits && c.label.starts_with("preset"))
+                .max_by_key(|c| c.plan.total_bytes())
+        })
+        .or_else(|| cands.iter().find(|c| c.fits))
 }
 
 /// Bytes → GB rounded up to a whole MB (so the flag value plans at least as much).
