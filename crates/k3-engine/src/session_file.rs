@@ -260,56 +260,7 @@ impl Engine {
         name: &str,
     ) -> Result<(Session<'_>, SessionInfo), EngineError> {
         let bad = |what: String| EngineError::Invalid(format!("session file {name}: {what}"));
-        if bytes.len() >= 4 && &bytes[..4] != SESSION_MAGIC {
-            return Err(bad(format!(
-                "not a k3 session file (magic {:?}, expected \"K3SS\")",
-                String::from_utf8_lossy(&bytes[..4])
-            )));
-        }
-        if bytes.len() < HEADER_LEN + 8 {
-            return Err(bad(format!(
-                "truncated: {} bytes, shorter than the {}-byte header",
-                bytes.len(),
-                HEADER_LEN + 8
-            )));
-        }
-        let mut r = Reader {
-            buf: bytes,
-            at: 4,
-            name,
-        };
-        let version = r.u32()?;
-        if version != SESSION_VERSION {
-            return Err(bad(format!(
-                "format version {version}; this build reads version {SESSION_VERSION}"
-            )));
-        }
-        let fingerprint = r.u64()?;
-        let body_len = r.u64()?;
-        let expected = (HEADER_LEN as u64)
-            .checked_add(body_len)
-            .and_then(|n| n.checked_add(8));
-        match expected {
-            Some(n) if n == bytes.len() as u64 => {}
-            Some(n) if n > bytes.len() as u64 => {
-                return Err(bad(format!(
-                    "truncated: {} bytes, the header says {n}",
-                    bytes.len()
-                )))
-            }
-            _ => {
-                return Err(bad(format!(
-                    "damaged: {} bytes, the header says {expected:?}",
-                    bytes.len()
-                )))
-            }
-        }
-        let end = bytes.len() - 8;
-        let mut stored = [0u8; 8];
-        stored.copy_from_slice(&bytes[end..]);
-        if xxh3_64(&bytes[..end]) != u64::from_le_bytes(stored) {
-            return Err(bad("bad checksum: the file is damaged".into()));
-        }
+        let fingerprint = check_envelope(bytes, name)?;
         let ours = self.fingerprint();
         if fingerprint != ours {
             return Err(bad(format!(
@@ -317,11 +268,41 @@ impl Engine {
                 k3_kernels::fast::numerics().name()
             )));
         }
+        let end = bytes.len() - 8;
         let mut r = Reader {
             buf: &bytes[..end],
             at: HEADER_LEN,
             name,
         };
+        let saved = self.read_tokens(&mut r, max_ctx)?;
+        let mut session = self.new_session(max_ctx)?;
+        self.read_state(&mut r, &mut session, saved.pos)?;
+        if r.at != end {
+            return Err(bad(format!("{} unread bytes after the state", end - r.at)));
+        }
+        let state = session.state_mut();
+        state.set_pos(saved.pos).map_err(|e| bad(e.to_string()))?;
+        let n_tokens = saved.tokens.len();
+        let mut fed = saved.tokens;
+        let pending = if n_tokens > saved.pos {
+            fed.pop()
+        } else {
+            None
+        };
+        session.restore(fed, pending, saved.logits);
+        let info = SessionInfo {
+            bytes: bytes.len() as u64,
+            tokens: n_tokens,
+            prefill_tokens_saved: saved.pos,
+            fingerprint,
+        };
+        Ok((session, info))
+    }
+
+    /// The saved position, tokens and logits, checked against the model and `max_ctx`.
+    fn read_tokens(&self, r: &mut Reader<'_>, max_ctx: usize) -> Result<SavedTokens, EngineError> {
+        let name = r.name;
+        let bad = |what: String| EngineError::Invalid(format!("session file {name}: {what}"));
         let (_saved_ctx, pos) = (r.u64()?, r.usize()?);
         let n_tokens = r.usize()?;
         if n_tokens != pos && Some(n_tokens) != pos.checked_add(1) {
@@ -346,8 +327,23 @@ impl Engine {
             return Err(bad(format!("{n_logits} logits; expected 0 or {vocab}")));
         }
         let logits = r.f32s(n_logits)?;
+        Ok(SavedTokens {
+            pos,
+            tokens,
+            logits,
+        })
+    }
 
-        let mut session = self.new_session(max_ctx)?;
+    /// Every KDA layer's recurrent state and conv history, then every MLA layer's latent rows
+    /// up to `pos`, into `session`.
+    fn read_state(
+        &self,
+        r: &mut Reader<'_>,
+        session: &mut Session<'_>,
+        pos: usize,
+    ) -> Result<(), EngineError> {
+        let name = r.name;
+        let bad = |what: String| EngineError::Invalid(format!("session file {name}: {what}"));
         let state = session.state_mut();
         let n_kda = r.u32()? as usize;
         if n_kda != state.kda_states().len() {
@@ -385,21 +381,71 @@ impl Engine {
             }
             r.fill_exact(m.rows_mut(pos), &format!("MLA layer {i} latent rows"))?;
         }
-        if r.at != end {
-            return Err(bad(format!("{} unread bytes after the state", end - r.at)));
-        }
-        state.set_pos(pos).map_err(|e| bad(e.to_string()))?;
-        let mut fed = tokens;
-        let pending = if n_tokens > pos { fed.pop() } else { None };
-        session.restore(fed, pending, logits);
-        let info = SessionInfo {
-            bytes: bytes.len() as u64,
-            tokens: n_tokens,
-            prefill_tokens_saved: pos,
-            fingerprint,
-        };
-        Ok((session, info))
+        Ok(())
     }
+}
+
+/// What a session file saved before its state.
+struct SavedTokens {
+    pos: usize,
+    tokens: Vec<u32>,
+    logits: Vec<f32>,
+}
+
+/// Checks the magic, version, length and checksum of a session file; its model fingerprint.
+fn check_envelope(bytes: &[u8], name: &str) -> Result<u64, EngineError> {
+    let bad = |what: String| EngineError::Invalid(format!("session file {name}: {what}"));
+    if bytes.len() >= 4 && &bytes[..4] != SESSION_MAGIC {
+        return Err(bad(format!(
+            "not a k3 session file (magic {:?}, expected \"K3SS\")",
+            String::from_utf8_lossy(&bytes[..4])
+        )));
+    }
+    if bytes.len() < HEADER_LEN + 8 {
+        return Err(bad(format!(
+            "truncated: {} bytes, shorter than the {}-byte header",
+            bytes.len(),
+            HEADER_LEN + 8
+        )));
+    }
+    let mut r = Reader {
+        buf: bytes,
+        at: 4,
+        name,
+    };
+    let version = r.u32()?;
+    if version != SESSION_VERSION {
+        return Err(bad(format!(
+            "format version {version}; this build reads version {SESSION_VERSION}"
+        )));
+    }
+    let fingerprint = r.u64()?;
+    let body_len = r.u64()?;
+    let expected = (HEADER_LEN as u64)
+        .checked_add(body_len)
+        .and_then(|n| n.checked_add(8));
+    match expected {
+        Some(n) if n == bytes.len() as u64 => {}
+        Some(n) if n > bytes.len() as u64 => {
+            return Err(bad(format!(
+                "truncated: {} bytes, the header says {n}",
+                bytes.len()
+            )))
+        }
+        _ => {
+            return Err(bad(format!(
+                "damaged: {} bytes, the header says {expected:?}",
+                bytes.len()
+            )))
+        }
+    }
+    let end = bytes.len() - 8;
+    let mut stored = [0u8; 8];
+    stored.copy_from_slice(&bytes[end..]);
+    if xxh3_64(&bytes[..end]) != u64::from_le_bytes(stored) {
+        return Err(bad("bad checksum: the file is damaged".into()));
+    }
+    Ok(fingerprint)
 }
 
 impl Session<'_> {
