@@ -314,38 +314,88 @@ pub fn kda_forward_batch(
     check_kda(d, dist, w, Some(l))?;
     pass.check_states(l, states.len())?;
     sc.ensure(d, t);
-    let (p, h, dd, k) = (d.kda_proj(), d.kda_heads, d.kda_dim, d.conv_k);
-    let split = kda_split(h);
-    let heads = dist.heads(h);
-    let (hl, pl) = (heads.len(), heads.len() * dd);
-    let (tp, tpl) = (t * p, t * pl);
-    let shape = (hl, dd, k);
+    let z = BatchSizes::of(pass);
+    let split = kda_split(d.kda_heads);
     // 1. projections (one weight pass for all T rows): this rank's heads' rows, kept local;
     //    the low-rank decay code f_a is row-dealt and gathered (every head needs all of it)
     let mut jobs = [
-        (&mut sc.q[..tpl], &w.q_proj, p, split.qkvg),
-        (&mut sc.k[..tpl], &w.k_proj, p, split.qkvg),
-        (&mut sc.v[..tpl], &w.v_proj, p, split.qkvg),
-        (&mut sc.g[..tpl], &w.g_proj, p, split.qkvg),
-        (&mut sc.braw[..t * hl], &w.b_proj, h, split.b),
+        (&mut sc.q[..z.tpl], &w.q_proj, z.p, split.qkvg),
+        (&mut sc.k[..z.tpl], &w.k_proj, z.p, split.qkvg),
+        (&mut sc.v[..z.tpl], &w.v_proj, z.p, split.qkvg),
+        (&mut sc.g[..z.tpl], &w.g_proj, z.p, split.qkvg),
+        (&mut sc.braw[..t * z.hl], &w.b_proj, d.kda_heads, split.b),
     ];
     dist.local_matmuls(&mut jobs, x, t)?;
-    dist.matmul(&mut sc.f[..t * dd], &w.f_a_proj, x, t)?;
-    let mut decay = [(&mut sc.z[..tpl], &w.f_b_proj, p, split.f_b)];
-    dist.local_matmuls(&mut decay, &sc.f[..t * dd], t)?;
+    dist.matmul(&mut sc.f[..t * z.dd], &w.f_a_proj, x, t)?;
+    let mut decay = [(&mut sc.z[..z.tpl], &w.f_b_proj, z.p, split.f_b)];
+    dist.local_matmuls(&mut decay, &sc.f[..t * z.dd], t)?;
     // 2. causal short convs with each sequence's carried histories (this rank's channels)
-    let taps = |what, v| local(pass, what, v, (p, k), split.small);
+    batch_convs(pass, w, states, sc, &z)?;
+    // 3. per-head L2 norm of q and k, q scaled by 1/sqrt(D); 4. beta = σ(b_proj x);
+    // 5. per-channel decay (A_log of this rank's heads)
+    batch_norms_and_decay(pass, w, sc, &z)?;
+    // 6. recurrence per sequence, heads in parallel
+    batch_recurrence(pass, states, sc, &z)?;
+    // 7. head-wise RMSNorm, 8. sigmoid gate (after the norm), into this rank's `[T][P_r]`
+    batch_gated_outputs(pass, w, sc, &z);
+    // 9. every rank's heads in head order, then the output projection (rows dealt)
+    dist.allgather_cols(&sc.q[..z.tpl], z.p, split.qkvg, &mut sc.o[..t * z.p], t)?;
+    dist.matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..t * z.p], t)?;
+    Ok(())
+}
+
+/// The sizes one batched KDA step works in: `P = H·D` projection width, `k` conv taps, and
+/// this rank's `hl` heads (`pl = hl·D` channels) over `t` rows.
+struct BatchSizes {
+    p: usize,
+    dd: usize,
+    k: usize,
+    hl: usize,
+    pl: usize,
+    tpl: usize,
+    heads: std::ops::Range<usize>,
+}
+
+impl BatchSizes {
+    fn of(pass: &Pass<'_>) -> BatchSizes {
+        let d = pass.d;
+        let heads = pass.dist.heads(d.kda_heads);
+        let (hl, dd) = (heads.len(), d.kda_dim);
+        BatchSizes {
+            p: d.kda_proj(),
+            dd,
+            k: d.conv_k,
+            hl,
+            pl: hl * dd,
+            tpl: pass.t * hl * dd,
+            heads,
+        }
+    }
+
+    fn state_shape(&self) -> (usize, usize, usize) {
+        (self.hl, self.dd, self.k)
+    }
+}
+
+/// Step 2: each sequence's q, k and v short convs on its own carried histories.
+fn batch_convs(
+    pass: &Pass<'_>,
+    w: &KdaWeights,
+    states: &mut [AttnState<'_>],
+    sc: &mut KdaScratch,
+    z: &BatchSizes,
+) -> Result<(), ModelError> {
+    let split = kda_split(pass.d.kda_heads);
+    let taps = |what, v| local(pass, what, v, (z.p, z.k), split.small);
     let (q_conv, k_conv) = (
         taps("kda q_conv1d", w.q_conv)?,
         taps("kda k_conv1d", w.k_conv)?,
     );
     let v_conv = taps("kda v_conv1d", w.v_conv)?;
-    let dt_bias = local(pass, "kda dt_bias", w.dt_bias, (p, 1), split.small)?;
     for i in 0..pass.n_seqs() {
         let seq = pass.seq(i);
-        let r = seq.start * pl..(seq.start + seq.len) * pl;
-        let (_, qh, kh, vh) = kda_state(states, i, shape)?.parts_mut();
-        let n = seq.len;
+        let r = seq.start * z.pl..(seq.start + seq.len) * z.pl;
+        let (_, qh, kh, vh) = kda_state(states, i, z.state_shape())?.parts_mut();
         let (qc, kc, vc) = (
             &mut sc.qc[r.clone()],
             &mut sc.kc[r.clone()],
@@ -358,10 +408,20 @@ pub fn kda_forward_batch(
             (kc, xk, k_conv, kh),
             (vc, xv, v_conv, vh),
         ];
-        conv_tokens(jobs, pl, k, n);
+        conv_tokens(jobs, z.pl, z.k, seq.len);
     }
-    // 3. per-head L2 norm of q and k; q scaled by 1/sqrt(D) (tokens in parallel: every
-    //    norm is one head's own)
+    Ok(())
+}
+
+/// Steps 3–5, tokens in parallel (every norm is one head's own): q and k L2-normed per
+/// head (q scaled by 1/sqrt(D)), beta = σ(b), and the per-channel decay.
+fn batch_norms_and_decay(
+    pass: &Pass<'_>,
+    w: &KdaWeights,
+    sc: &mut KdaScratch,
+    z: &BatchSizes,
+) -> Result<(), ModelError> {
+    let (d, t, dd, pl, tpl) = (pass.d, pass.t, z.dd, z.pl, z.tpl);
     let q_scale = 1.0 / (dd as f32).sqrt();
     sc.qc[..tpl]
         .par_chunks_mut(pl.max(1))
@@ -379,22 +439,31 @@ pub fn kda_forward_batch(
             row.chunks_exact_mut(dd)
                 .for_each(|head| l2norm_inplace(head, L2_EPS));
         });
-    // 4. beta = σ(b_proj x), one per head; 5. per-channel decay (A_log of this rank's heads),
-    //    tokens in parallel
-    sigmoid_inplace(&mut sc.braw[..t * hl]);
-    let a_log = &w.a_log[heads.clone()];
+    sigmoid_inplace(&mut sc.braw[..t * z.hl]);
+    let split = kda_split(d.kda_heads);
+    let dt_bias = local(pass, "kda dt_bias", w.dt_bias, (z.p, 1), split.small)?;
+    let a_log = &w.a_log[z.heads.clone()];
     sc.alpha[..tpl]
         .par_chunks_mut(pl.max(1))
         .zip(sc.z[..tpl].par_chunks(pl.max(1)))
         .with_max_len(ROWS_PER_JOB)
-        .for_each(|(alpha, z)| kda_decay(alpha, None, z, a_log, dt_bias, d.gate_lb, dd));
-    // 6. recurrence per sequence, heads in parallel; o_hm holds each sequence's rows
-    //    head-major (`[H][len][D]` from row `start·P`)
+        .for_each(|(alpha, zr)| kda_decay(alpha, None, zr, a_log, dt_bias, d.gate_lb, dd));
+    Ok(())
+}
+
+/// Step 6: the recurrence per sequence, heads in parallel; `o_hm` holds each sequence's rows
+/// head-major (`[H][len][D]` from row `start·P`).
+fn batch_recurrence(
+    pass: &Pass<'_>,
+    states: &mut [AttnState<'_>],
+    sc: &mut KdaScratch,
+    z: &BatchSizes,
+) -> Result<(), ModelError> {
     for i in 0..pass.n_seqs() {
         let seq = pass.seq(i);
         let (r, rh) = (
-            seq.start * pl..(seq.start + seq.len) * pl,
-            seq.start * hl..(seq.start + seq.len) * hl,
+            seq.start * z.pl..(seq.start + seq.len) * z.pl,
+            seq.start * z.hl..(seq.start + seq.len) * z.hl,
         );
         let inputs = KdaInputs {
             q: &sc.qc[r.clone()],
@@ -403,15 +472,19 @@ pub fn kda_forward_batch(
             alpha: &sc.alpha[r.clone()],
             beta: &sc.braw[rh],
             t: seq.len,
-            heads: hl,
-            dim: dd,
+            heads: z.hl,
+            dim: z.dd,
         };
-        let (s, ..) = kda_state(states, i, shape)?.parts_mut();
-        kda_recurrence(s, &inputs, &mut sc.o_hm[r], &mut sc.u[..2 * pl]);
+        let (s, ..) = kda_state(states, i, z.state_shape())?.parts_mut();
+        kda_recurrence(s, &inputs, &mut sc.o_hm[r], &mut sc.u[..2 * z.pl]);
     }
-    // 7. head-wise RMSNorm, 8. sigmoid gate (after the norm), into this rank's `[T][P_r]`
-    //    (held in `q`, whose projections the convs have consumed)
-    //    (tokens in parallel)
+    Ok(())
+}
+
+/// Steps 7–8: each head's output RMS-normed, then gated by σ(g), into `q`'s `[T][P_r]` rows
+/// (its projections are consumed by then); tokens in parallel.
+fn batch_gated_outputs(pass: &Pass<'_>, w: &KdaWeights, sc: &mut KdaScratch, z: &BatchSizes) {
+    let (dd, pl, eps) = (z.dd, z.pl, pass.d.eps);
     let (o_hm, gate) = (&sc.o_hm, &sc.g);
     for i in 0..pass.n_seqs() {
         let seq = pass.seq(i);
@@ -425,14 +498,10 @@ pub fn kda_forward_batch(
                 for (head, o) in row.chunks_exact_mut(dd).enumerate() {
                     let src = base + (head * seq.len + j) * dd;
                     o.copy_from_slice(&o_hm[src..src + dd]);
-                    rmsnorm_inplace(o, w.o_norm, d.eps);
+                    rmsnorm_inplace(o, w.o_norm, eps);
                     let g = &gate[tok * pl + head * dd..tok * pl + (head + 1) * dd];
                     mul_sigmoid(o, g);
                 }
             });
     }
-    // 9. every rank's heads in head order, then the output projection (rows dealt)
-    dist.allgather_cols(&sc.q[..tpl], p, split.qkvg, &mut sc.o[..tp], t)?;
-    dist.matmul(&mut out[..t * d.hidden], &w.o_proj, &sc.o[..tp], t)?;
-    Ok(())
 }
