@@ -28,6 +28,7 @@ mod plan_ranks;
 mod ps;
 mod release;
 mod run;
+mod run_draft;
 mod run_input;
 mod run_output;
 mod run_report;
