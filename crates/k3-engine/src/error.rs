@@ -33,7 +33,7 @@ pub enum EngineError {
     Pack(#[from] k3_format::PackError),
     /// A DSpark draft checkpoint was refused (docs/DSPARK.md).
     #[error(transparent)]
-    Dspark(#[from] k3_format::DsparkError),
+    Dspark(Box<k3_format::DsparkError>),
     /// The memory plan cannot be made, or does not fit this machine.
     #[error(transparent)]
     Plan(#[from] k3_plan::PlanError),
@@ -76,5 +76,12 @@ impl EngineError {
                 _ => EXIT_RUNTIME,
             },
         }
+    }
+}
+
+/// Boxed: its shape refusals carry two shapes and a path, and `EngineError` stays small.
+impl From<k3_format::DsparkError> for EngineError {
+    fn from(e: k3_format::DsparkError) -> Self {
+        EngineError::Dspark(Box::new(e))
     }
 }

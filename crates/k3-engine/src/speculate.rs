@@ -155,7 +155,10 @@ pub fn draft(context: &[u32], spec: &Speculation, limit: usize) -> Vec<u32> {
     Vec::new()
 }
 
-impl Session<'_> {
+/// A drafter of the speculative loop: `(session, context, limit)` → at most `limit` ids.
+pub(crate) type Drafter<'d, 'e> = dyn FnMut(&mut Session<'e>, &[u32], usize) -> Vec<u32> + 'd;
+
+impl<'e> Session<'e> {
     /// The speculative loop behind [`Session::generate_with`] and
     /// [`Session::generate_with_drafter`] (`n ≥ 1`, fresh logits). `drafter(session,
     /// context, limit)` proposes at most `limit` tokens to follow `context`. With `adaptive`
@@ -166,7 +169,7 @@ impl Session<'_> {
         n: usize,
         max_draft: usize,
         adaptive: bool,
-        drafter: &mut dyn FnMut(&mut Self, &[u32], usize) -> Vec<u32>,
+        drafter: &mut Drafter<'_, 'e>,
         sampler: &mut Sampler,
         emitter: &mut Emitter<'_, F>,
     ) -> Result<StopReason, EngineError> {

@@ -171,7 +171,7 @@ impl Dspark {
     ) -> Result<(), ModelError> {
         let e = self.c.hidden_size;
         let tw = self.c.target_layer_ids.len() * e;
-        if taps.len() % tw != 0 {
+        if !taps.len().is_multiple_of(tw) {
             return Err(ModelError::Shape {
                 layer: None,
                 what: "dspark taps",

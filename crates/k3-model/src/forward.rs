@@ -321,14 +321,15 @@ impl Model {
         }
         let sc = scratch.ok_or(ModelError::NoTokens)?;
         let batch = if seqs.len() > 1 { &seqs[..] } else { &[] };
-        let call = Call {
+        let mut call = Call {
             tokens: &tokens,
             pos: seqs[0].pos,
             batch,
             head_rows: &head_rows,
+            taps,
         };
         let data = self
-            .run(weights, experts, &call, &mut parts, sc, on_layer, taps)
+            .run(weights, experts, &mut call, &mut parts, sc, on_layer)
             .inspect_err(|err| self.abort_group(err))?;
         let vocab = self.dims.vocab;
         let mut out = Vec::with_capacity(items.len());
@@ -448,12 +449,12 @@ impl Model {
         &self,
         weights: &dyn WeightProvider,
         experts: &dyn ExpertProvider,
-        call: &Call<'_>,
+        call: &mut Call<'_>,
         states: &mut [SeqStates<'_>],
         sc: &mut Scratch,
         on_layer: &mut dyn FnMut(usize),
-        mut taps: Option<&mut Taps>,
     ) -> Result<Vec<f32>, ModelError> {
+        let mut taps = call.taps.take();
         let (d, t) = (&self.dims, call.tokens.len());
         sc.ensure(d, t);
         if let Some(tp) = taps.as_deref_mut() {
@@ -585,4 +586,6 @@ struct Call<'c> {
     batch: &'c [Seq],
     /// Rows whose logits are returned, ascending.
     head_rows: &'c [usize],
+    /// Hidden streams to copy out (docs/DSPARK.md#taps).
+    taps: Option<&'c mut Taps>,
 }
