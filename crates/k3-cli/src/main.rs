@@ -24,6 +24,7 @@ mod interrupt;
 mod mpi_comm; // issue 28: `--features mpi` (docs/DISTRIBUTED.md)
 mod pack;
 mod plan_cmd;
+mod plan_dspark;
 mod plan_ranks;
 mod ps;
 mod release;

@@ -113,3 +113,30 @@ fn a_draft_model_for_another_model_is_refused_with_exit_2() {
     );
     assert!(stderr(&o).contains(&want), "{}", stderr(&o));
 }
+
+#[test]
+fn plan_with_a_draft_model_shows_its_bytes_and_the_bytes_per_token() {
+    let model = tiny();
+    let d = dspark();
+    let o = k3(&[
+        "plan",
+        model.to_str().unwrap(),
+        "--mem-gb",
+        "0.01",
+        "-md",
+        d.to_str().unwrap(),
+    ]);
+    let out = common::stdout(&o);
+    assert!(o.status.success(), "{}{out}", stderr(&o));
+    assert!(
+        out.contains("DSpark draft") && out.contains("of context KV"),
+        "{out}"
+    );
+    assert!(out.contains("plain decoding: trunk"), "{out}");
+    for tau in 1..=7 {
+        assert!(
+            out.contains(&format!("acceptance length {tau}, 7 drafts verified")),
+            "{out}"
+        );
+    }
+}
