@@ -5,6 +5,7 @@ mod bench_compute;
 mod bench_constraint;
 mod bench_decode;
 mod bench_draft;
+mod bench_dspark;
 mod bench_index;
 mod bench_layers;
 mod bench_lookahead;
@@ -82,6 +83,8 @@ enum Cmd {
     BenchSpec(bench_spec::BenchSpecArgs),
     /// Plain vs n-gram vs hybrid drafting (draft trunks), streaming and resident.
     BenchDraft(bench_draft::BenchDraftArgs),
+    /// Plain vs DSpark block drafts at controlled acceptance, streaming, same run.
+    BenchDspark(bench_dspark::BenchDsparkArgs),
     /// Greedy decode s/token at four budgets vs the I/O and compute floors, same run.
     BenchDecode(bench_decode::BenchDecodeArgs),
     /// KDA / MLA / MoE / dense layer 0 at real dims: ms per decode token and prefill chunk.
@@ -149,6 +152,7 @@ fn main() -> ExitCode {
         Cmd::BenchSpec(args) => bench_spec::run(&args),
         Cmd::BenchConstraint(args) => bench_constraint::run(&args),
         Cmd::BenchDraft(args) => bench_draft::run(&args),
+        Cmd::BenchDspark(args) => bench_dspark::run(&args),
         Cmd::BenchDecode(args) => bench_decode::run(&args),
         Cmd::BenchCompute(args) => bench_compute::run(&args),
         Cmd::BenchLayers(args) => bench_layers::run(&args),

@@ -217,9 +217,15 @@ impl BlockDrafter {
         self.ctx_ids.extend_from_slice(&context[common..t]);
         log.drop_before(t);
         let cap = limit.min(self.draft_max);
-        let verified = match block.confidence.is_empty() {
-            true => cap.min(block.ids.len()),
-            false => self.cost.choose(&block.confidence, cap),
+        // controlled acceptance: the choice sees the true acceptance rate, not the head's
+        let truth_rate = self
+            .truth
+            .as_ref()
+            .map(|t| vec![t.p as f32; block.ids.len()]);
+        let verified = match (&truth_rate, block.confidence.is_empty()) {
+            (Some(rate), _) => self.cost.choose(rate, cap),
+            (None, true) => cap.min(block.ids.len()),
+            (None, false) => self.cost.choose(&block.confidence, cap),
         };
         let mut proposed = block.ids;
         if let Some(truth) = self.truth.as_mut() {
@@ -240,8 +246,9 @@ impl BlockDrafter {
 impl Session<'_> {
     /// Controlled acceptance for benchmarks and tests (`cargo xtask bench-draft`): from now
     /// on each block proposal at position `q` is replaced by `truth[q]` with probability `p`
-    /// (fixed-seed stream). The DSpark pass still runs every time; the ids generated are
-    /// those of plain decoding whatever `truth` holds.
+    /// (fixed-seed stream), and the cost model chooses from that rate instead of the
+    /// confidence head's estimates (which are still reported). The DSpark pass still runs
+    /// every time; the ids generated are those of plain decoding whatever `truth` holds.
     pub fn set_block_truth(
         &mut self,
         truth: Vec<u32>,
