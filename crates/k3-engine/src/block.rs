@@ -68,9 +68,6 @@ pub struct BlockPass {
 
 /// The block drafter of one session (kept across generations, like the hybrid drafter).
 pub struct BlockDrafter {
-    ctx: DraftContext,
-    /// The token of each position in `ctx`.
-    ctx_ids: Vec<u32>,
     cost: PassCost,
     draft_max: usize,
     passes: Vec<BlockPass>,
@@ -111,10 +108,8 @@ impl Truth {
 }
 
 impl BlockDrafter {
-    pub(crate) fn new(draft: &DsparkDraft, cost: PassCost, draft_max: usize) -> BlockDrafter {
+    pub(crate) fn new(cost: PassCost, draft_max: usize) -> BlockDrafter {
         BlockDrafter {
-            ctx: DraftContext::new(draft.graph().config()),
-            ctx_ids: Vec::new(),
             cost,
             draft_max,
             passes: Vec::new(),
@@ -187,35 +182,12 @@ impl BlockDrafter {
         };
         let t = context.len() - 1;
         let anchor = context[t];
-        // keep the context rows of the common prefix, then add the newly verified positions
-        let common = self
-            .ctx_ids
-            .iter()
-            .zip(context)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(t);
-        self.ctx.truncate(common);
-        self.ctx_ids.truncate(common);
-        let Some(log) = s.taps.as_mut() else {
-            return Ok(Vec::new());
-        };
-        let Some(rows) = log.rows(context, common, t) else {
+        // the session's draft context must hold every position before the anchor, for the
+        // ids of `context` (a rolled-back pass's rows count for the positions it got right)
+        let Some(ctx) = s.taps.as_ref().and_then(|log| log.context(context, t)) else {
             return Ok(Vec::new()); // positions fed without taps (a batched pass): no draft
         };
-        let w = draft.weights()?;
-        let graph = draft.graph();
-        let block = engine.pool.install(|| -> Result<_, EngineError> {
-            graph.extend_context(&w, rows, &mut self.ctx)?;
-            engine
-                .with_seams(false, |target, _| {
-                    let hidden = graph.block_hidden(&w, target, anchor, &self.ctx)?;
-                    graph.propose(&w, target, &hidden, anchor)
-                })?
-                .map_err(EngineError::from)
-        })?;
-        self.ctx_ids.extend_from_slice(&context[common..t]);
-        log.drop_before(t);
+        let block = block_at(engine, draft, ctx, t, anchor)?;
         let cap = limit.min(self.draft_max);
         // controlled acceptance: the choice sees the true acceptance rate, not the head's
         let truth_rate = self
@@ -270,16 +242,12 @@ impl Session<'_> {
     pub(crate) fn ensure_block_drafter(&mut self, draft_max: usize) -> Result<(), EngineError> {
         if self.block.is_none() {
             let engine = self.owner();
-            let draft = engine.dspark().ok_or_else(|| {
-                EngineError::Invalid(
+            if engine.dspark().is_none() {
+                return Err(EngineError::Invalid(
                     "block drafting needs a DSpark draft model: pass --draft-model DIR".into(),
-                )
-            })?;
-            self.block = Some(Box::new(BlockDrafter::new(
-                draft,
-                engine.pass_cost(),
-                draft_max,
-            )));
+                ));
+            }
+            self.block = Some(Box::new(BlockDrafter::new(engine.pass_cost(), draft_max)));
         }
         Ok(())
     }
@@ -296,8 +264,7 @@ impl Session<'_> {
     }
 
     /// The block the DSpark draft proposes to follow this session's fed tokens and `anchor`
-    /// (the next token, not fed), computed from scratch from the taps of every fed position
-    /// (for tests and tools; generation keeps its context rows across passes instead).
+    /// (the next token, not fed), from the session's draft context (for tests and tools).
     pub fn dspark_block(
         &mut self,
         anchor: u32,
@@ -306,26 +273,41 @@ impl Session<'_> {
         let draft = engine.dspark().ok_or_else(|| {
             EngineError::Invalid("no DSpark draft model: pass --draft-model DIR".into())
         })?;
-        let fed = self.history().to_vec();
-        let rows = self
+        let fed = self.history();
+        let ctx = self
             .taps
             .as_ref()
-            .and_then(|log| log.rows(&fed, 0, fed.len()))
+            .and_then(|log| log.context(fed, fed.len()))
             .ok_or_else(|| {
-                EngineError::Invalid("the taps of the fed positions are not all kept".into())
+                EngineError::Invalid("the draft context of the fed positions is not kept".into())
             })?;
-        let (w, graph) = (draft.weights()?, draft.graph());
-        let mut ctx = DraftContext::new(graph.config());
-        engine.pool.install(|| {
-            graph.extend_context(&w, rows, &mut ctx)?;
-            engine
-                .with_seams(false, |target, _| {
-                    let hidden = graph.block_hidden(&w, target, anchor, &ctx)?;
-                    graph.propose(&w, target, &hidden, anchor)
-                })?
-                .map_err(EngineError::from)
-        })
+        block_at(engine, draft, ctx, fed.len(), anchor)
     }
+
+    /// Bytes of this session's DSpark draft context (0 without a draft model).
+    pub fn dspark_context_bytes(&self) -> u64 {
+        self.taps.as_ref().map_or(0, crate::dspark::TapLog::bytes)
+    }
+}
+
+/// The draft's block after context positions `0..t` of `ctx` and `anchor`, on the engine's
+/// pool with the target's embedding and lm_head.
+fn block_at(
+    engine: &crate::Engine,
+    draft: &DsparkDraft,
+    ctx: &DraftContext,
+    t: usize,
+    anchor: u32,
+) -> Result<k3_model::dspark::BlockDraft, EngineError> {
+    let (w, graph) = (draft.weights()?, draft.graph());
+    engine.pool.install(|| {
+        engine
+            .with_seams(false, |target, _| {
+                let hidden = graph.block_hidden(&w, target, anchor, ctx, t)?;
+                graph.propose(&w, target, &hidden, anchor)
+            })?
+            .map_err(EngineError::from)
+    })
 }
 
 #[cfg(test)]

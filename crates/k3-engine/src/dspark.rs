@@ -5,7 +5,7 @@
 use crate::EngineError;
 use k3_format::{DsparkCheckpoint, K3Config, TensorView};
 use k3_kernels::Matrix;
-use k3_model::dspark::{Dspark, DsparkLayer, DsparkWeights};
+use k3_model::dspark::{DraftContext, Dspark, DsparkLayer, DsparkWeights};
 use k3_model::Taps;
 use std::collections::HashMap;
 use std::path::Path;
@@ -117,117 +117,64 @@ impl DsparkDraft {
     }
 }
 
-/// The target's taps of one session by position, from `base` on (`[n][taps·E]`), with the
-/// token id each row was computed for. A pass writing at position `p` replaces everything
-/// from `p` on (a rolled-back pass's rows are overwritten when the positions are fed again).
+/// The draft context of one session, kept as the target runs: after every forward chunk
+/// the tapped rows are projected at once into each draft layer's latent KV rows
+/// (`Dspark::extend_context`), by position, with the token each position was fed with, so
+/// no tap row outlives its pass. A pass at position `p` replaces everything from `p` on (a
+/// rolled-back pass's rows stay usable for the positions it got right — computed for the
+/// same tokens — and are overwritten when those positions are fed again).
 pub(crate) struct TapLog {
     pub(crate) taps: Taps,
-    width: usize,
-    base: usize,
+    ctx: DraftContext,
     ids: Vec<u32>,
-    rows: Vec<f32>,
 }
 
 impl TapLog {
-    pub(crate) fn new(taps: Taps, hidden: usize) -> TapLog {
-        let width = taps.layers.len() * hidden;
+    pub(crate) fn new(draft: &DsparkDraft) -> TapLog {
         TapLog {
-            taps,
-            width,
-            base: 0,
+            taps: draft.taps(),
+            ctx: DraftContext::new(draft.graph().config()),
             ids: Vec::new(),
-            rows: Vec::new(),
         }
     }
 
-    /// Records the rows `self.taps` holds for `ids` fed at positions `pos..`.
-    pub(crate) fn record(&mut self, pos: usize, ids: &[u32]) {
-        if pos < self.base {
-            // fed again below what was kept (a reset session): start over there
-            self.base = pos;
-            self.ids.clear();
-            self.rows.clear();
+    /// Projects the rows `self.taps` holds for `ids` fed at positions `pos..`. A pass past
+    /// the kept positions (some fed without taps, by a batched pass) records nothing.
+    pub(crate) fn record(
+        &mut self,
+        draft: &DsparkDraft,
+        pos: usize,
+        ids: &[u32],
+    ) -> Result<(), EngineError> {
+        self.clear_from(pos);
+        if pos != self.ids.len() {
+            return Ok(());
         }
-        let keep = (pos - self.base).min(self.ids.len());
-        if keep < pos - self.base {
-            // a gap (positions fed without taps): nothing before `pos` is usable
-            self.base = pos;
-            self.ids.clear();
-            self.rows.clear();
-        } else {
-            self.ids.truncate(keep);
-            self.rows.truncate(keep * self.width);
-        }
+        let width = self.taps.layers.len() * draft.graph().config().hidden_size;
+        let rows = &self.taps.rows[..ids.len() * width];
+        draft
+            .graph()
+            .extend_context(&draft.weights()?, rows, &mut self.ctx)?;
         self.ids.extend_from_slice(ids);
-        self.rows
-            .extend_from_slice(&self.taps.rows[..ids.len() * self.width]);
+        Ok(())
     }
 
-    /// Forgets everything: positions were fed without taps.
+    /// Forgets positions `pos..`.
     pub(crate) fn clear_from(&mut self, pos: usize) {
-        if pos <= self.base {
-            self.base = pos;
-            self.ids.clear();
-            self.rows.clear();
-        } else {
-            let keep = (pos - self.base).min(self.ids.len());
-            self.ids.truncate(keep);
-            self.rows.truncate(keep * self.width);
+        if pos < self.ids.len() {
+            self.ids.truncate(pos);
+            self.ctx.truncate(pos);
         }
     }
 
-    /// Rows of positions `from..to` when every one is logged for the ids `context[from..to]`.
-    pub(crate) fn rows(&self, context: &[u32], from: usize, to: usize) -> Option<&[f32]> {
-        if from < self.base || to > self.base + self.ids.len() || to > context.len() {
-            return None;
-        }
-        let (a, b) = (from - self.base, to - self.base);
-        (self.ids[a..b] == context[from..to]).then(|| &self.rows[a * self.width..b * self.width])
+    /// The draft context when positions `0..t` are kept for the ids `context[..t]`.
+    pub(crate) fn context(&self, context: &[u32], t: usize) -> Option<&DraftContext> {
+        (t <= self.ids.len() && t <= context.len() && self.ids[..t] == context[..t])
+            .then_some(&self.ctx)
     }
 
-    /// Drops rows before `pos` (consumed by the draft's context).
-    pub(crate) fn drop_before(&mut self, pos: usize) {
-        let n = pos.saturating_sub(self.base).min(self.ids.len());
-        self.ids.drain(..n);
-        self.rows.drain(..n * self.width);
-        self.base += n;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::TapLog;
-    use k3_model::{TapStream, Taps};
-
-    fn log() -> TapLog {
-        TapLog::new(Taps::new(vec![0], TapStream::Prefix), 1)
-    }
-    fn record(l: &mut TapLog, pos: usize, ids: &[u32]) {
-        l.taps.rows = ids.iter().map(|&i| i as f32 * 10.0).collect();
-        l.record(pos, ids);
-    }
-
-    #[test]
-    fn the_tap_log_follows_rollbacks_and_refeeds() {
-        let mut l = log();
-        record(&mut l, 0, &[1, 2, 3]);
-        record(&mut l, 3, &[4, 5, 6, 7]); // a verifying pass: 5, 6, 7 drafts
-        let ctx = [1, 2, 3, 4, 5, 9];
-        assert_eq!(
-            l.rows(&ctx, 0, 5),
-            Some(&[10.0, 20.0, 30.0, 40.0, 50.0][..])
-        );
-        assert_eq!(l.rows(&ctx, 0, 6), None, "position 5 was fed as 6, not 9");
-        l.drop_before(5);
-        assert_eq!(l.rows(&ctx, 4, 5), None, "dropped");
-        record(&mut l, 3, &[4, 5, 9, 8]); // the owed tokens fed again, below the kept rows
-        assert_eq!(
-            l.rows(&[1, 2, 3, 4, 5, 9, 8], 3, 7),
-            Some(&[40.0, 50.0, 90.0, 80.0][..])
-        );
-        l.clear_from(5); // a batched pass from position 5 recorded nothing
-        assert_eq!(l.rows(&[1, 2, 3, 4, 5, 9], 3, 6), None);
-        record(&mut l, 7, &[1]); // a gap: nothing before 7 is usable
-        assert_eq!(l.rows(&[0; 8], 3, 5), None);
+    /// Bytes of the kept context rows.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.ctx.bytes()
     }
 }

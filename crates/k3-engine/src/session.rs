@@ -109,9 +109,7 @@ impl<'e> Session<'e> {
             spec_stats: SpecStats::default(),
             is_draft: false,
             drafter: None,
-            taps: engine
-                .dspark()
-                .map(|d| crate::dspark::TapLog::new(d.taps(), engine.config.hidden_size)),
+            taps: engine.dspark().map(crate::dspark::TapLog::new),
             block: None,
         })
     }
@@ -230,8 +228,8 @@ impl<'e> Session<'e> {
                     }
                 })
             })??;
-            if let Some(log) = self.taps.as_mut() {
-                log.record(pos, chunk);
+            if let (Some(log), Some(d)) = (self.taps.as_mut(), e.dspark()) {
+                e.pool.install(|| log.record(d, pos, chunk))?;
             }
             self.fed.extend_from_slice(chunk);
             out.extend_from_slice(&logits.data);

@@ -194,17 +194,20 @@ impl Dspark {
     }
 
     /// The block pass: `[anchor, mask × (B−1)]` at positions `T..T+B` over the context
-    /// (`T = ctx.len()`), embedded with the target's embedding → final-normed hidden `[B][E]`.
+    /// positions `0..T` (`T ≤ ctx.len()`), embedded with the target's embedding →
+    /// final-normed hidden `[B][E]`.
     pub fn block_hidden(
         &self,
         w: &DsparkWeights,
         target: &dyn WeightProvider,
         anchor: u32,
         ctx: &DraftContext,
+        t: usize,
     ) -> Result<Vec<f32>, ModelError> {
         let c = &self.c;
         let (e, b) = (c.hidden_size, c.block_size);
         check_len(None, "dspark layers", w.layers.len(), c.num_hidden_layers)?;
+        let t = t.min(ctx.len());
         let mut r = vec![0f32; b * e];
         for (i, row) in r.chunks_mut(e).enumerate() {
             let id = if i == 0 { anchor } else { c.mask_token_id };
@@ -220,7 +223,7 @@ impl Dspark {
         for (l, ctx_rows) in w.layers.iter().zip(&ctx.layers) {
             x.copy_from_slice(&r);
             norm_rows(&mut x, e, l.input_norm, c.rms_norm_eps);
-            self.attention(l, &x, ctx_rows, ctx.len(), &mut y);
+            self.attention(l, &x, &ctx_rows[..t * ctx.width], t, &mut y);
             r.iter_mut().zip(&y).for_each(|(a, &d)| *a += d);
             x.copy_from_slice(&r);
             norm_rows(&mut x, e, l.post_attn_norm, c.rms_norm_eps);
