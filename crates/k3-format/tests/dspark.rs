@@ -105,7 +105,7 @@ fn malformed_or_unsupported_config_keys_are_refused() {
         ("aux_hidden_stream", Some("final".into()), "DIR/config.json: key `aux_hidden_stream`: \"final\" is not \"prefix\" or \"attn_res\""),
         ("fc_norm", Some(true.into()), "DIR/config.json: key `fc_norm`: true (per-tap norms before context_proj) is not supported"),
         ("mla_use_output_gate", Some(true.into()), "DIR/config.json: key `mla_use_output_gate`: true is not supported: the published K3 DSpark layers have no output gate"),
-        ("rope_scaling", Some(serde_json::json!({"rope_type": "yarn", "factor": 32})), "DIR/config.json: key `rope_scaling`: {\"factor\":32,\"rope_type\":\"yarn\"} is not supported (only plain RoPE: null or rope_type \"default\")"),
+        ("rope_scaling", Some(serde_json::json!({"rope_type": "yarn", "factor": 32})), "DIR/config.json: key `rope_scaling`: rope_type \"yarn\" is not supported (only plain RoPE: null or rope_type \"default\")"),
     ];
     for (key, value, want) in cases {
         let dir = with_config(|c| match value {

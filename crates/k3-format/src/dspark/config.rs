@@ -346,10 +346,17 @@ fn refuse_unsupported(k: &Keys<'_>) -> Result<(), DsparkError> {
         Some(Value::Object(o)) if o.get("rope_type").and_then(Value::as_str) == Some("default") => {
             Ok(())
         }
-        Some(v) => Err(k.err(
-            "rope_scaling",
-            format!("{v} is not supported (only plain RoPE: null or rope_type \"default\")"),
-        )),
+        Some(v) => {
+            // the type alone: the map's key order depends on serde_json's features
+            let kind = v
+                .get("rope_type")
+                .or_else(|| v.get("type"))
+                .map_or_else(|| v.to_string(), Value::to_string);
+            Err(k.err(
+                "rope_scaling",
+                format!("rope_type {kind} is not supported (only plain RoPE: null or rope_type \"default\")"),
+            ))
+        }
     }
 }
 
