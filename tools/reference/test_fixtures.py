@@ -125,6 +125,23 @@ def check_model(c, fixtures, name, quick):
                     f"{m:.4g}")
 
 
+def check_dspark(c, fixtures):
+    """fixtures/tiny-k3-dspark: the reference re-run on the committed draft reproduces
+    expected.json (proposals exactly, logits and confidences to 1e-9)."""
+    from dspark import DSparkModel, draft_block
+    ddir = os.path.join(fixtures, "tiny-k3-dspark")
+    with open(os.path.join(ddir, "expected.json")) as f:
+        exp = json.load(f)
+    target, draft = K3Model(os.path.join(fixtures, "tiny-k3")), DSparkModel(ddir)
+    for stream, case in exp["streams"].items():
+        _, final, ids, conf = draft_block(target, draft, exp["prompt"], stream)
+        err = float(np.max(np.abs(final - np.asarray(case["logits"]))))
+        cerr = float(np.max(np.abs(np.asarray(conf) - np.asarray(case["confidence"]))))
+        c.check(f"tiny-k3-dspark {stream} proposals", ids == case["proposed"], str(ids))
+        c.check(f"tiny-k3-dspark {stream} logits", err <= 1e-9, f"max err {err:.1e}")
+        c.check(f"tiny-k3-dspark {stream} confidence", cerr <= 1e-9, f"max err {cerr:.1e}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fixtures", default=os.path.join(REPO, "fixtures"))
@@ -136,6 +153,8 @@ def main():
         if args.only and name != args.only:
             continue
         check_model(c, args.fixtures, name, args.quick)
+    if not args.only:
+        check_dspark(c, args.fixtures)
     print(f"{c.passed} passed, {c.failed} failed")
     sys.exit(1 if c.failed else 0)
 

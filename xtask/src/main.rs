@@ -5,6 +5,7 @@ mod bench_compute;
 mod bench_constraint;
 mod bench_decode;
 mod bench_draft;
+mod bench_dspark;
 mod bench_layers;
 mod bench_lookahead;
 mod bench_model_compute;
@@ -70,6 +71,8 @@ enum Cmd {
     BenchConstraint(bench_constraint::BenchConstraintArgs),
     /// Plain vs n-gram vs hybrid drafting (draft trunks), streaming and resident.
     BenchDraft(bench_draft::BenchDraftArgs),
+    /// Plain vs DSpark block drafts at controlled acceptance, streaming, same run.
+    BenchDspark(bench_dspark::BenchDsparkArgs),
     /// Greedy decode s/token at four budgets vs the I/O and compute floors, same run.
     BenchDecode(bench_decode::BenchDecodeArgs),
     /// f32 FMA peak and DRAM bandwidth, and every hot kernel as a share of them, same run.
@@ -129,6 +132,7 @@ fn main() -> ExitCode {
         Cmd::BenchLookahead(args) => bench_lookahead::run(&args),
         Cmd::BenchConstraint(args) => bench_constraint::run(&args),
         Cmd::BenchDraft(args) => bench_draft::run(&args),
+        Cmd::BenchDspark(args) => bench_dspark::run(&args),
         Cmd::BenchDecode(args) => bench_decode::run(&args),
         Cmd::BenchCompute(args) => bench_compute::run(&args),
         Cmd::BenchLayers(args) => bench_layers::run(&args),

@@ -7,7 +7,8 @@
 //! left alone.
 
 /// llama.cpp spelling → k3's long flag.
-const REWRITES: [(&str, &str); 3] = [
+const REWRITES: [(&str, &str); 4] = [
+    ("-md", "--draft-model"),
     ("-np", "--parallel"),
     ("-ub", "--ubatch"),
     ("-sys", "--system"),

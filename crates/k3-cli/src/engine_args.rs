@@ -37,6 +37,13 @@ pub struct EngineArgs {
     /// (`--draft auto`) or always (`--draft hybrid`); the tokens are the same either way.
     #[arg(long, value_name = "DIR")]
     pub draft_trunk: Option<PathBuf>,
+    /// A DSpark draft model (docs/DSPARK.md; alias -md): every pass it proposes a block of
+    /// tokens from the model's own hidden states, and the exact model verifies as many as
+    /// its confidence head and the cost model say pay (at most --draft-max). Checked against
+    /// the model at open (refused with exit 2 naming the file and key or tensor); the tokens
+    /// are the same with or without it. `--draft off` turns it off.
+    #[arg(long, value_name = "DIR")]
+    pub draft_model: Option<PathBuf>,
     /// Map the whole model with no memory plan even when it is larger than the memory this
     /// machine has (without a budget flag, a model that does not fit is planned as
     /// `--preset auto`; README "Memory budgets").
@@ -73,6 +80,7 @@ impl EngineArgs {
             trunk_dir: self.trunk.clone(),
             lookahead: self.lookahead,
             draft_trunk: self.draft_trunk.clone(),
+            draft_model: self.draft_model.clone(),
             comm, // one rank of an MPI job, or one process
             ..EngineOptions::default()
         })

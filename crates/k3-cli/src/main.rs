@@ -24,11 +24,13 @@ mod interrupt;
 mod mpi_comm; // `--features mpi` (docs/DISTRIBUTED.md)
 mod pack;
 mod plan_cmd;
+mod plan_dspark;
 mod plan_ranks;
 mod ps;
 mod release;
 mod run;
 mod run_args;
+mod run_draft;
 mod run_input;
 mod run_output;
 mod run_report;

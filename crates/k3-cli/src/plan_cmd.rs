@@ -31,6 +31,10 @@ pub struct PlanArgs {
     /// split, the trunk streamed per pass with and without it, and what `--draft auto` picks.
     #[arg(long, value_name = "DIR")]
     pub draft_trunk: Option<PathBuf>,
+    /// Also plan this DSpark draft model (docs/DSPARK.md; alias -md): its weights and context
+    /// KV in memory, and the bytes read per generated token at acceptance lengths 1–7.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["draft_trunk", "ranks"])]
+    pub draft_model: Option<PathBuf>,
     /// Plan each of N MPI ranks (docs/DISTRIBUTED.md#memory-per-rank): the budget is per
     /// rank; prints every rank's RAM, trunk and expert bytes read per token, and the
     /// collectives and bytes the ranks exchange per token.
@@ -68,6 +72,11 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
         return crate::plan_ranks::plan_ranks(dir.as_deref(), req, ranks, args.json);
     }
     let Some(model_dir) = args.model_dir.as_deref() else {
+        if args.draft_model.is_some() {
+            return Err(CliError::usage(
+                "--draft-model needs the model directory it drafts for: k3 plan MODEL --draft-model DIR",
+            ));
+        }
         if args.draft_trunk.is_some() {
             return Err(CliError::usage(
                 "--draft-trunk needs the model directory it was packed from: k3 plan MODEL --draft-trunk DIR",
@@ -76,6 +85,9 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
         return plan_released(budget, args.ctx, args.sessions);
     };
     let model_dir = k3_hub::store::resolve_model(model_dir)?;
+    if let Some(dm) = &args.draft_model {
+        return crate::plan_dspark::plan(&model_dir, dm, budget, args.ctx, args.sessions);
+    }
     let Some(draft) = &args.draft_trunk else {
         let (plan, available, fits) = forecast(&model_dir, budget, args.ctx, args.sessions, 0)?;
         println!("{}", plan.table(Some(&available)).trim_end());

@@ -47,6 +47,9 @@ pub struct SamplingArgs {
     /// per pass (1–16). The generated tokens are the same either way.
     #[arg(long, value_name = "auto|hybrid|off|N", value_parser = parse_draft)]
     pub draft: Option<Draft>,
+    /// Most DSpark block drafts verified per pass (1–16; default: the draft model's block).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub draft_max: Option<u16>,
 }
 
 /// The `--draft` setting.
@@ -76,7 +79,12 @@ impl SamplingArgs {
     /// The decode mode `--draft` asks for on `engine`.
     pub fn decode_mode(&self, engine: &Engine) -> DecodeMode {
         match self.draft.unwrap_or(Draft::Auto) {
-            Draft::Auto => engine.auto_decode_mode(),
+            Draft::Auto => match engine.auto_decode_mode() {
+                DecodeMode::Block(block) => {
+                    DecodeMode::Block(self.draft_max.map_or(block, usize::from))
+                }
+                mode => mode,
+            },
             Draft::Hybrid => DecodeMode::Hybrid(Speculation::default()),
             Draft::Off => DecodeMode::Incremental,
             Draft::Tokens(k) => DecodeMode::Speculative(Speculation {

@@ -31,6 +31,9 @@ pub enum EngineError {
     /// The packed trunk (`--trunk DIR`) is missing, damaged or of another checkpoint.
     #[error(transparent)]
     Pack(#[from] k3_format::PackError),
+    /// A DSpark draft checkpoint was refused (docs/DSPARK.md).
+    #[error(transparent)]
+    Dspark(Box<k3_format::DsparkError>),
     /// The memory plan cannot be made, or does not fit this machine.
     #[error(transparent)]
     Plan(#[from] k3_plan::PlanError),
@@ -62,6 +65,7 @@ impl EngineError {
                 EXIT_USAGE
             }
             EngineError::Tokenizer(_) | EngineError::Pack(_) => EXIT_USAGE,
+            EngineError::Dspark(_) => EXIT_USAGE, // a wrong or damaged --draft-model DIR
             EngineError::Store(_) | EngineError::Io { .. } => EXIT_RUNTIME,
             EngineError::Model(e) => match e {
                 ModelError::Expert { .. } => EXIT_EXPERT,
@@ -72,5 +76,12 @@ impl EngineError {
                 _ => EXIT_RUNTIME,
             },
         }
+    }
+}
+
+/// Boxed: its shape refusals carry two shapes and a path, and `EngineError` stays small.
+impl From<k3_format::DsparkError> for EngineError {
+    fn from(e: k3_format::DsparkError) -> Self {
+        EngineError::Dspark(Box::new(e))
     }
 }

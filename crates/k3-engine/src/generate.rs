@@ -96,9 +96,27 @@ impl<'e> Session<'e> {
         let mut emitter = self.emitter(n, stop, on_token)?;
         let reason = match mode {
             DecodeMode::Speculative(spec) if n > 0 => {
-                let mut drafter = |ctx: &[u32], limit: usize| draft(ctx, &spec, limit);
+                let mut drafter =
+                    |_: &mut Session<'e>, ctx: &[u32], limit: usize| draft(ctx, &spec, limit);
                 let max = spec.max_draft;
-                self.generate_speculative(n, max, &mut drafter, sampler, &mut emitter)?
+                self.generate_speculative(n, max, true, &mut drafter, sampler, &mut emitter)?
+            }
+            DecodeMode::Block(max) if n > 0 => {
+                self.ensure_block_drafter(max)?;
+                let Some(mut block) = self.block.take() else {
+                    return Err(EngineError::Invalid("no block drafter".into()));
+                };
+                block.set_draft_max(max);
+                let result = {
+                    let mut drafter = |s: &mut Session<'e>, ctx: &[u32], limit: usize| {
+                        block.propose(s, ctx, limit)
+                    };
+                    let most = max.min(crate::speculate::MAX_CUSTOM_DRAFT);
+                    self.generate_speculative(n, most, false, &mut drafter, sampler, &mut emitter)
+                };
+                block.settle(&self.tokens());
+                self.block = Some(block);
+                result?
             }
             DecodeMode::Hybrid(spec) if n > 0 => {
                 let mut hybrid = match self.drafter.take() {
@@ -106,9 +124,10 @@ impl<'e> Session<'e> {
                     None => Box::new(self.owner().draft_model(self.max_ctx())?),
                 };
                 let result = {
-                    let mut drafter = |ctx: &[u32], limit: usize| hybrid.propose(ctx, limit);
+                    let mut drafter =
+                        |_: &mut Session<'e>, ctx: &[u32], limit: usize| hybrid.propose(ctx, limit);
                     let max = spec.max_draft;
-                    self.generate_speculative(n, max, &mut drafter, sampler, &mut emitter)
+                    self.generate_speculative(n, max, true, &mut drafter, sampler, &mut emitter)
                 };
                 self.drafter = Some(hybrid);
                 result?
@@ -165,7 +184,8 @@ impl<'e> Session<'e> {
         let mut emitter = self.emitter(n, stop, on_token)?;
         let reason = if n > 0 {
             let max = MAX_CUSTOM_DRAFT;
-            self.generate_speculative(n, max, &mut drafter, sampler, &mut emitter)?
+            let mut custom = |_: &mut Session<'e>, ctx: &[u32], limit: usize| drafter(ctx, limit);
+            self.generate_speculative(n, max, true, &mut custom, sampler, &mut emitter)?
         } else {
             StopReason::Length
         };

@@ -29,10 +29,12 @@
 
 pub mod auto_budget;
 mod batch;
+pub mod block;
 pub mod chat_template;
 pub mod comm_stats;
 pub mod constraint;
 pub mod draft;
+pub mod dspark;
 mod error;
 mod gather;
 mod generate;
@@ -54,6 +56,7 @@ mod stop;
 mod streaming;
 
 pub use batch::BatchFeed;
+pub use block::{BlockDrafter, BlockPass, PassCost};
 pub use comm_stats::{CommStats, CountingComm, RankFigures};
 pub use constraint::{Constraint, ConstraintSpec, ReplyStart};
 pub use error::{EngineError, EXIT_EXPERT, EXIT_RUNTIME, EXIT_USAGE};
@@ -121,6 +124,10 @@ pub struct EngineOptions {
     pub draft_trunk: Option<PathBuf>,
     /// Whether to load [`EngineOptions::draft_trunk`].
     pub draft_policy: DraftPolicy,
+    /// A DSpark draft model directory (docs/DSPARK.md) for block drafting
+    /// ([`DecodeMode::Block`]); checked against the model at open (refused with the file and
+    /// the key or tensor).
+    pub draft_model: Option<PathBuf>,
     /// Run as one rank of a group (docs/DISTRIBUTED.md): trunk rows and routed experts are
     /// dealt across the group's ranks, logits stay bit-identical. `None`: one process. Every
     /// rank must open the same model and make the same calls in the same order.
@@ -156,6 +163,7 @@ impl Default for EngineOptions {
             sessions: 1,
             draft_trunk: None,
             draft_policy: DraftPolicy::Auto,
+            draft_model: None,
             comm: None,
         }
     }
@@ -183,6 +191,10 @@ pub struct Engine {
     draft: Option<draft::DraftTrunk>,
     /// What was decided about the draft trunk (`None`: none was given).
     draft_choice: Option<planning::DraftChoice>,
+    /// The DSpark draft, when one was given.
+    dspark: Option<dspark::DsparkDraft>,
+    /// Bytes of one verifying pass (the block drafter's cost model).
+    pass_cost: block::PassCost,
     /// The counting decorator around [`EngineOptions::comm`] (`None`: one process).
     comm_counter: Option<Arc<CountingComm>>,
     /// Scratch of ended sessions, for the next ones (never more than were alive at once).
@@ -336,6 +348,14 @@ impl Engine {
                 (Stores::Streaming(store), Some(plan), Some(ckpt), choice)
             }
         };
+        let dspark = match &options.draft_model {
+            Some(d) => Some(dspark::DsparkDraft::open(d, &config)?),
+            None => None,
+        };
+        let pass_cost = match &stores {
+            Stores::Resident(s) => planning::pass_cost(&config, s.binding())?,
+            Stores::Streaming(s) => planning::pass_cost(&config, s.binding())?,
+        };
         let draft = match (draft_pack, &draft_choice) {
             (Some(pack), Some(c)) if c.on => {
                 let (binding, ckpt) = match &stores {
@@ -362,6 +382,8 @@ impl Engine {
             pool,
             draft,
             draft_choice,
+            dspark,
+            pass_cost,
             comm_counter,
             spare_scratch: Default::default(),
         })
@@ -371,6 +393,17 @@ impl Engine {
     /// (`None` when none was given or `--draft` turned it off).
     pub fn draft_choice(&self) -> Option<&planning::DraftChoice> {
         self.draft_choice.as_ref()
+    }
+
+    /// The DSpark draft given in [`EngineOptions::draft_model`].
+    pub fn dspark(&self) -> Option<&dspark::DsparkDraft> {
+        self.dspark.as_ref()
+    }
+
+    /// Bytes of one verifying pass: the trunk (shared by its positions) and each position's
+    /// routed experts (docs/STREAMING.md#dspark-block-drafts).
+    pub fn pass_cost(&self) -> block::PassCost {
+        self.pass_cost
     }
 
     /// `true` when a draft trunk is loaded ([`DecodeMode::Hybrid`] can run).
@@ -441,7 +474,9 @@ impl Engine {
     /// streams — one pass then serves every accepted draft — else plain incremental, where
     /// a rejected draft would only cost compute (measurements: docs/PERFORMANCE.md).
     pub fn auto_decode_mode(&self) -> DecodeMode {
-        if self.draft.is_some() {
+        if let Some(d) = &self.dspark {
+            DecodeMode::Block(d.graph().config().block_size)
+        } else if self.draft.is_some() {
             DecodeMode::Hybrid(Speculation::default())
         } else if self.streams_trunk() {
             DecodeMode::Speculative(Speculation::default())

@@ -296,3 +296,17 @@ pub fn decode_exchange(cfg: &K3Config, ranks: usize) -> Result<TokenExchange, En
         bytes_received_per_rank: pass.bytes_received_per_rank(ranks) + broadcast,
     })
 }
+
+/// The block drafter's cost model (docs/STREAMING.md#dspark-block-drafts): a verifying pass
+/// reads the trunk once (every layer's run, streamed or in memory) whatever its positions,
+/// and each position its `top_k` routed experts in every MoE layer.
+pub fn pass_cost(cfg: &K3Config, b: &ModelBinding) -> Result<crate::block::PassCost, EngineError> {
+    let sizes = model_sizes(cfg, b)?;
+    let moe_layers = (0..cfg.num_hidden_layers)
+        .filter(|&l| !cfg.is_dense(l))
+        .count();
+    Ok(crate::block::PassCost {
+        shared: sizes.layer_run_bytes.iter().sum::<u64>() as f64,
+        per_position: (sizes.top_k as u64 * moe_layers as u64 * sizes.expert_bytes) as f64,
+    })
+}

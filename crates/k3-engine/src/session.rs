@@ -22,6 +22,11 @@ pub enum DecodeMode {
     /// trunk ([`crate::Engine::has_draft`]); `max_draft` bounds the adaptive draft length
     /// (the n-gram fields are unused).
     Hybrid(Speculation),
+    /// Incremental, with DSpark block drafts (docs/DSPARK.md) verified like `Speculative`'s:
+    /// the same ids as `Incremental`. Needs an engine opened with a draft model
+    /// ([`crate::Engine::dspark`]); each pass verifies at most this many drafts, as many as
+    /// the cost model chooses from the confidence head ([`crate::block`]).
+    Block(usize),
 }
 
 /// One conversation with an [`Engine`].
@@ -67,6 +72,10 @@ pub struct Session<'e> {
     /// The draft model's session of hybrid drafting (created on first use, kept across
     /// generations so the draft's state follows the conversation).
     pub(crate) drafter: Option<Box<crate::hybrid::DraftModel<'e>>>,
+    /// The target's hidden-state taps by position, kept when the engine has a DSpark draft.
+    pub(crate) taps: Option<crate::dspark::TapLog>,
+    /// The DSpark block drafter (created on first use, kept across generations).
+    pub(crate) block: Option<Box<crate::block::BlockDrafter>>,
 }
 
 /// An ended session's scratch goes back to its engine for the next session: a new
@@ -100,6 +109,8 @@ impl<'e> Session<'e> {
             spec_stats: SpecStats::default(),
             is_draft: false,
             drafter: None,
+            taps: engine.dspark().map(crate::dspark::TapLog::new),
+            block: None,
         })
     }
 
@@ -107,6 +118,7 @@ impl<'e> Session<'e> {
     pub(crate) fn new_draft(engine: &'e Engine, max_ctx: usize) -> Result<Self, EngineError> {
         let mut s = Session::new(engine, max_ctx)?;
         s.is_draft = true;
+        s.taps = None;
         Ok(s)
     }
 
@@ -200,14 +212,25 @@ impl<'e> Session<'e> {
                     layers,
                 })
             };
-            let (state, draft) = (&mut self.state, self.is_draft);
+            let (state, draft, pos) = (&mut self.state, self.is_draft, self.fed.len());
+            let taps = self.taps.as_mut().map(|log| &mut log.taps);
             let logits = e.pool.install(|| {
                 e.with_seams(draft, |w, x| {
                     let mode = LogitsMode::Tail(rows);
-                    e.model
-                        .forward_observed(w, x, chunk, state, mode, &mut on_layer)
+                    match taps {
+                        Some(t) => {
+                            e.model
+                                .forward_tapped(w, x, chunk, state, mode, &mut on_layer, t)
+                        }
+                        None => e
+                            .model
+                            .forward_observed(w, x, chunk, state, mode, &mut on_layer),
+                    }
                 })
             })??;
+            if let (Some(log), Some(d)) = (self.taps.as_mut(), e.dspark()) {
+                e.pool.install(|| log.record(d, pos, chunk))?;
+            }
             self.fed.extend_from_slice(chunk);
             out.extend_from_slice(&logits.data);
             start += chunk.len();
@@ -264,9 +287,10 @@ impl<'e> Session<'e> {
     pub fn step(&mut self, id: u32, mode: DecodeMode) -> Result<(), EngineError> {
         self.check_ids(&[id])?;
         match mode {
-            DecodeMode::Incremental | DecodeMode::Speculative(_) | DecodeMode::Hybrid(_) => {
-                self.logits = self.run(&[id], LogitsMode::Last)?
-            }
+            DecodeMode::Incremental
+            | DecodeMode::Speculative(_)
+            | DecodeMode::Hybrid(_)
+            | DecodeMode::Block(_) => self.logits = self.run(&[id], LogitsMode::Last)?,
             DecodeMode::Recompute => {
                 let mut all = std::mem::take(&mut self.fed);
                 all.extend(self.pending.take());
@@ -367,6 +391,9 @@ impl<'e> Session<'e> {
 
     /// Records tokens a batched pass ran, and the logits it left (when it gave any).
     pub(crate) fn record_batched(&mut self, ran: &[u32], logits: Option<Vec<f32>>) {
+        if let Some(log) = self.taps.as_mut() {
+            log.clear_from(self.fed.len()); // a batched pass records no taps
+        }
         self.fed.extend_from_slice(ran);
         if let Some(l) = logits {
             self.logits = l;

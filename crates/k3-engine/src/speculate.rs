@@ -155,15 +155,21 @@ pub fn draft(context: &[u32], spec: &Speculation, limit: usize) -> Vec<u32> {
     Vec::new()
 }
 
-impl Session<'_> {
+/// A drafter of the speculative loop: `(session, context, limit)` → at most `limit` ids.
+pub(crate) type Drafter<'d, 'e> = dyn FnMut(&mut Session<'e>, &[u32], usize) -> Vec<u32> + 'd;
+
+impl<'e> Session<'e> {
     /// The speculative loop behind [`Session::generate_with`] and
-    /// [`Session::generate_with_drafter`] (`n ≥ 1`, fresh logits). `drafter(context, limit)`
-    /// proposes at most `limit` tokens to follow `context`.
+    /// [`Session::generate_with_drafter`] (`n ≥ 1`, fresh logits). `drafter(session,
+    /// context, limit)` proposes at most `limit` tokens to follow `context`. With `adaptive`
+    /// the draft length follows [`DraftLength`]; without, every pass may draft `max_draft`
+    /// (the block drafter chooses its own count from its confidence head).
     pub(crate) fn generate_speculative<F: FnMut(u32) -> bool>(
         &mut self,
         n: usize,
         max_draft: usize,
-        drafter: &mut dyn FnMut(&[u32], usize) -> Vec<u32>,
+        adaptive: bool,
+        drafter: &mut Drafter<'_, 'e>,
         sampler: &mut Sampler,
         emitter: &mut Emitter<'_, F>,
     ) -> Result<StopReason, EngineError> {
@@ -191,8 +197,12 @@ impl Session<'_> {
             let room = (n - generated - 1)
                 .min(self.room_after(owed.len()))
                 .min(chunk_room)
-                .min(length.allowed());
-            let mut drafts = drafter(&history, room);
+                .min(if adaptive {
+                    length.allowed()
+                } else {
+                    max_draft
+                });
+            let mut drafts = drafter(self, &history, room);
             drafts.truncate(room);
             let k = drafts.len();
             if k > 0 {

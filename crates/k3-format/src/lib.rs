@@ -18,6 +18,7 @@ compile_error!(
 
 pub mod bind;
 pub mod config;
+pub mod dspark;
 pub mod dtype;
 pub mod error;
 mod header;
@@ -34,6 +35,7 @@ pub mod writer;
 
 pub use bind::{bind_model, BindError, ExpertLocation, ModelBinding, TensorRef};
 pub use config::{ConfigError, ConfigShape, K3Config};
+pub use dspark::{DsparkCheckpoint, DsparkConfig, DsparkError};
 pub use dtype::Dtype;
 pub use error::FormatError;
 pub use index::{Checkpoint, Shard, INDEX_FILE};

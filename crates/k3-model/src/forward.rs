@@ -19,6 +19,7 @@ use crate::router::{route, RouteScratch, RouterParams};
 use crate::scratch::Scratch;
 use crate::share::{Split, FFN_SPLIT};
 use crate::state::{KdaState, MlaCache, State};
+use crate::taps::Taps;
 use crate::weights::{ExpertProvider, HeadWeights, WeightProvider};
 use k3_format::K3Config;
 use k3_kernels::norm::rmsnorm;
@@ -259,6 +260,41 @@ impl Model {
         items: &mut [BatchItem<'_>],
         on_layer: &mut dyn FnMut(usize),
     ) -> Result<Vec<Logits>, ModelError> {
+        self.forward_batch_tapped(weights, experts, items, on_layer, None)
+    }
+
+    /// [`Model::forward`] that also copies the hidden streams `taps` asks for into
+    /// `taps.rows` (`[T][taps][E]`, docs/DSPARK.md#taps). The logits are bit for bit those
+    /// of [`Model::forward`]: capturing only reads the residual stream.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_tapped(
+        &self,
+        weights: &dyn WeightProvider,
+        experts: &dyn ExpertProvider,
+        tokens: &[u32],
+        state: &mut State,
+        mode: LogitsMode,
+        on_layer: &mut dyn FnMut(usize),
+        taps: &mut Taps,
+    ) -> Result<Logits, ModelError> {
+        let mut one = [BatchItem {
+            tokens,
+            state,
+            mode,
+        }];
+        let mut logits =
+            self.forward_batch_tapped(weights, experts, &mut one, on_layer, Some(taps))?;
+        logits.pop().ok_or(ModelError::NoTokens)
+    }
+
+    fn forward_batch_tapped(
+        &self,
+        weights: &dyn WeightProvider,
+        experts: &dyn ExpertProvider,
+        items: &mut [BatchItem<'_>],
+        on_layer: &mut dyn FnMut(usize),
+        taps: Option<&mut Taps>,
+    ) -> Result<Vec<Logits>, ModelError> {
         if items.is_empty() {
             return Err(ModelError::NoTokens);
         }
@@ -285,14 +321,15 @@ impl Model {
         }
         let sc = scratch.ok_or(ModelError::NoTokens)?;
         let batch = if seqs.len() > 1 { &seqs[..] } else { &[] };
-        let call = Call {
+        let mut call = Call {
             tokens: &tokens,
             pos: seqs[0].pos,
             batch,
             head_rows: &head_rows,
+            taps,
         };
         let data = self
-            .run(weights, experts, &call, &mut parts, sc, on_layer)
+            .run(weights, experts, &mut call, &mut parts, sc, on_layer)
             .inspect_err(|err| self.abort_group(err))?;
         let vocab = self.dims.vocab;
         let mut out = Vec::with_capacity(items.len());
@@ -412,13 +449,17 @@ impl Model {
         &self,
         weights: &dyn WeightProvider,
         experts: &dyn ExpertProvider,
-        call: &Call<'_>,
+        call: &mut Call<'_>,
         states: &mut [SeqStates<'_>],
         sc: &mut Scratch,
         on_layer: &mut dyn FnMut(usize),
     ) -> Result<Vec<f32>, ModelError> {
+        let mut taps = call.taps.take();
         let (d, t) = (&self.dims, call.tokens.len());
         sc.ensure(d, t);
+        if let Some(tp) = taps.as_deref_mut() {
+            tp.start(d, t);
+        }
         let predict = |next: usize, x: &[f32]| self.lookahead(weights, experts, next, x, t);
         let pass = Pass {
             d,
@@ -457,13 +498,26 @@ impl Model {
                     LayerKind::Mla(i) => AttnState::Mla(&mut mla[i]),
                 })
                 .collect();
-            decoder_layer_batch(&pass, l, &held.view(), &mut res, &mut attn, &mut sc.layer)?;
+            let lw = held.view();
+            if let (Some(tp), Some(prev)) = (taps.as_deref_mut(), l.checked_sub(1)) {
+                // the AttnRes stream after layer l-1 is what layer l's first mix reads
+                let res_w = (lw.attn_res_norm, lw.attn_res_proj);
+                tp.after_mixed(d, prev, res.h, res.blocks, res.n_blocks, res_w, t);
+            }
+            decoder_layer_batch(&pass, l, &lw, &mut res, &mut attn, &mut sc.layer)?;
+            if let Some(tp) = taps.as_deref_mut() {
+                tp.after_layer(d, l, res.h, t);
+            }
             on_layer(l);
         }
         let n_blocks = res.n_blocks;
         // 4.–5. output aggregator, final norm, lm_head: logits [rows][V]
         let mut data = vec![0f32; call.head_rows.len() * d.vocab];
         let hw = weights.head().map_err(|err| weights_err(None, err))?;
+        if let (Some(tp), Some(last)) = (taps, d.n_layers.checked_sub(1)) {
+            let res_w = (hw.out_res_norm, hw.out_res_proj);
+            tp.after_mixed(d, last, &sc.h, &sc.blocks, n_blocks, res_w, t);
+        }
         self.head(&hw, pass.dist, sc, n_blocks, call.head_rows, &mut data)?;
         Ok(data)
     }
@@ -532,4 +586,6 @@ struct Call<'c> {
     batch: &'c [Seq],
     /// Rows whose logits are returned, ascending.
     head_rows: &'c [usize],
+    /// Hidden streams to copy out (docs/DSPARK.md#taps).
+    taps: Option<&'c mut Taps>,
 }
