@@ -4,7 +4,7 @@
 
 use k3_format::bind::{bind_model, ModelBinding};
 use k3_format::pack::{
-    write_compressed_pack_chunked, PackOptions, TensorStore, TRUNK_BIN, TRUNK_JSON,
+    write_compressed_pack_with, CompressOptions, PackOptions, TensorStore, TRUNK_BIN, TRUNK_JSON,
 };
 use k3_format::synth::{mid_config, write_checkpoint, MatrixDist, SynthSpec};
 use k3_format::{write_trunk_pack, Checkpoint, K3Config, PackError, TrunkPack};
@@ -29,7 +29,11 @@ const SMALL_CHUNKS: u64 = 50_000;
 fn compressed(dir: &Path, out: &Path) -> TrunkPack {
     let (cfg, ck, b) = model(dir);
     let opts = PackOptions::default();
-    write_compressed_pack_chunked(&ck, &b, &cfg, out, &opts, SMALL_CHUNKS, &mut |_, _| {}).unwrap()
+    let c = CompressOptions {
+        chunk_values: SMALL_CHUNKS,
+        ..CompressOptions::default()
+    };
+    write_compressed_pack_with(&ck, &b, &cfg, out, &opts, &c, &mut |_, _| {}).unwrap()
 }
 
 fn read_stored(p: &TrunkPack, l: usize) -> Vec<u8> {

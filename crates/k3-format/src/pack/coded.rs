@@ -27,7 +27,25 @@ pub const COMPRESSED_VERSION: u32 = 2;
 /// to keep any number of decoding threads busy, and each chunk's table-free header is 16 bytes.
 pub const CHUNK_VALUES: u64 = 1 << 19;
 /// BF16 tensors smaller than this are stored raw (a code's table costs 256 bytes of index).
-const MIN_CODED_BYTES: u64 = 64 << 10;
+pub const MIN_CODED_BYTES: u64 = 64 << 10;
+
+/// How [`write_compressed_pack_with`] cuts and chooses tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompressOptions {
+    /// Values per chunk.
+    pub chunk_values: u64,
+    /// BF16 tensors of fewer bytes are stored raw.
+    pub min_coded_bytes: u64,
+}
+
+impl Default for CompressOptions {
+    fn default() -> CompressOptions {
+        CompressOptions {
+            chunk_values: CHUNK_VALUES,
+            min_coded_bytes: MIN_CODED_BYTES,
+        }
+    }
+}
 
 /// How a tensor of a compressed pack is stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -298,20 +316,25 @@ pub fn write_compressed_pack(
     opts: &PackOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<TrunkPack, PackError> {
-    write_compressed_pack_chunked(ck, binding, cfg, out_dir, opts, CHUNK_VALUES, progress)
+    let c = CompressOptions::default();
+    write_compressed_pack_with(ck, binding, cfg, out_dir, opts, &c, progress)
 }
 
-/// [`write_compressed_pack`] with `chunk_values` values per chunk (tests use small chunks).
-pub fn write_compressed_pack_chunked(
+/// [`write_compressed_pack`] with other chunking (tests use small chunks and code every
+/// BF16 tensor of the tiny models).
+pub fn write_compressed_pack_with(
     ck: &Checkpoint,
     binding: &ModelBinding,
     cfg: &K3Config,
     out_dir: &Path,
     opts: &PackOptions,
-    chunk_values: u64,
+    copts: &CompressOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<TrunkPack, PackError> {
-    let chunk_values = chunk_values.max(1);
+    let copts = CompressOptions {
+        chunk_values: copts.chunk_values.max(1),
+        ..*copts
+    };
     let runs = super::write::plan_runs(ck, binding, cfg, out_dir)?;
     prepare_dir(out_dir, opts.overwrite)?;
     let tmp = TmpFiles::new(out_dir);
@@ -333,11 +356,10 @@ pub fn write_compressed_pack_chunked(
             })?;
         let hash = xxhash_rust::xxh3::xxh3_64(bytes);
         let mut doc = layer_doc(lt, run, pos, hash, shard.path());
-        let stored =
-            encode_layer(bytes, &mut doc, chunk_values).map_err(|e| PackError::Invalid {
-                path: shard.path().into(),
-                detail: format!("layer {}: {e}", lt.layer),
-            })?;
+        let stored = encode_layer(bytes, &mut doc, &copts).map_err(|e| PackError::Invalid {
+            path: shard.path().into(),
+            detail: format!("layer {}: {e}", lt.layer),
+        })?;
         out.write_all(&stored)
             .map_err(PackError::io(&tmp.bin, "write"))?;
         let end = pos + stored.len() as u64;
@@ -358,7 +380,7 @@ pub fn write_compressed_pack_chunked(
 fn encode_layer(
     run: &[u8],
     doc: &mut LayerDoc,
-    chunk_values: u64,
+    copts: &CompressOptions,
 ) -> Result<Vec<u8>, k3_codec::CodecError> {
     let mut stored = Vec::with_capacity(run.len());
     let mut order: Vec<&String> = doc.tensors.keys().collect();
@@ -367,9 +389,9 @@ fn encode_layer(
     for name in order {
         let t = doc.tensors.get_mut(&name).expect("name from the map");
         let bytes = &run[t.off as usize..(t.off + t.nbytes) as usize];
-        let coded = t.dtype == Dtype::BF16.name() && t.nbytes >= MIN_CODED_BYTES;
+        let coded = t.dtype == Dtype::BF16.name() && t.nbytes >= copts.min_coded_bytes.max(2);
         t.stored = Some(if coded {
-            encode_tensor(bytes, &mut stored, chunk_values)?
+            encode_tensor(bytes, &mut stored, copts.chunk_values)?
         } else {
             let off = stored.len() as u64;
             stored.extend_from_slice(bytes);

@@ -25,8 +25,8 @@ mod write;
 
 pub use adopt::{adopt_trunk_pack, UPSTREAM_JSON};
 pub use coded::{
-    write_compressed_pack, write_compressed_pack_chunked, CodedTensor, DecodeJob, StoredChunk,
-    TensorStore, CHUNK_VALUES, CODEC_NAME, COMPRESSED_VERSION,
+    write_compressed_pack, write_compressed_pack_with, CodedTensor, CompressOptions, DecodeJob,
+    StoredChunk, TensorStore, CHUNK_VALUES, CODEC_NAME, COMPRESSED_VERSION, MIN_CODED_BYTES,
 };
 pub use draft::{quantized_bytes, write_draft_pack, DraftQuant, DraftQuantizer, DraftRecipe};
 pub use error::PackError;
@@ -260,6 +260,14 @@ impl TrunkPack {
     /// Sum of the runs' lengths (decoded; without padding).
     pub fn total_bytes(&self) -> u64 {
         self.layers.iter().map(|l| l.nbytes).sum()
+    }
+    /// The largest stored run (= [`TrunkPack::max_run_bytes`] in a plain pack).
+    pub fn max_stored_bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .map(|l| l.stored_bytes)
+            .max()
+            .unwrap_or(0)
     }
     /// The largest run.
     pub fn max_run_bytes(&self) -> u64 {
