@@ -39,6 +39,7 @@ mod store;
 mod store_cmd;
 mod tokenize;
 mod verify_cmd;
+mod verify_trunk;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
