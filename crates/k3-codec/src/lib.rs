@@ -211,10 +211,12 @@ pub fn decode_chunk(
     let exp = &mut scratch[..];
     for (s, r) in readers.iter_mut().enumerate() {
         let range = stream_range(n, s);
-        for i in done[s].max(range.start)..range.end {
+        let from = done[s].clamp(range.start, range.end);
+        for (i, e) in exp[from..range.end].iter_mut().enumerate() {
             r.refill_slow(chunk);
-            exp[i] = r.symbol(table).ok_or_else(|| {
-                CodecError::Chunk(format!("exponent stream {s} ends or breaks at value {i}"))
+            *e = r.symbol(table).ok_or_else(|| {
+                let at = from + i;
+                CodecError::Chunk(format!("exponent stream {s} ends or breaks at value {at}"))
             })?;
         }
         let want = r.end - r.start;

@@ -55,8 +55,7 @@ fn tiny_and_single_symbol_chunks_round_trip() {
         let w = weights(n, 7);
         assert_eq!(round_trip(&w), w, "n = {n}");
     }
-    let same: Vec<u8> = std::iter::repeat([0x80u8, 0x3f])
-        .take(1000)
+    let same: Vec<u8> = std::iter::repeat_n([0x80u8, 0x3f], 1000)
         .flatten()
         .collect();
     assert_eq!(round_trip(&same), same);

@@ -56,7 +56,7 @@ pub enum TensorStore {
         off: u64,
     },
     /// BF16 chunks coded with one Huffman code.
-    Coded(CodedTensor),
+    Coded(Box<CodedTensor>),
 }
 
 /// A coded BF16 tensor: its exponent code and its chunks.
@@ -180,12 +180,12 @@ pub(super) fn parse_stored(
             hash,
         });
     }
-    Ok(TensorStore::Coded(CodedTensor {
+    Ok(TensorStore::Coded(Box::new(CodedTensor {
         lengths,
         chunk_values,
         chunks,
         table: Arc::new(table),
-    }))
+    })))
 }
 
 impl TrunkPack {
@@ -387,7 +387,9 @@ fn encode_layer(
     order.sort_by_key(|n| doc.tensors[*n].off);
     let order: Vec<String> = order.into_iter().cloned().collect();
     for name in order {
-        let t = doc.tensors.get_mut(&name).expect("name from the map");
+        let Some(t) = doc.tensors.get_mut(&name) else {
+            continue;
+        };
         let bytes = &run[t.off as usize..(t.off + t.nbytes) as usize];
         let coded = t.dtype == Dtype::BF16.name() && t.nbytes >= copts.min_coded_bytes.max(2);
         t.stored = Some(if coded {
