@@ -1,5 +1,5 @@
 //! `cargo xtask gen-bench OUT_DIR [--mid] [--layers N] [--experts E] [--vocab V] [--seed S]
-//! [--hidden H] [--shard-gb G] [--dry-run]` (or `--released-sparse OUT_DIR`: the full released
+//! [--hidden H] [--shard-gb G] [--trained-weights] [--dry-run]` (or `--released-sparse OUT_DIR`: the full released
 //! geometry as sparse files, `crate::gen_released`): write a synthetic benchmark checkpoint in the
 //! released format (k3_format::synth; docs/PERFORMANCE.md "Benchmark models").
 //!
@@ -50,6 +50,11 @@ pub struct GenBenchArgs {
     /// Target shard size in GB (10^9 bytes).
     #[arg(long, default_value_t = 2.0)]
     pub shard_gb: f64,
+    /// Draw BF16 matrices like trained weights (Gaussian rows, row and tensor scales varying;
+    /// `synth::MatrixDist::Trained`) instead of the 256-level uniform table: slower to write,
+    /// needed to measure trunk compression (`cargo xtask bench-codec`).
+    #[arg(long)]
+    pub trained_weights: bool,
     /// Print the layout and size, write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -102,6 +107,9 @@ pub fn spec(args: &GenBenchArgs) -> Result<SynthSpec, String> {
     }
     let mut s = SynthSpec::new(cfg);
     s.seed = args.seed;
+    if args.trained_weights {
+        s.weights.matrices = synth::MatrixDist::Trained;
+    }
     s.shard_bytes = (args.shard_gb * 1e9) as u64;
     Ok(s)
 }

@@ -1,5 +1,6 @@
 //! `cargo xtask <command>`: project automation (conformance, generators, benchmarks).
 
+mod bench_codec;
 mod bench_cold;
 mod bench_compute;
 mod bench_constraint;
@@ -11,6 +12,7 @@ mod bench_lookahead;
 mod bench_model_compute;
 mod bench_prefill;
 mod bench_serve;
+mod bench_trunk_pack;
 mod bench_util;
 mod check_docs;
 mod check_released;
@@ -84,6 +86,12 @@ enum Cmd {
     /// The released geometry at full size as a sparse checkpoint: plan every preset, run one
     /// laptop-preset token, check peak RSS ≤ 8 GiB and the forecast within 5 %.
     CheckReleased(check_released::CheckReleasedArgs),
+    /// Trunk compression: exponent entropy per tensor class; zstd vs k3's Huffman codec,
+    /// ratio and decode GB/s at 1 and 2 threads (docs/PERFORMANCE.md#trunk-compression).
+    BenchCodec(bench_codec::BenchCodecArgs),
+    /// Plain vs compressed packed trunk at the smallest budget: s/token, bytes read and
+    /// decoded per token, same run, ids checked (docs/PERFORMANCE.md#trunk-compression).
+    BenchTrunkPack(bench_trunk_pack::BenchTrunkPackArgs),
     /// Write a synthetic benchmark checkpoint (real per-layer dims, or --mid) into OUT_DIR.
     GenBench(gen_bench::GenBenchArgs),
     /// Kimi K3 as released over N machines: predicted decode s/token per preset and network.
@@ -107,6 +115,9 @@ enum Cmd {
         /// Re-read trunk.bin afterwards and check every layer's checksum.
         #[arg(long)]
         verify: bool,
+        /// Write a compressed pack (docs/FORMATS.md#compressed-trunk), as `k3 pack --compress`.
+        #[arg(long)]
+        compress: bool,
     },
 }
 
@@ -138,6 +149,8 @@ fn main() -> ExitCode {
         Cmd::BenchLayers(args) => bench_layers::run(&args),
         Cmd::BenchPrefill(args) => bench_prefill::run(&args),
         Cmd::GenBench(args) => gen_bench::run(&args),
+        Cmd::BenchCodec(args) => bench_codec::run(&args),
+        Cmd::BenchTrunkPack(args) => bench_trunk_pack::run(&args),
         Cmd::CheckReleased(args) => check_released::run(&args),
         Cmd::BenchServe(args) => bench_serve::run(&args),
         Cmd::PredictDist(args) => predict_dist::run(&args),
@@ -147,11 +160,13 @@ fn main() -> ExitCode {
             out_dir,
             overwrite,
             verify,
+            compress,
         } => pack_trunk::run(&pack_trunk::Options {
             model_dir: &model_dir,
             out_dir: &out_dir,
             overwrite,
             verify,
+            compress,
         }),
     }
 }

@@ -1,5 +1,6 @@
-//! `cargo xtask pack-trunk MODEL_DIR OUT_DIR [--overwrite] [--verify]`: copy every layer's
-//! trunk run into `OUT_DIR/trunk.bin` + `trunk.json` (docs/FORMATS.md#packed-trunk).
+//! `cargo xtask pack-trunk MODEL_DIR OUT_DIR [--overwrite] [--verify] [--compress]`: copy every
+//! layer's trunk run into `OUT_DIR/trunk.bin` + `trunk.json` (docs/FORMATS.md#packed-trunk), or
+//! with `--compress` store it compressed (docs/FORMATS.md#compressed-trunk).
 
 use k3_format::pack::PackOptions;
 use k3_format::{bind_model, write_trunk_pack, Checkpoint, K3Config, TrunkPack};
@@ -18,6 +19,8 @@ pub struct Options<'a> {
     pub overwrite: bool,
     /// Re-read and re-hash every layer afterwards.
     pub verify: bool,
+    /// Write a compressed pack (`k3_format::pack::write_compressed_pack`).
+    pub compress: bool,
 }
 
 /// Runs the subcommand.
@@ -41,8 +44,13 @@ fn pack(opts: &Options) -> Result<(), Box<dyn std::error::Error>> {
         overwrite: opts.overwrite,
         ..PackOptions::default()
     };
-    let mut line = ProgressLine::new("copy");
-    let pack = write_trunk_pack(
+    let mut line = ProgressLine::new(if opts.compress { "compress" } else { "copy" });
+    let write = if opts.compress {
+        k3_format::pack::write_compressed_pack
+    } else {
+        write_trunk_pack
+    };
+    let pack = write(
         &ck,
         &binding,
         &cfg,
@@ -65,8 +73,17 @@ fn pack(opts: &Options) -> Result<(), Box<dyn std::error::Error>> {
 
 fn report(what: &str, pack: &TrunkPack, secs: f64) {
     let bytes = pack.total_bytes();
+    let stored = if pack.is_compressed() {
+        format!(
+            ", stored in {} = {:.3} of that",
+            human(pack.stored_total_bytes()),
+            pack.stored_total_bytes() as f64 / bytes.max(1) as f64
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "{what} {} layers, {bytes} bytes ({}; largest run {}) -> {} in {secs:.1} s ({:.0} MB/s)",
+        "{what} {} layers, {bytes} bytes ({}{stored}; largest run {}) -> {} in {secs:.1} s ({:.0} MB/s)",
         pack.num_layers(),
         human(bytes),
         human(pack.max_run_bytes()),

@@ -73,6 +73,7 @@ pub fn download(args: DownloadArgs) -> Result<(), CliError> {
         manifest: None,
         write_manifest: None,
         all: false,
+        trunk: None,
     })
 }
 

@@ -41,6 +41,7 @@ mod status;
 mod store_cmd;
 mod tokenize;
 mod verify_cmd;
+mod verify_trunk;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

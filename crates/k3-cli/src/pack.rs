@@ -35,6 +35,10 @@ pub struct PackArgs {
     /// Re-read the written pack and check every layer's checksum.
     #[arg(long)]
     pub verify: bool,
+    /// Store the trunk compressed (bf16 exponents entropy-coded, every bit kept; about 0.67 of
+    /// the bytes to read per pass: docs/FORMATS.md#compressed-trunk).
+    #[arg(long, conflicts_with_all = ["adopt", "draft_quant"])]
+    pub compress: bool,
     /// Write a DRAFT trunk for hybrid drafting (`--draft-trunk`) instead: every trunk matrix
     /// but the router gate quantized, `q8` (per-row int8, half the bytes; recommended, see
     /// docs/PERFORMANCE.md#hybrid-drafting) or `mxfp4` (about a quarter).
@@ -100,6 +104,15 @@ pub fn pack(mut args: PackArgs) -> Result<(), CliError> {
         pb.set_position(done);
     };
     let packed: TrunkPack = match args.draft_quant {
+        None if args.compress => k3_format::pack::write_compressed_pack(
+            &ck,
+            &binding,
+            &cfg,
+            &out_dir,
+            &opts,
+            &mut progress,
+        )
+        .map_err(pack_error)?,
         None => write_trunk_pack(&ck, &binding, &cfg, &out_dir, &opts, &mut progress)
             .map_err(pack_error)?,
         Some(q) => k3_engine::draft::write_draft_trunk(
@@ -118,6 +131,10 @@ pub fn pack(mut args: PackArgs) -> Result<(), CliError> {
     let secs = t0.elapsed().as_secs_f64();
     let kind = match args.draft_quant {
         Some(q) => format!("a {} draft trunk", q.name()),
+        None if packed.is_compressed() => format!(
+            "the trunk compressed ({:.3} GB stored)",
+            packed.stored_total_bytes() as f64 / 1e9
+        ),
         None => "the trunk".into(),
     };
     eprintln!(

@@ -59,24 +59,15 @@ pub fn write_json(
         })),
         "peak_rss_bytes": peak_rss_bytes(),
         "streaming": engine.plan().is_some(),
-        "bytes_read_trunk": stats.trunk_bytes_read,
-        "bytes_read_experts": stats.expert_bytes_read,
-        "expert_requests": stats.expert_requests,
-        "expert_resident_hits": stats.expert_resident_hits,
-        "expert_evictions": stats.expert_evictions,
-        "trunk_binds": stats.trunk_binds,
-        "trunk_pinned_hits": stats.trunk_pinned_hits,
-        "io_seconds": stats.io_seconds,
-        "trunk_wait_seconds": stats.trunk_wait_seconds,
-        "expert_wait_seconds": stats.expert_wait_seconds,
-        "lookahead_reads": stats.lookahead_reads,
-        "lookahead_useful_reads": stats.lookahead_useful_reads,
-        "lookahead_recall": stats.lookahead_recall(),
         "plan": plan_json(engine),
         "ranks": ranks,
         "prefill": phase_json(&done.stats_open, &done.stats_prefill, done.prefill_s, engine),
         "decode": phase_json(&done.stats_prefill, &stats, done.decode_s, engine),
     });
+    let mut report = report;
+    if let (Some(all), serde_json::Value::Object(io)) = (report.as_object_mut(), io_json(&stats)) {
+        all.extend(io);
+    }
     let text = serde_json::to_string_pretty(&report).unwrap_or_default();
     if json_to_stdout(args) {
         println!("{text}");
@@ -84,6 +75,27 @@ pub fn write_json(
     }
     std::fs::write(path, text + "\n").map_err(|e| {
         CliError::runtime(format!("{}: cannot write JSON report: {e}", path.display()))
+    })
+}
+
+/// The I/O counters of the whole run, at the report's top level.
+fn io_json(stats: &StoreStats) -> serde_json::Value {
+    serde_json::json!({
+    "bytes_read_trunk": stats.trunk_bytes_read,
+    "bytes_decoded_trunk": stats.trunk_bytes_decoded,
+    "trunk_decode_seconds": stats.trunk_decode_seconds,
+    "bytes_read_experts": stats.expert_bytes_read,
+    "expert_requests": stats.expert_requests,
+    "expert_resident_hits": stats.expert_resident_hits,
+    "expert_evictions": stats.expert_evictions,
+    "trunk_binds": stats.trunk_binds,
+    "trunk_pinned_hits": stats.trunk_pinned_hits,
+    "io_seconds": stats.io_seconds,
+    "trunk_wait_seconds": stats.trunk_wait_seconds,
+    "expert_wait_seconds": stats.expert_wait_seconds,
+    "lookahead_reads": stats.lookahead_reads,
+    "lookahead_useful_reads": stats.lookahead_useful_reads,
+    "lookahead_recall": stats.lookahead_recall(),
     })
 }
 
@@ -123,6 +135,8 @@ fn phase_json(a: &StoreStats, b: &StoreStats, wall: f64, engine: &Engine) -> ser
         "bytes_read_trunk": trunk,
         "bytes_read_experts": experts,
         "bytes_read_trunk_per_pass": per(trunk as f64),
+        "bytes_decoded_trunk": b.trunk_bytes_decoded.saturating_sub(a.trunk_bytes_decoded),
+        "trunk_decode_seconds": b.trunk_decode_seconds - a.trunk_decode_seconds,
         "bytes_read_experts_per_pass": per(experts as f64),
         "expert_requests": b.expert_requests.saturating_sub(a.expert_requests),
         "expert_resident_hits": b.expert_resident_hits.saturating_sub(a.expert_resident_hits),

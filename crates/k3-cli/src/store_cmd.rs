@@ -101,6 +101,7 @@ fn pack_trunk(dir: &Path) -> Result<bool, CliError> {
         adopt: None,
         overwrite: true,
         verify: false,
+        compress: false,
         draft_quant: None,
     })?;
     Ok(true)

@@ -44,6 +44,10 @@ pub struct VerifyArgs {
     /// Print every problem, not the first 20 of each check.
     #[arg(long)]
     pub all: bool,
+    /// Also check the packed trunk in DIR (`k3 pack`): it matches this checkpoint and every
+    /// layer's checksum holds (a compressed pack's every chunk is checked and decoded).
+    #[arg(long, value_name = "DIR")]
+    pub trunk: Option<PathBuf>,
 }
 
 /// Runs the checks and prints the report; `Err` with exit code 1 when a check failed.
@@ -80,6 +84,11 @@ pub fn verify(mut args: VerifyArgs) -> Result<(), CliError> {
         }
         print_checks(&deep, args.all);
         checks.extend(deep);
+    }
+    if let Some(t) = &args.trunk {
+        let c = crate::verify_trunk::check(dir, t);
+        print_checks(std::slice::from_ref(&c), args.all);
+        checks.push(c);
     }
     let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
     let (fail, warn, pass) = (

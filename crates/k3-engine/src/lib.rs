@@ -33,6 +33,7 @@ pub mod block;
 pub mod chat_template;
 pub mod comm_stats;
 pub mod constraint;
+mod decode;
 pub mod draft;
 pub mod dspark;
 mod error;
@@ -186,7 +187,8 @@ pub struct Engine {
     plan: Option<MemoryPlan>,
     max_prefill_chunk: Option<usize>,
     tokenizer: Option<Tokenizer>,
-    pool: rayon::ThreadPool,
+    /// Shared with a compressed trunk's decoder, which decodes chunk-parallel on it.
+    pool: std::sync::Arc<rayon::ThreadPool>,
     /// The draft trunk, when hybrid drafting is on.
     draft: Option<draft::DraftTrunk>,
     /// What was decided about the draft trunk (`None`: none was given).
@@ -289,6 +291,7 @@ impl Engine {
             .num_threads(threads)
             .thread_name(|i| format!("k3-compute-{i}"))
             .build()
+            .map(std::sync::Arc::new)
             .map_err(|e| {
                 EngineError::Invalid(format!("cannot start {threads} compute threads: {e}"))
             })?;
@@ -314,23 +317,30 @@ impl Engine {
             Some(budget) => {
                 let ckpt = Checkpoint::open(dir)?;
                 let whole = bind_model(&ckpt, &config)?;
-                let (binding, sizes) = rank_binding(&config, whole, &options)?;
+                let (binding, mut sizes) = rank_binding(&config, whole, &options)?;
+                let pack = match &options.trunk_dir {
+                    Some(d) => {
+                        let pack = k3_format::TrunkPack::open(d)?;
+                        pack.check_against(&binding, &config)?;
+                        pack.check_source(&ckpt)?;
+                        Some(pack)
+                    }
+                    None => None,
+                };
+                // A compressed trunk is read through one staging buffer (the largest stored
+                // run) before it is decoded into its slot; the slots hold decoded runs.
+                if let Some(p) = pack.as_ref().filter(|p| p.is_compressed()) {
+                    sizes.scratch_bytes += p.max_stored_bytes().div_ceil(4096) * 4096 + 4096;
+                }
                 let (plan, choice) =
                     plan_with_draft(&sizes, budget, &options, draft_pack.as_ref())?;
                 let mut files = match options.readers {
                     Some(r) => r,
                     None => streaming::open_files(&ckpt, options.direct_io)?,
                 };
-                let pack = match &options.trunk_dir {
-                    Some(d) => {
-                        let pack = k3_format::TrunkPack::open(d)?;
-                        pack.check_against(&binding, &config)?;
-                        pack.check_source(&ckpt)?;
-                        files.push(streaming::open_file(&pack.path(), options.direct_io && pack.direct_io_ok())?);
-                        Some(pack)
-                    }
-                    None => None,
-                };
+                if let Some(p) = &pack {
+                    files.push(streaming::open_file(&p.path(), options.direct_io && p.direct_io_ok())?);
+                }
                 let progress = options.open_progress.clone();
                 let mut report = |done: u64, total: u64| {
                     if let Some(p) = &progress {
@@ -342,7 +352,7 @@ impl Engine {
                     files,
                     &plan,
                     options.io_threads.max(1),
-                    pack.as_ref(),
+                    pack.as_ref().map(|p| (p, std::sync::Arc::clone(&pool))),
                     &mut report,
                 )?;
                 (Stores::Streaming(store), Some(plan), Some(ckpt), choice)

@@ -10,8 +10,12 @@ pub struct StoreStats {
     pub trunk_binds: u64,
     /// Binds served by a pinned layer.
     pub trunk_pinned_hits: u64,
-    /// Trunk bytes read from disk (pins at open included).
+    /// Trunk bytes read from disk (pins at open included; stored bytes of a compressed trunk).
     pub trunk_bytes_read: u64,
+    /// Trunk bytes decoded from a compressed trunk (0 for a plain one).
+    pub trunk_bytes_decoded: u64,
+    /// Seconds spent decoding a compressed trunk (summed over decoding calls).
+    pub trunk_decode_seconds: f64,
     /// Routed-expert requests.
     pub expert_requests: u64,
     /// Requests served from the expert cache.
@@ -51,6 +55,8 @@ impl StoreStats {
             trunk_binds: t.binds,
             trunk_pinned_hits: t.pinned_hits,
             trunk_bytes_read: t.bytes_read,
+            trunk_bytes_decoded: t.bytes_decoded,
+            trunk_decode_seconds: t.decode_seconds,
             expert_requests: e.requests,
             expert_resident_hits: e.resident_hits,
             expert_bytes_read: e.bytes_read,
@@ -75,6 +81,8 @@ impl StoreStats {
             trunk_binds: self.trunk_binds - earlier.trunk_binds,
             trunk_pinned_hits: self.trunk_pinned_hits - earlier.trunk_pinned_hits,
             trunk_bytes_read: self.trunk_bytes_read - earlier.trunk_bytes_read,
+            trunk_bytes_decoded: self.trunk_bytes_decoded - earlier.trunk_bytes_decoded,
+            trunk_decode_seconds: self.trunk_decode_seconds - earlier.trunk_decode_seconds,
             expert_requests: self.expert_requests - earlier.expert_requests,
             expert_resident_hits: self.expert_resident_hits - earlier.expert_resident_hits,
             expert_bytes_read: self.expert_bytes_read - earlier.expert_bytes_read,
@@ -142,6 +150,15 @@ impl StoreStats {
             s.expert_wait_seconds,
             s.io_seconds,
         );
+        if s.trunk_bytes_decoded > 0 {
+            text.push_str(&format!(
+                "\n  decode     {:.3} GB of trunk decoded from {:.3} GB read ({:.3}) in {:.3} s",
+                s.trunk_bytes_decoded as f64 / 1e9,
+                s.trunk_bytes_read as f64 / 1e9,
+                s.trunk_bytes_read as f64 / s.trunk_bytes_decoded as f64,
+                s.trunk_decode_seconds
+            ));
+        }
         if s.lookahead_requested > 0 {
             text.push_str(&format!(
                 "\n  lookahead  recall {:.1}% of the experts asked for; {} early reads, {} of them used",

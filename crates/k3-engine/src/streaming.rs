@@ -108,9 +108,19 @@ impl StreamingStore {
         files: Files,
         plan: &MemoryPlan,
         io_threads: usize,
-        pack: Option<&k3_format::TrunkPack>,
+        pack: Option<(&k3_format::TrunkPack, Arc<rayon::ThreadPool>)>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self, EngineError> {
+        let (pack, decoder) = match pack {
+            Some((p, pool)) => {
+                let d = p.is_compressed().then(|| {
+                    Arc::new(crate::decode::PackDecoder::new(p.clone(), pool))
+                        as Arc<dyn k3_store::RunDecoder>
+                });
+                (Some(p), d)
+            }
+            None => (None, None),
+        };
         let mut runs = Vec::with_capacity(binding.layers.len());
         let mut run_maps = Vec::with_capacity(binding.layers.len());
         let mut files = files;
@@ -159,7 +169,8 @@ impl StreamingStore {
         } else {
             plan.trunk.ring_slots.max(1)
         };
-        let trunk = TrunkStore::new_with_progress(files.clone(), runs, &pinned, ring, progress)?;
+        let trunk =
+            TrunkStore::new_decoding(files.clone(), runs, &pinned, ring, decoder, progress)?;
         let pack_check = match pack {
             Some(p) => {
                 let verified: Vec<std::sync::atomic::AtomicBool> = (0..binding.layers.len())

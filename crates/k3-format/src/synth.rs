@@ -40,6 +40,21 @@ pub struct WeightScale {
     pub embed_std: f32,
     /// Half-width of the uniform jitter of norm gains around 1.
     pub norm_jitter: f32,
+    /// How BF16 matrix elements are drawn.
+    pub matrices: MatrixDist,
+}
+
+/// How BF16 matrix elements are drawn (the spread is `gain / sqrt(fan_in)` either way).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatrixDist {
+    /// Uniform over a 256-level table, one random byte per element: fast, but a value carries
+    /// at most 8 bits (exponent ~2.1 of them, a uniform's octave mix), unlike trained weights.
+    #[default]
+    Table,
+    /// Like trained weights: Gaussian elements, each row with its own scale (log-normal,
+    /// σ = 0.35 octaves around the tensor's) and each tensor's scale log-normal around the
+    /// nominal one (σ = 0.25 octaves), rounded to BF16 (docs/PERFORMANCE.md#trunk-compression).
+    Trained,
 }
 
 impl Default for WeightScale {
@@ -48,6 +63,7 @@ impl Default for WeightScale {
             matrix_gain: 1.0,
             embed_std: 1.0,
             norm_jitter: 0.1,
+            matrices: MatrixDist::Table,
         }
     }
 }
@@ -435,6 +451,14 @@ impl SplitMix {
         ((self.next() >> 40) as f32 / (1u64 << 23) as f32) - 1.0
     }
 
+    /// Standard normal (Box–Muller; one of the pair is dropped, which keeps the stream
+    /// position-independent of chunking).
+    pub(crate) fn gauss(&mut self) -> f64 {
+        let u1 = ((self.next() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+        let u2 = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+
     /// The stream of tensor `name` under `seed`.
     pub(crate) fn for_tensor(seed: u64, name: &str) -> SplitMix {
         // FNV-1a of the name, mixed with the seed.
@@ -455,6 +479,9 @@ enum Kind {
     Const(u8),
     /// BF16 values drawn from a 256-level table (one random byte per element).
     Bf16(Box<[u16; 256]>),
+    /// BF16 Gaussian rows of `cols` elements around a tensor scale `std`, each row's scale
+    /// log-normal around it ([`MatrixDist::Trained`]).
+    Gauss(GaussRows),
     /// F32 values `center + half_width · U[-1, 1)`.
     F32 { center: f32, half_width: f32 },
     /// F32 `A_log`: `ln(1 + h mod 16)` for the first `heads` values, zero padding after.
@@ -488,6 +515,11 @@ impl Filler {
             Dtype::BF16 if t.shape.len() == 1 => table(1.0, w.norm_jitter),
             Dtype::BF16 if n.ends_with("embed_tokens.weight") => {
                 table(0.0, w.embed_std * 3f32.sqrt())
+            }
+            Dtype::BF16 if w.matrices == MatrixDist::Trained => {
+                let mut rng = SplitMix::for_tensor(spec.seed ^ 0x7EA1, n);
+                let std = inv_sqrt(fan_in) * (TENSOR_OCTAVES * rng.gauss()).exp2();
+                Kind::Gauss(GaussRows::new(std, fan_in))
             }
             Dtype::BF16 => table(0.0, (inv_sqrt(fan_in) * 3f64.sqrt()) as f32),
             _ if n.ends_with("A_log") => Kind::ALog {
@@ -534,6 +566,7 @@ impl Filler {
                     }
                 }
             }
+            Kind::Gauss(_) => self.fill_gauss(out),
             Kind::F32 { center, half_width } => {
                 for c in out.chunks_exact_mut(4) {
                     let v = center + half_width * self.rng.unit();
@@ -553,6 +586,48 @@ impl Filler {
             }
         }
         self.pos += out.len() / 4;
+    }
+}
+
+/// Spread of a trained-like tensor's scale around the nominal one, in octaves (σ of log2).
+const TENSOR_OCTAVES: f64 = 0.25;
+/// Spread of a trained-like row's scale around its tensor's, in octaves (σ of log2).
+const ROW_OCTAVES: f64 = 0.35;
+
+/// State of a [`Kind::Gauss`] tensor: its scale, row width, the current row's scale and how
+/// far into the row the stream is.
+struct GaussRows {
+    std: f64,
+    cols: usize,
+    row_std: f32,
+    col: usize,
+}
+
+impl GaussRows {
+    fn new(std: f64, cols: usize) -> GaussRows {
+        GaussRows {
+            std,
+            cols: cols.max(1),
+            row_std: 0.0,
+            col: 0,
+        }
+    }
+}
+
+impl Filler {
+    /// Trained-like BF16 elements: a new row scale at each row start, then Gaussian values.
+    fn fill_gauss(&mut self, out: &mut [u8]) {
+        let Kind::Gauss(g) = &mut self.kind else {
+            return;
+        };
+        for pair in out.chunks_exact_mut(2) {
+            if g.col == 0 {
+                g.row_std = (g.std * (ROW_OCTAVES * self.rng.gauss()).exp2()) as f32;
+            }
+            g.col = (g.col + 1) % g.cols;
+            let v = g.row_std * self.rng.gauss() as f32;
+            pair.copy_from_slice(&half::bf16::from_f32(v).to_le_bytes());
+        }
     }
 }
 

@@ -27,4 +27,4 @@ pub use io::{
     thp_mode, AlignedBuf, BufferPolicy, Fault, FaultyReader, Prefault, ReadAt, ShardFile,
 };
 pub use store_error::{ExpertFetchFailure, StoreError};
-pub use trunk_store::{LayerBytes, RunLoc, TrunkStats, TrunkStore};
+pub use trunk_store::{LayerBytes, RunDecoder, RunLoc, TrunkStats, TrunkStore};

@@ -30,6 +30,14 @@ pub enum StoreError {
         /// What is wrong (with file, offset and length).
         reason: String,
     },
+    /// A compressed trunk run did not decode (damaged chunk): nothing of it is used.
+    #[error("decoding trunk layer {layer}: {reason}")]
+    Decode {
+        /// Layer.
+        layer: usize,
+        /// The decoder's message (naming the chunk).
+        reason: String,
+    },
     /// The store was built with arguments that cannot work.
     #[error("invalid store configuration: {0}")]
     Config(String),

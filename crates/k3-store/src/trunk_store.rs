@@ -17,6 +17,10 @@
 //! * **O_DIRECT** for every read (through [`ReadAt::read_into_aligned`]): a streamed layer is
 //!   read once per token, so keeping it in the page cache only steals memory from the plan.
 
+mod decode;
+
+pub use decode::RunDecoder;
+
 use crate::io::{aligned_span, AlignedBuf, ReadAt};
 use crate::StoreError;
 use k3_plan::TrunkPlan;
@@ -67,6 +71,12 @@ pub struct TrunkStats {
     pub wait_seconds: f64,
     /// Failed reads.
     pub failures: u64,
+    /// Decoded bytes produced from compressed runs (0 for a plain trunk).
+    pub bytes_decoded: u64,
+    /// Seconds spent decoding (on any thread).
+    pub decode_seconds: f64,
+    /// Bytes of the staging buffer compressed runs are read into (0 for a plain trunk).
+    pub staging_bytes: u64,
 }
 
 /// What a ring slot holds.
@@ -95,6 +105,8 @@ struct Shared {
     ring: Vec<RwLock<AlignedBuf>>,
     state: Mutex<RingState>,
     cv: Condvar,
+    /// Set for a compressed trunk: runs are read into staging and decoded into the buffers.
+    decoding: Option<decode::Decoding>,
 }
 
 /// Pinned trunk layers plus a ring of slots streaming the rest, with read-ahead.
@@ -174,7 +186,25 @@ impl TrunkStore {
         ring_slots: usize,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<TrunkStore, StoreError> {
+        Self::new_decoding(files, runs, pinned, ring_slots, None, progress)
+    }
+
+    /// [`TrunkStore::new_with_progress`] over runs that `decoder` (when given) turns into the
+    /// layers' bytes: every buffer holds a DECODED run (its length from the decoder, starting
+    /// at offset 0), reads land in one staging buffer and are decoded between the read and
+    /// the bind — by the reader thread for read-aheads, so decoding overlaps compute as reads
+    /// do; pinned layers are decoded once, here.
+    pub fn new_decoding(
+        files: Vec<Arc<dyn ReadAt>>,
+        runs: Vec<RunLoc>,
+        pinned: &[bool],
+        ring_slots: usize,
+        decoder: Option<Arc<dyn RunDecoder>>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<TrunkStore, StoreError> {
         check_runs(&files, &runs, pinned, ring_slots)?;
+        let decoding = decoder.map(|d| decode::Decoding::new(d, &runs));
+        let place = |l: usize| placement(decoding.as_ref(), l, &runs[l]);
         let pin_total: u64 = runs
             .iter()
             .zip(pinned)
@@ -183,15 +213,18 @@ impl TrunkStore {
             .sum();
         let mut stats = TrunkStats {
             layers: runs.len(),
+            staging_bytes: decoding.as_ref().map_or(0, |d| d.staging_bytes()),
             ..TrunkStats::default()
         };
         let mut bufs = Vec::with_capacity(runs.len());
         for (l, run) in runs.iter().enumerate() {
             bufs.push(if pinned[l] {
-                let mut buf = AlignedBuf::new(span(run));
+                let mut buf = AlignedBuf::new(place(l).2);
                 let t = Instant::now();
-                read_run(&files, l, run, &mut buf)?;
-                stats.io_seconds += t.elapsed().as_secs_f64();
+                let decode_s = load(&files, decoding.as_ref(), l, run, &mut buf)?;
+                stats.io_seconds += t.elapsed().as_secs_f64() - decode_s;
+                stats.decode_seconds += decode_s;
+                stats.bytes_decoded += decoding.as_ref().map_or(0, |_| place(l).1 as u64);
                 stats.reads += 1;
                 stats.bytes_read += run.len;
                 stats.pinned_layers += 1;
@@ -202,8 +235,10 @@ impl TrunkStore {
                 None
             });
         }
-        let streamed = runs.iter().zip(pinned).filter(|(_, &p)| !p);
-        let slot_bytes = streamed.map(|(r, _)| span(r)).max();
+        let slot_bytes = (0..runs.len())
+            .filter(|&l| !pinned[l])
+            .map(|l| place(l).2)
+            .max();
         let ring: Vec<_> = match slot_bytes {
             Some(b) => (0..ring_slots)
                 .map(|_| {
@@ -233,6 +268,7 @@ impl TrunkStore {
                 stats,
             }),
             cv: Condvar::new(),
+            decoding,
         });
         let mut store = TrunkStore {
             shared,
@@ -300,8 +336,7 @@ impl TrunkStore {
             .runs
             .get(l)
             .ok_or(StoreError::LayerOutOfRange { layer: l, layers })?;
-        let start = (run.offset % crate::io::ALIGN as u64) as usize;
-        let len = run.len as usize;
+        let (start, len, _) = placement(shared.decoding.as_ref(), l, &run);
         if let Some(buf) = &shared.pinned[l] {
             let mut st = shared.lock();
             st.stats.binds += 1;
@@ -332,10 +367,11 @@ impl TrunkStore {
         let shared = &*self.shared;
         let run = *shared.runs.get(l)?;
         let buf = shared.pinned.get(l)?.as_ref()?;
+        let (start, len, _) = placement(shared.decoding.as_ref(), l, &run);
         Some(LayerBytes {
             src: Src::Pinned(buf),
-            start: (run.offset % crate::io::ALIGN as u64) as usize,
-            len: run.len as usize,
+            start,
+            len,
         })
     }
 
@@ -472,14 +508,20 @@ impl Shared {
         let t = Instant::now();
         let result = {
             let mut buf = self.ring[slot].write().unwrap_or_else(|e| e.into_inner());
-            read_run(&self.files, layer, &self.runs[layer], &mut buf)
+            let run = &self.runs[layer];
+            load(&self.files, self.decoding.as_ref(), layer, run, &mut buf)
         };
         let mut st = self.lock();
-        st.stats.io_seconds += t.elapsed().as_secs_f64();
+        let decode_s = *result.as_ref().unwrap_or(&0.0);
+        st.stats.io_seconds += t.elapsed().as_secs_f64() - decode_s;
+        st.stats.decode_seconds += decode_s;
         st.slots[slot] = match result {
-            Ok(()) => {
+            Ok(_) => {
                 st.stats.reads += 1;
                 st.stats.bytes_read += self.runs[layer].len;
+                if let Some(d) = &self.decoding {
+                    st.stats.bytes_decoded += d.decoder.decoded_len(layer);
+                }
                 Slot::Ready(layer)
             }
             Err(e) => {
@@ -494,6 +536,37 @@ impl Shared {
 /// Bytes a run needs in an aligned buffer (widened to 4096 boundaries at both ends).
 fn span(run: &RunLoc) -> usize {
     aligned_span(run.offset, run.len) as usize
+}
+
+/// Where layer `l`'s bytes sit in its buffer: `(start, len, buffer bytes)`. A plain run keeps
+/// its file offset modulo 4096; a decoded run starts at 0.
+fn placement(decoding: Option<&decode::Decoding>, l: usize, run: &RunLoc) -> (usize, usize, usize) {
+    match decoding {
+        None => (
+            (run.offset % crate::io::ALIGN as u64) as usize,
+            run.len as usize,
+            span(run),
+        ),
+        Some(d) => {
+            let n = d.decoder.decoded_len(l) as usize;
+            (0, n, n.div_ceil(crate::io::ALIGN) * crate::io::ALIGN)
+        }
+    }
+}
+
+/// Reads layer `l`'s run into `buf` — directly, or through the staging buffer and the
+/// decoder; returns the seconds spent decoding.
+fn load(
+    files: &[Arc<dyn ReadAt>],
+    decoding: Option<&decode::Decoding>,
+    l: usize,
+    run: &RunLoc,
+    buf: &mut AlignedBuf,
+) -> Result<f64, StoreError> {
+    match decoding {
+        None => read_run(files, l, run, buf).map(|()| 0.0),
+        Some(d) => d.load(files, l, run, buf),
+    }
 }
 
 /// Reads one layer's run into `buf` at `offset % 4096`.

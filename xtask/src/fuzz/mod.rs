@@ -9,6 +9,7 @@
 
 mod abort_guard;
 mod mutate;
+mod target_codec;
 mod targets;
 mod targets_engine;
 
@@ -22,11 +23,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Names accepted by `cargo xtask fuzz`.
-pub const TARGETS: &[&str] = &["safetensors", "config", "tiktoken", "session", "serve"];
+pub const TARGETS: &[&str] = &[
+    "safetensors",
+    "config",
+    "tiktoken",
+    "session",
+    "serve",
+    "trunk-chunk",
+];
 
 #[derive(clap::Args)]
 pub struct FuzzArgs {
-    /// safetensors | config | tiktoken | session | serve
+    /// safetensors | config | tiktoken | session | serve | trunk-chunk
     pub target: String,
     /// How long to run.
     #[arg(long, default_value_t = 60)]
@@ -67,6 +75,7 @@ pub fn make_target(name: &str) -> Result<Box<dyn Target>, String> {
         "tiktoken" => Ok(Box::new(targets::Tiktoken::new()?)),
         "session" => Ok(Box::new(targets_engine::SessionFile::new()?)),
         "serve" => Ok(Box::new(targets_engine::Serve::new()?)),
+        "trunk-chunk" => Ok(Box::new(target_codec::TrunkChunk)),
         other => Err(format!(
             "unknown fuzz target `{other}` (known: {})",
             TARGETS.join(", ")

@@ -95,6 +95,9 @@ impl TrunkPack {
     /// with the recorded checksum; the error names the first corrupt layer.
     /// `progress(done, total)` is called after every chunk with run bytes hashed.
     pub fn verify_checksums(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), PackError> {
+        if self.is_compressed() {
+            return self.verify_decoded(progress);
+        }
         let path = self.path();
         let mut f = File::open(&path).map_err(PackError::io(&path, "open"))?;
         let total = self.total_bytes();
@@ -113,6 +116,45 @@ impl TrunkPack {
                 h.update(&buf[..n]);
                 left -= n as u64;
                 done += n as u64;
+                progress(done, total);
+            }
+            if h.digest() != l.checksum {
+                return Err(PackError::Checksum {
+                    path,
+                    layer: l.layer,
+                    file_off: l.file_off,
+                    nbytes: l.nbytes,
+                    expected: checksum_string(l.checksum),
+                    found: checksum_string(h.digest()),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TrunkPack {
+    /// [`TrunkPack::verify_checksums`] of a compressed pack: per layer, reads the stored run,
+    /// checks and decodes every chunk (a damaged one is named) and hashes the decoded run in
+    /// order. Holds one stored run and one chunk at a time. `progress` counts decoded bytes.
+    fn verify_decoded(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), PackError> {
+        let path = self.path();
+        let mut f = File::open(&path).map_err(PackError::io(&path, "open"))?;
+        let total = self.total_bytes();
+        let (mut done, mut stored, mut out, mut scratch) =
+            (0u64, Vec::new(), Vec::new(), Vec::new());
+        for l in &self.layers {
+            stored.resize(l.stored_bytes as usize, 0);
+            f.seek(SeekFrom::Start(l.file_off))
+                .map_err(PackError::io(&path, "seek"))?;
+            f.read_exact(&mut stored)
+                .map_err(PackError::io(&path, "read"))?;
+            let mut h = Xxh3::new();
+            for job in self.decode_jobs(l.layer) {
+                out.resize(job.dst.len(), 0);
+                self.decode_job(l.layer, &job, &stored, &mut out, &mut scratch)?;
+                h.update(&out);
+                done += out.len() as u64;
                 progress(done, total);
             }
             if h.digest() != l.checksum {

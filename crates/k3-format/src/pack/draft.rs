@@ -213,6 +213,7 @@ fn write_layer(
             nbytes: bytes.len() as u64,
             dtype: dtype.name().into(),
             shape: t.shape.clone(),
+            stored: None,
         };
         w.write(bytes, &mut hash)?;
         tensors.insert(t.name.clone(), doc);
@@ -223,6 +224,7 @@ fn write_layer(
         layer: lt.layer,
         file_off: run_start,
         nbytes: w.pos - run_start,
+        stored_bytes: None,
         checksum: Some(checksum_string(hash.digest())),
         source_shard: ck.shards()[first.0]
             .path()

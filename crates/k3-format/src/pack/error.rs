@@ -183,6 +183,25 @@ pub enum PackError {
         /// Computed checksum (`algo:hex`).
         found: String,
     },
+    /// A chunk of a compressed layer is damaged (its stored bytes do not hash to the index's
+    /// value, or do not decode): refused before any of it becomes weights.
+    #[error("{path}: layer {layer}, tensor {tensor:?}, chunk {chunk} (bytes [{file_off}, {}) of trunk.bin): {detail}: the file is corrupt; {REPACK}", file_off + len)]
+    Chunk {
+        /// The `trunk.bin` file.
+        path: PathBuf,
+        /// Layer index.
+        layer: usize,
+        /// Tensor name.
+        tensor: String,
+        /// Chunk index within the tensor.
+        chunk: usize,
+        /// Absolute offset of the chunk in `trunk.bin`.
+        file_off: u64,
+        /// Stored length of the chunk.
+        len: u64,
+        /// What is wrong.
+        detail: String,
+    },
 }
 
 impl PackError {

@@ -16,6 +16,10 @@ pub(super) struct PackDoc {
     /// `"q8"` or `"mxfp4"` for a draft trunk (docs/FORMATS.md#draft-trunk); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft: Option<String>,
+    /// The codec of a compressed pack (version 2, docs/FORMATS.md#compressed-trunk); absent
+    /// in a plain one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codec: Option<String>,
     /// Provenance.
     pub source: SourceDoc,
     /// One entry per layer, in order.
@@ -38,8 +42,11 @@ pub(super) struct LayerDoc {
     pub layer: usize,
     /// Offset of the run in `trunk.bin`.
     pub file_off: u64,
-    /// Run length.
+    /// Run length (decoded, in a compressed pack).
     pub nbytes: u64,
+    /// Bytes the run takes in `trunk.bin` in a compressed pack; absent in a plain one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_bytes: Option<u64>,
     /// `"<algo>:<hex>"`; absent in a pack written by upstream's packer, which
     /// [`super::adopt_trunk_pack`] fills in (docs/FORMATS.md#adopting-an-upstream-pack).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -63,6 +70,27 @@ pub(super) struct TensorDoc {
     pub dtype: String,
     /// Dimensions.
     pub shape: Vec<usize>,
+    /// Where and how the tensor is stored in a compressed pack; absent in a plain one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored: Option<StoredDoc>,
+}
+
+/// A tensor's `"stored"` entry in a compressed pack: raw bytes at `off` of the stored run, or
+/// (with `lengths`) bf16 chunks coded with the Huffman code of those exponent code lengths.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct StoredDoc {
+    /// Offset of the raw bytes within the stored run (raw tensors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off: Option<u64>,
+    /// 256 hex digits: the exponent code length of each byte value (coded tensors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lengths: Option<String>,
+    /// Values per chunk (the last chunk holds the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_values: Option<u64>,
+    /// `[offset within the stored run, stored length, "xxh3-64:<hex>" of the stored bytes]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<Vec<(u64, u64, String)>>,
 }
 
 /// `trunk.json` as upstream's packer writes it (docs/FORMATS.md#adopting-an-upstream-pack):

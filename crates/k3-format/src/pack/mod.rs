@@ -15,6 +15,7 @@
 
 mod adopt;
 mod check;
+mod coded;
 mod draft;
 mod error;
 mod json;
@@ -23,6 +24,10 @@ mod upstream;
 mod write;
 
 pub use adopt::{adopt_trunk_pack, UPSTREAM_JSON};
+pub use coded::{
+    write_compressed_pack, write_compressed_pack_with, CodedTensor, CompressOptions, DecodeJob,
+    StoredChunk, TensorStore, CHUNK_VALUES, CODEC_NAME, COMPRESSED_VERSION, MIN_CODED_BYTES,
+};
 pub use draft::{quantized_bytes, write_draft_pack, DraftQuant, DraftQuantizer, DraftRecipe};
 pub use error::PackError;
 pub use json::{ConfigFingerprint, SourceShard};
@@ -99,6 +104,9 @@ pub struct PackedTensor {
     pub dtype: PackDtype,
     /// Dimensions.
     pub shape: Vec<usize>,
+    /// How the tensor is stored in a compressed pack (`None` in a plain pack: verbatim at
+    /// `off` of the run).
+    pub stored: Option<TensorStore>,
 }
 
 /// One layer's run in `trunk.bin`.
@@ -108,9 +116,11 @@ pub struct PackedLayer {
     pub layer: usize,
     /// Offset of the run in `trunk.bin` (a multiple of the pack's alignment).
     pub file_off: u64,
-    /// Run length in bytes.
+    /// Run length in bytes (decoded, in a compressed pack).
     pub nbytes: u64,
-    /// XXH3-64 of the run's bytes.
+    /// Bytes the run takes in `trunk.bin` (`nbytes` in a plain pack).
+    pub stored_bytes: u64,
+    /// XXH3-64 of the run's bytes (decoded, in a compressed pack: equal to the plain pack's).
     pub checksum: u64,
     /// Shard file name the run was copied from.
     pub source_shard: String,
@@ -152,6 +162,8 @@ pub struct TrunkPack {
     layers: Vec<PackedLayer>,
     /// `Some` for a draft trunk (`"draft"` in `trunk.json`).
     draft: Option<DraftQuant>,
+    /// Whether runs are stored compressed (`"codec"`, version 2).
+    compressed: bool,
 }
 
 impl TrunkPack {
@@ -194,10 +206,24 @@ impl TrunkPack {
     pub fn num_layers(&self) -> usize {
         self.layers.len()
     }
-    /// `(file_off, nbytes)` of layer `l`'s run in `trunk.bin`. Panics if `l >= num_layers()`.
+    /// `(file_off, bytes)` of layer `l`'s run as stored in `trunk.bin` (compressed in a
+    /// compressed pack: decode it with [`TrunkPack::decode_layer`]). Panics if
+    /// `l >= num_layers()`.
     pub fn layer(&self, l: usize) -> (u64, u64) {
         let e = &self.layers[l];
-        (e.file_off, e.nbytes)
+        (e.file_off, e.stored_bytes)
+    }
+    /// Whether runs are stored compressed (docs/FORMATS.md#compressed-trunk).
+    pub fn is_compressed(&self) -> bool {
+        self.compressed
+    }
+    /// Layer `l`'s decoded run length (= its stored length in a plain pack).
+    pub fn decoded_bytes(&self, l: usize) -> u64 {
+        self.layers.get(l).map_or(0, |e| e.nbytes)
+    }
+    /// Sum of the runs' stored lengths (without padding).
+    pub fn stored_total_bytes(&self) -> u64 {
+        self.layers.iter().map(|l| l.stored_bytes).sum()
     }
     /// Checks layer `l`'s run, already read by the caller, against its recorded checksum
     /// (a loader verifies each layer the first time it reads it).
@@ -231,9 +257,17 @@ impl TrunkPack {
     pub fn source(&self) -> &PackSource {
         &self.source
     }
-    /// Sum of the runs' lengths (without padding).
+    /// Sum of the runs' lengths (decoded; without padding).
     pub fn total_bytes(&self) -> u64 {
         self.layers.iter().map(|l| l.nbytes).sum()
+    }
+    /// The largest stored run (= [`TrunkPack::max_run_bytes`] in a plain pack).
+    pub fn max_stored_bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .map(|l| l.stored_bytes)
+            .max()
+            .unwrap_or(0)
     }
     /// The largest run.
     pub fn max_run_bytes(&self) -> u64 {

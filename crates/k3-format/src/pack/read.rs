@@ -6,6 +6,7 @@ use super::{
     TrunkPack,
 };
 use super::{CHECKSUM_ALGO, FORMAT_NAME, FORMAT_VERSION, TRUNK_BIN, TRUNK_JSON};
+use super::{CODEC_NAME, COMPRESSED_VERSION};
 use std::path::Path;
 
 impl TrunkPack {
@@ -47,11 +48,12 @@ fn open_pack(dir: &Path) -> Result<TrunkPack, PackError> {
             of: doc.layers.len(),
         });
     }
+    let compressed = doc.codec.is_some();
     let layers = doc
         .layers
         .iter()
         .enumerate()
-        .map(|(i, l)| parse_layer(i, l, doc.align))
+        .map(|(i, l)| parse_layer(i, l, doc.align, compressed))
         .collect::<Result<Vec<_>, _>>()
         .map_err(invalid)?;
     let bin = dir.join(TRUNK_BIN);
@@ -67,6 +69,7 @@ fn open_pack(dir: &Path) -> Result<TrunkPack, PackError> {
             })?),
         };
     Ok(TrunkPack {
+        compressed,
         draft,
         dir: dir.into(),
         bin_len,
@@ -105,11 +108,23 @@ fn check_header(doc: &PackDoc) -> Result<(), String> {
             doc.format
         ));
     }
-    if doc.version != FORMAT_VERSION {
-        return Err(format!(
-            "\"version\" is {}, this build reads version {FORMAT_VERSION}",
-            doc.version
-        ));
+    match (doc.version, doc.codec.as_deref()) {
+        (FORMAT_VERSION, None) | (COMPRESSED_VERSION, Some(CODEC_NAME)) => {}
+        (COMPRESSED_VERSION, None) => {
+            return Err(format!(
+                "\"version\" is {COMPRESSED_VERSION} (compressed) but there is no \"codec\""
+            ));
+        }
+        (_, Some(c)) if c != CODEC_NAME => {
+            return Err(format!(
+                "\"codec\" is {c:?}: this build reads {CODEC_NAME:?}"
+            ));
+        }
+        (v, _) => {
+            return Err(format!(
+                "\"version\" is {v}, this build reads version {FORMAT_VERSION} (plain) and {COMPRESSED_VERSION} (compressed, \"codec\": {CODEC_NAME:?})"
+            ));
+        }
     }
     if !doc.align.is_power_of_two() {
         return Err(format!("\"align\" is {}, not a power of two", doc.align));
@@ -130,7 +145,12 @@ fn check_header(doc: &PackDoc) -> Result<(), String> {
 }
 
 /// One layer entry: position, alignment, checksum syntax, tensors.
-fn parse_layer(i: usize, l: &LayerDoc, align: u64) -> Result<PackedLayer, String> {
+fn parse_layer(
+    i: usize,
+    l: &LayerDoc,
+    align: u64,
+    compressed: bool,
+) -> Result<PackedLayer, String> {
     if l.layer != i {
         return Err(format!(
             "entry {i} of \"layers\" is layer {}: layers must be listed 0..N-1 in order",
@@ -151,16 +171,43 @@ fn parse_layer(i: usize, l: &LayerDoc, align: u64) -> Result<PackedLayer, String
         // Unreachable: `open_pack` refuses layers without a checksum first.
         None => 0,
     };
+    let stored_bytes = match (compressed, l.stored_bytes) {
+        (false, None) => l.nbytes,
+        (true, Some(b)) => b,
+        (true, None) => {
+            return Err(format!(
+                "layer {i}: no \"stored_bytes\" in a compressed pack"
+            ))
+        }
+        (false, Some(_)) => {
+            return Err(format!(
+                "layer {i}: \"stored_bytes\" in a pack without \"codec\""
+            ))
+        }
+    };
     let mut tensors = Vec::with_capacity(l.tensors.len());
     for (name, t) in &l.tensors {
         let dtype = PackDtype::parse(&t.dtype)
             .ok_or_else(|| format!("layer {i}: tensor {name:?} has unknown dtype {:?}", t.dtype))?;
+        let stored = if compressed {
+            Some(super::coded::parse_stored(
+                i,
+                name,
+                dtype,
+                t.nbytes,
+                t.stored.as_ref(),
+                stored_bytes,
+            )?)
+        } else {
+            None
+        };
         let t = PackedTensor {
             name: name.clone(),
             off: t.off,
             nbytes: t.nbytes,
             dtype,
             shape: t.shape.clone(),
+            stored,
         };
         check_tensor(i, &t, l.nbytes)?;
         tensors.push(t);
@@ -179,10 +226,14 @@ fn parse_layer(i: usize, l: &LayerDoc, align: u64) -> Result<PackedLayer, String
             ));
         }
     }
+    if compressed {
+        check_tiling(i, &tensors, l.nbytes)?;
+    }
     Ok(PackedLayer {
         layer: i,
         file_off: l.file_off,
         nbytes: l.nbytes,
+        stored_bytes,
         checksum,
         source_shard: l.source_shard.clone(),
         source_offset: l.source_offset,
@@ -218,8 +269,29 @@ fn check_tensor(layer: usize, t: &PackedTensor, run: u64) -> Result<(), String> 
     Ok(())
 }
 
+/// A compressed layer's tensors (sorted by offset) cover its decoded run with no gap, so its
+/// decode jobs write every byte.
+fn check_tiling(layer: usize, tensors: &[PackedTensor], nbytes: u64) -> Result<(), String> {
+    let mut at = 0u64;
+    for t in tensors {
+        if t.off != at {
+            return Err(format!(
+                "layer {layer}: compressed run has a gap before tensor {:?} ([{at}, {}))",
+                t.name, t.off
+            ));
+        }
+        at = t.off + t.nbytes;
+    }
+    if at != nbytes {
+        return Err(format!(
+            "layer {layer}: tensors end at {at} of the {nbytes}-byte run"
+        ));
+    }
+    Ok(())
+}
+
 /// `"xxh3-64:<16 hex>"` → the hash.
-fn parse_checksum(s: &str) -> Option<u64> {
+pub(super) fn parse_checksum(s: &str) -> Option<u64> {
     let hex = s.strip_prefix(CHECKSUM_ALGO)?.strip_prefix(':')?;
     (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
 }
@@ -227,33 +299,33 @@ fn parse_checksum(s: &str) -> Option<u64> {
 /// Every run inside the file (else the first that is not, by layer), no two overlapping.
 fn check_runs(bin: &Path, file_len: u64, layers: &[PackedLayer]) -> Result<(), PackError> {
     for l in layers {
-        let end = l.file_off.saturating_add(l.nbytes);
+        let end = l.file_off.saturating_add(l.stored_bytes);
         if end > file_len {
             return Err(PackError::Truncated {
                 path: bin.into(),
                 layer: l.layer,
                 file_off: l.file_off,
-                nbytes: l.nbytes,
+                nbytes: l.stored_bytes,
                 end,
                 file_len,
                 missing: end - file_len,
             });
         }
     }
-    let mut by_off: Vec<&PackedLayer> = layers.iter().filter(|l| l.nbytes > 0).collect();
+    let mut by_off: Vec<&PackedLayer> = layers.iter().filter(|l| l.stored_bytes > 0).collect();
     by_off.sort_by_key(|l| l.file_off);
     for w in by_off.windows(2) {
-        if w[1].file_off < w[0].file_off + w[0].nbytes {
+        if w[1].file_off < w[0].file_off + w[0].stored_bytes {
             return Err(PackError::Invalid {
                 path: bin.with_file_name(TRUNK_JSON),
                 detail: format!(
                     "layers {} [{}, {}) and {} [{}, {}) overlap in trunk.bin",
                     w[0].layer,
                     w[0].file_off,
-                    w[0].file_off + w[0].nbytes,
+                    w[0].file_off + w[0].stored_bytes,
                     w[1].layer,
                     w[1].file_off,
-                    w[1].file_off + w[1].nbytes
+                    w[1].file_off + w[1].stored_bytes
                 ),
             });
         }

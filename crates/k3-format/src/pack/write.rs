@@ -69,6 +69,25 @@ pub(super) fn publish(
     TrunkPack::open(out_dir)
 }
 
+/// [`publish`] for a compressed pack: the index says `"codec"` and version 2.
+pub(super) fn publish_doc(
+    ck: &Checkpoint,
+    cfg: &K3Config,
+    out_dir: &Path,
+    tmp: TmpFiles,
+    layers: Vec<LayerDoc>,
+    codec: Option<&str>,
+) -> Result<TrunkPack, PackError> {
+    let mut doc = pack_doc(ck, cfg, ALIGN, layers, None);
+    if let Some(c) = codec {
+        doc.codec = Some(c.to_string());
+        doc.version = super::COMPRESSED_VERSION;
+    }
+    write_json(&tmp.json, &doc)?;
+    tmp.commit(out_dir)?;
+    TrunkPack::open(out_dir)
+}
+
 /// k3's index of `layers` packed from `ck` with runs aligned to `align`.
 pub(super) fn pack_doc(
     ck: &Checkpoint,
@@ -82,6 +101,7 @@ pub(super) fn pack_doc(
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
         draft: draft.map(str::to_string),
+        codec: None,
         source: SourceDoc {
             config: ConfigFingerprint::from_config(cfg),
             shards: ck
@@ -95,7 +115,7 @@ pub(super) fn pack_doc(
 }
 
 /// Every layer's run, refusing a count mismatch or a non-contiguous layer.
-fn plan_runs<'b>(
+pub(super) fn plan_runs<'b>(
     ck: &Checkpoint,
     binding: &'b ModelBinding,
     cfg: &K3Config,
@@ -311,6 +331,7 @@ pub(super) fn layer_doc(
                 nbytes: t.nbytes,
                 dtype: t.dtype.name().into(),
                 shape: t.shape.clone(),
+                stored: None,
             };
             (t.name.clone(), doc)
         })
@@ -319,6 +340,7 @@ pub(super) fn layer_doc(
         layer: lt.layer,
         file_off,
         nbytes: run.len(),
+        stored_bytes: None,
         checksum: Some(checksum_string(hash)),
         source_shard: file_name(shard),
         source_offset: run.start,

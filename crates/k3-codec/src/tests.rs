@@ -1,0 +1,152 @@
+//! Round trips, corruption refused, table checks.
+
+use super::*;
+use proptest::prelude::*;
+
+/// Trained-like bf16 bytes: Gaussian-ish values (sum of uniforms) at a few scales.
+fn weights(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut out = Vec::with_capacity(2 * n);
+    for i in 0..n {
+        let g: f64 = (0..4).map(|_| next()).sum::<f64>() - 2.0;
+        let scale = [0.02, 0.005, 0.1][i % 3];
+        let v = (g * scale) as f32;
+        out.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes());
+    }
+    out
+}
+
+fn lens_of(bf16: &[u8]) -> CodeLengths {
+    let mut h = [0u64; 256];
+    add_exponents(bf16, &mut h);
+    CodeLengths::for_histogram(&h)
+}
+
+fn round_trip(bf16: &[u8]) -> Vec<u8> {
+    let lens = lens_of(bf16);
+    let mut chunk = Vec::new();
+    encode_chunk(bf16, &lens, &mut chunk).unwrap();
+    let table = DecodeTable::new(&lens).unwrap();
+    let mut out = vec![0u8; bf16.len()];
+    decode_chunk(&chunk, bf16.len() / 2, &table, &mut out, &mut Vec::new()).unwrap();
+    out
+}
+
+#[test]
+fn trained_like_weights_round_trip_and_shrink() {
+    let w = weights(100_003, 1);
+    assert_eq!(round_trip(&w), w);
+    let lens = lens_of(&w);
+    let mut chunk = Vec::new();
+    encode_chunk(&w, &lens, &mut chunk).unwrap();
+    let ratio = chunk.len() as f64 / w.len() as f64;
+    assert!(ratio < 0.72, "ratio {ratio}");
+}
+
+#[test]
+fn tiny_and_single_symbol_chunks_round_trip() {
+    for n in [0usize, 1, 2, 3, 4, 5, 7, 15, 16, 17, 33] {
+        let w = weights(n, 7);
+        assert_eq!(round_trip(&w), w, "n = {n}");
+    }
+    let same: Vec<u8> = std::iter::repeat_n([0x80u8, 0x3f], 1000)
+        .flatten()
+        .collect();
+    assert_eq!(round_trip(&same), same);
+}
+
+#[test]
+fn length_limit_holds_for_skewed_counts() {
+    let mut h = [0u64; 256];
+    for (i, c) in h.iter_mut().enumerate() {
+        *c = 1u64 << (i / 4).min(40);
+    }
+    let lens = CodeLengths::for_histogram(&h);
+    assert!(lens.0.iter().all(|&l| (1..=MAX_LEN as u8).contains(&l)));
+    lens.check().unwrap();
+    assert_eq!(CodeLengths::from_hex(&lens.to_hex()).unwrap(), lens);
+}
+
+#[test]
+fn bad_tables_are_refused() {
+    let mut lens = [0u8; 256];
+    lens[..3].copy_from_slice(&[1, 1, 1]);
+    let hex: String = CodeLengths(lens).to_hex();
+    assert_eq!(
+        CodeLengths::from_hex(&hex).unwrap_err(),
+        CodecError::Table(
+            "code lengths over-subscribe the code space (Kraft sum 3072/2048)".into()
+        )
+    );
+    lens[0] = 12;
+    assert_eq!(
+        CodeLengths(lens).check().unwrap_err(),
+        CodecError::Table("symbol 0 has code length 12, longer than 11".into())
+    );
+    assert!(CodeLengths::from_hex("zz").is_err());
+}
+
+#[test]
+fn truncated_and_padded_chunks_are_refused() {
+    let w = weights(5000, 3);
+    let lens = lens_of(&w);
+    let table = DecodeTable::new(&lens).unwrap();
+    let mut chunk = Vec::new();
+    encode_chunk(&w, &lens, &mut chunk).unwrap();
+    let mut out = vec![0u8; w.len()];
+    let cut = &chunk[..chunk.len() - 1];
+    let e = decode_chunk(cut, 5000, &table, &mut out, &mut Vec::new()).unwrap_err();
+    assert!(
+        matches!(e, CodecError::Chunk(ref m) if m.starts_with("header says")),
+        "{e}"
+    );
+    let e = decode_chunk(&chunk[..10], 5000, &table, &mut out, &mut Vec::new()).unwrap_err();
+    assert_eq!(
+        e,
+        CodecError::Chunk(
+            "10 bytes cannot hold the 16-byte header and 5000 sign+mantissa bytes".into()
+        )
+    );
+}
+
+#[test]
+fn a_flipped_bit_in_a_stream_never_decodes_silently_to_other_lengths() {
+    // A flipped stream bit either fails to decode or decodes to different exponents; the
+    // pack's per-chunk checksum is what catches the second case. Here: no panic, ever.
+    let w = weights(4000, 5);
+    let lens = lens_of(&w);
+    let table = DecodeTable::new(&lens).unwrap();
+    let mut chunk = Vec::new();
+    encode_chunk(&w, &lens, &mut chunk).unwrap();
+    let mut out = vec![0u8; w.len()];
+    for bit in 0..(chunk.len() - 4000) * 8 {
+        let mut c = chunk.clone();
+        c[bit / 8] ^= 1 << (bit % 8);
+        let _ = decode_chunk(&c, 4000, &table, &mut out, &mut Vec::new());
+    }
+}
+
+proptest! {
+    #[test]
+    fn any_bf16_bytes_round_trip(v in proptest::collection::vec(any::<u16>(), 0..3000)) {
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        prop_assert_eq!(round_trip(&bytes), bytes);
+    }
+
+    #[test]
+    fn any_chunk_bytes_decode_without_panic(
+        c in proptest::collection::vec(any::<u8>(), 0..600),
+        n in 0usize..300,
+    ) {
+        let w = weights(300, 9);
+        let table = DecodeTable::new(&lens_of(&w)).unwrap();
+        let mut out = vec![0u8; 2 * n];
+        let _ = decode_chunk(&c, n, &table, &mut out, &mut Vec::new());
+    }
+}

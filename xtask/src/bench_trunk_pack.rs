@@ -1,0 +1,141 @@
+//! `cargo xtask bench-trunk-pack MODEL_DIR --plain DIR --compressed DIR [--tokens N]
+//! [--threads T] [--rounds R]`: a plain and a compressed packed trunk of the same checkpoint
+//! (docs/FORMATS.md#compressed-trunk) at the smallest budget (nothing pinned: every layer is
+//! streamed every token, O_DIRECT), same run, alternating plain / compressed R times: s/token
+//! (median), trunk bytes read and decoded per token, decode seconds per token, the compute
+//! thread's trunk wait. The ids must be identical (checked). Results:
+//! docs/PERFORMANCE.md#trunk-compression.
+
+use crate::bench_util::{self, gb, median};
+use clap::Args;
+use k3_engine::{argmax, DecodeMode, Engine, EngineOptions};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Flags of `bench-trunk-pack`.
+#[derive(Args, Debug)]
+pub struct BenchTrunkPackArgs {
+    /// Checkpoint directory (e.g. `cargo xtask gen-bench --trained-weights`).
+    pub model_dir: PathBuf,
+    /// Plain pack of it (`cargo xtask pack-trunk`).
+    #[arg(long)]
+    pub plain: PathBuf,
+    /// Compressed pack of it (`cargo xtask pack-trunk --compress`).
+    #[arg(long)]
+    pub compressed: PathBuf,
+    /// Timed greedy tokens per run.
+    #[arg(long, default_value_t = 6)]
+    pub tokens: usize,
+    /// Compute threads (default: the engine's default).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Plain / compressed alternations.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+}
+
+/// Runs the subcommand.
+pub fn run(args: &BenchTrunkPackArgs) -> ExitCode {
+    match bench(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench-trunk-pack: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One timed run.
+struct Run {
+    s_tok: f64,
+    read_tok: f64,
+    decoded_tok: f64,
+    decode_s_tok: f64,
+    wait_s_tok: f64,
+    ids: Vec<u32>,
+}
+
+fn bench(args: &BenchTrunkPackArgs) -> Result<(), String> {
+    let dir = &args.model_dir;
+    println!("machine: {}", bench_util::machine_facts());
+    let (smallest, _) = k3_engine::planning::budget_extremes(dir).map_err(|e| e.to_string())?;
+    println!("budget: {smallest:?} (smallest legal: every trunk layer streams)");
+    let mut rows: Vec<(&str, Run)> = Vec::new();
+    for _ in 0..args.rounds.max(1) {
+        for (name, pack) in [("plain", &args.plain), ("compressed", &args.compressed)] {
+            let opts = EngineOptions {
+                threads: args.threads,
+                budget: Some(smallest),
+                ctx: args.tokens + 16,
+                direct_io: true,
+                trunk_dir: Some(pack.clone()),
+                ..EngineOptions::default()
+            };
+            let engine = Engine::open(dir, opts).map_err(|e| format!("{name}: {e}"))?;
+            let r = one_run(&engine, args.tokens)?;
+            println!(
+                "  {name:<10} {:.3} s/token, trunk {:.3} GB read + {:.3} GB decoded per token, decode {:.3} s/token, trunk wait {:.3} s/token",
+                r.s_tok,
+                gb(r.read_tok),
+                gb(r.decoded_tok),
+                r.decode_s_tok,
+                r.wait_s_tok
+            );
+            rows.push((name, r));
+        }
+    }
+    let ids = &rows[0].1.ids;
+    if let Some((name, r)) = rows.iter().find(|(_, r)| &r.ids != ids) {
+        return Err(format!("{name} produced ids {:?}, plain {ids:?}", r.ids));
+    }
+    println!("greedy ids (identical from both packs): {ids:?}");
+    println!();
+    println!("| pack | s/token (median of runs) | trunk GB read/token | GB decoded/token | decode s/token | trunk wait s/token |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for name in ["plain", "compressed"] {
+        let runs: Vec<&Run> = rows
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, r)| r)
+            .collect();
+        let med = |f: fn(&Run) -> f64| median(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
+        println!(
+            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            med(|r| r.s_tok),
+            gb(med(|r| r.read_tok)),
+            gb(med(|r| r.decoded_tok)),
+            med(|r| r.decode_s_tok),
+            med(|r| r.wait_s_tok)
+        );
+    }
+    Ok(())
+}
+
+/// Prefills 4 ids, then times `tokens` greedy steps (per-token medians; counters per token).
+fn one_run(engine: &Engine, tokens: usize) -> Result<Run, String> {
+    let vocab = engine.config().vocab_size;
+    let prompt = bench_util::prompt_ids(4, vocab, 7);
+    let mut s = engine.new_session(tokens + 16).map_err(|e| e.to_string())?;
+    s.feed(&prompt).map_err(|e| e.to_string())?;
+    let before = engine.stats();
+    let (mut times, mut ids) = (Vec::new(), Vec::new());
+    for _ in 0..tokens.max(1) {
+        let id = argmax(s.logits());
+        ids.push(id);
+        let t = Instant::now();
+        s.step(id, DecodeMode::Incremental)
+            .map_err(|e| e.to_string())?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let d = engine.stats().since(&before);
+    let n = times.len() as f64;
+    Ok(Run {
+        s_tok: median(&times),
+        read_tok: d.trunk_bytes_read as f64 / n,
+        decoded_tok: d.trunk_bytes_decoded as f64 / n,
+        decode_s_tok: d.trunk_decode_seconds / n,
+        wait_s_tok: d.trunk_wait_seconds / n,
+        ids,
+    })
+}
