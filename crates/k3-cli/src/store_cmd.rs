@@ -291,6 +291,7 @@ mod tests {
             overwrite: true,
             verify: false,
             draft_quant: None,
+            compress: false,
         })
         .unwrap_or_else(|e| panic!("packs: {}", e.message));
         let written = std::fs::metadata(out.join("trunk.bin")).unwrap().len();
