@@ -48,6 +48,7 @@ mod error_body;
 mod events;
 mod http_anthropic;
 mod http_openai;
+mod live_status;
 mod replica;
 #[cfg(test)]
 mod replica_tests;

@@ -204,7 +204,11 @@ pub fn submit(
             _admission: permit,
         };
         shared.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
-        shared.metrics.live.enqueue(id, job.events.downgrade());
+        let events = job.events.downgrade();
+        shared
+            .metrics
+            .live
+            .enqueue(id, move || events.upgrade().is_some());
         if let Err(e) = shared.jobs.try_send(job) {
             shared.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
             shared.metrics.live.dequeue(id);

@@ -8,9 +8,9 @@
 //! request reads the snapshot and ages its clocks by the time since it was taken, so a long
 //! prefill step does not freeze the elapsed time and ETA the page shows.
 
+use super::live_status::{JobSnapshot, LiveStatus, Snapshot};
 use super::routes::{authorize, json_response};
-use super::status_line::JobView;
-use super::worker::{Event, Metrics};
+use super::worker::Metrics;
 use super::Shared;
 use crate::error_body::OpenAiError;
 use axum::extract::State;
@@ -19,90 +19,7 @@ use axum::response::Response;
 use k3_plan::{Budget, MemoryPlan};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
-use tokio::sync::mpsc::WeakUnboundedSender;
-
-/// One live request as the scheduler last saw it.
-#[derive(Clone, Debug)]
-struct JobSnapshot {
-    id: String,
-    fed: usize,
-    prompt: usize,
-    seconds: f64,
-    generated: usize,
-    thinking: bool,
-}
-
-/// A queued job: its id, and its event sender held weakly — the job holds the sender, so a
-/// job dropped without reaching the scheduler (cancelled while queued over ranks) leaves the
-/// list by itself.
-#[derive(Debug)]
-struct Waiting {
-    id: String,
-    job: WeakUnboundedSender<Event>,
-}
-
-/// What the scheduler published after its last step, and the queue.
-#[derive(Debug, Default)]
-pub struct Snapshot {
-    jobs: Vec<JobSnapshot>,
-    /// Jobs waiting for the scheduler, oldest first (one entry per queued choice).
-    queued: Vec<Waiting>,
-    step_seconds: f64,
-    taken: Option<Instant>,
-}
-
-/// The snapshot shared by the scheduler thread and the handlers.
-#[derive(Debug, Default)]
-pub struct LiveStatus(Mutex<Snapshot>);
-
-impl LiveStatus {
-    fn lock(&self) -> MutexGuard<'_, Snapshot> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The scheduler's view after a step (the same views the status line shows).
-    pub fn publish(&self, views: &[JobView<'_>], step_seconds: f64) {
-        let jobs = views
-            .iter()
-            .map(|v| JobSnapshot {
-                id: v.id.to_string(),
-                fed: v.fed,
-                prompt: v.prompt,
-                seconds: v.seconds,
-                generated: v.generated,
-                thinking: v.thinking,
-            })
-            .collect();
-        let mut s = self.lock();
-        s.jobs = jobs;
-        s.step_seconds = step_seconds;
-        s.taken = Some(Instant::now());
-    }
-
-    /// A job was queued; `job` is its event sender (downgraded).
-    pub fn enqueue(&self, id: &str, job: WeakUnboundedSender<Event>) {
-        self.lock().queued.push(Waiting {
-            id: id.to_string(),
-            job,
-        });
-    }
-
-    /// The scheduler took a job off the queue (admitted, or skipped as cancelled).
-    pub fn dequeue(&self, id: &str) {
-        let mut s = self.lock();
-        if let Some(i) = s.queued.iter().position(|q| q.id == id) {
-            s.queued.remove(i);
-        }
-    }
-
-    /// The ids still waiting, oldest first (jobs dropped while queued are forgotten).
-    fn queued_ids(s: &mut Snapshot) -> Vec<String> {
-        s.queued.retain(|w| w.job.upgrade().is_some());
-        s.queued.iter().map(|w| w.id.clone()).collect()
-    }
-}
+use std::sync::Arc;
 
 /// A request's phase as the page names it.
 fn phase(j: &JobSnapshot) -> &'static str {
@@ -218,6 +135,7 @@ pub fn with_request_id(id: &str, mut response: Response) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status_line::JobView;
 
     fn view(id: &str, fed: usize, prompt: usize, thinking: bool) -> JobView<'_> {
         JobView {
@@ -264,8 +182,9 @@ mod tests {
         let live = LiveStatus::default();
         let mut senders = Vec::new();
         for id in ["x", "y", "x", "z", "gone"] {
-            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-            live.enqueue(id, tx.downgrade());
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+            let weak = tx.downgrade();
+            live.enqueue(id, move || weak.upgrade().is_some());
             senders.push(tx);
         }
         live.dequeue("x");

@@ -188,7 +188,7 @@ pub struct Metrics {
     /// `f64` bits of the longest wait between two tokens of the last finished job.
     pub max_token_gap_bits: AtomicU64,
     /// The scheduler's last step and the queue, for `GET /v1/status`.
-    pub live: super::status_api::LiveStatus,
+    pub live: super::live_status::LiveStatus,
 }
 
 /// Saved sessions keyed by their exact token sequence, least recently used evicted first.
