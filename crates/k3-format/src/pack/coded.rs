@@ -169,7 +169,7 @@ pub(super) fn parse_stored(
                 "chunk {c} is {len} bytes, too short for {n} values"
             )));
         }
-        let hash = super::read::parse_checksum(hash).ok_or_else(|| {
+        let hash = super::parse_checksum(hash).ok_or_else(|| {
             at(format!(
                 "chunk {c}: checksum {hash:?} is not \"xxh3-64:<16 hex digits>\""
             ))

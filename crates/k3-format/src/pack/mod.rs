@@ -280,6 +280,12 @@ fn checksum_string(h: u64) -> String {
     format!("{CHECKSUM_ALGO}:{h:016x}")
 }
 
+/// `"xxh3-64:<16 hex>"` → the hash.
+fn parse_checksum(s: &str) -> Option<u64> {
+    let hex = s.strip_prefix(CHECKSUM_ALGO)?.strip_prefix(':')?;
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
+}
+
 /// `n` rounded up to a multiple of `align` (> 0).
 fn align_up(n: u64, align: u64) -> u64 {
     n.div_ceil(align) * align

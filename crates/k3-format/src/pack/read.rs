@@ -165,7 +165,7 @@ fn parse_layer(
         ));
     }
     let checksum = match &l.checksum {
-        Some(sum) => parse_checksum(sum).ok_or_else(|| {
+        Some(sum) => super::parse_checksum(sum).ok_or_else(|| {
             format!("layer {i}: checksum {sum:?} is not \"{CHECKSUM_ALGO}:<16 hex digits>\"")
         })?,
         // Unreachable: `open_pack` refuses layers without a checksum first.
@@ -288,12 +288,6 @@ fn check_tiling(layer: usize, tensors: &[PackedTensor], nbytes: u64) -> Result<(
         ));
     }
     Ok(())
-}
-
-/// `"xxh3-64:<16 hex>"` → the hash.
-pub(super) fn parse_checksum(s: &str) -> Option<u64> {
-    let hex = s.strip_prefix(CHECKSUM_ALGO)?.strip_prefix(':')?;
-    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
 }
 
 /// Every run inside the file (else the first that is not, by layer), no two overlapping.
