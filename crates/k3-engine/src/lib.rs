@@ -36,6 +36,7 @@ pub mod constraint;
 mod decode;
 pub mod draft;
 pub mod dspark;
+mod emit;
 mod error;
 mod gather;
 mod generate;

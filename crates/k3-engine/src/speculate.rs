@@ -18,7 +18,7 @@
 //! before trying one draft again (bounds the loss when drafts are poor; measured in
 //! docs/PERFORMANCE.md "Speculative decoding").
 
-use crate::generate::Emitter;
+use crate::emit::Emitter;
 use crate::stop::StopReason;
 use crate::{EngineError, Sampler, Session};
 
