@@ -33,22 +33,7 @@ fn pack_draft(dir: &Path, quant: &str) -> PathBuf {
 }
 
 fn run_ids(flags: &[&str], json: &Path) -> (Output, serde_json::Value) {
-    let model = tiny();
-    let mut a = vec![
-        "run",
-        model.to_str().unwrap(),
-        "--ids",
-        "637,229,263,638,730,42,197",
-        "-n",
-        "20",
-        "--json",
-        json.to_str().unwrap(),
-    ];
-    a.extend_from_slice(flags);
-    let o = k3(&a);
-    assert!(o.status.success(), "{flags:?}: {}", stderr(&o));
-    let r = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-    (o, r)
+    common::run_tiny_json(20, flags, json)
 }
 
 #[test]

@@ -12,21 +12,7 @@ fn dspark() -> PathBuf {
 }
 
 fn run(flags: &[&str], json: &Path) -> serde_json::Value {
-    let model = tiny();
-    let mut a = vec![
-        "run",
-        model.to_str().unwrap(),
-        "--ids",
-        "637,229,263,638,730,42,197",
-        "-n",
-        "16",
-        "--json",
-        json.to_str().unwrap(),
-    ];
-    a.extend_from_slice(flags);
-    let o = k3(&a);
-    assert!(o.status.success(), "{flags:?}: {}", stderr(&o));
-    serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
+    common::run_tiny_json(16, flags, json).1
 }
 
 #[test]

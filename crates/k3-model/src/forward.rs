@@ -236,13 +236,12 @@ impl Model {
         mode: LogitsMode,
         on_layer: &mut dyn FnMut(usize),
     ) -> Result<Logits, ModelError> {
-        let mut one = [BatchItem {
+        let one = BatchItem {
             tokens,
             state,
             mode,
-        }];
-        let mut logits = self.forward_batch(weights, experts, &mut one, on_layer)?;
-        logits.pop().ok_or(ModelError::NoTokens)
+        };
+        self.forward_one(weights, experts, one, on_layer, None)
     }
 
     /// One pass over several sequences (docs/MODEL.md#decoder-layer; docs/SERVER.md
@@ -277,13 +276,25 @@ impl Model {
         on_layer: &mut dyn FnMut(usize),
         taps: &mut Taps,
     ) -> Result<Logits, ModelError> {
-        let mut one = [BatchItem {
+        let one = BatchItem {
             tokens,
             state,
             mode,
-        }];
-        let mut logits =
-            self.forward_batch_tapped(weights, experts, &mut one, on_layer, Some(taps))?;
+        };
+        self.forward_one(weights, experts, one, on_layer, Some(taps))
+    }
+
+    /// One sequence through [`Model::forward_batch_tapped`]: its logits.
+    fn forward_one(
+        &self,
+        weights: &dyn WeightProvider,
+        experts: &dyn ExpertProvider,
+        item: BatchItem<'_>,
+        on_layer: &mut dyn FnMut(usize),
+        taps: Option<&mut Taps>,
+    ) -> Result<Logits, ModelError> {
+        let mut one = [item];
+        let mut logits = self.forward_batch_tapped(weights, experts, &mut one, on_layer, taps)?;
         logits.pop().ok_or(ModelError::NoTokens)
     }
 

@@ -14,6 +14,27 @@ pub fn k3(args: &[&str]) -> Output {
 }
 
 /// The committed tiny model.
+/// `k3 run` on the tiny model with the ids every drafting test starts from, `-n n` and
+/// `--json json` plus `flags`; must succeed. The process and its JSON report.
+pub fn run_tiny_json(n: usize, flags: &[&str], json: &Path) -> (Output, serde_json::Value) {
+    let (model, n) = (tiny(), n.to_string());
+    let mut a = vec![
+        "run",
+        model.to_str().unwrap(),
+        "--ids",
+        "637,229,263,638,730,42,197",
+        "-n",
+        &n,
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    a.extend_from_slice(flags);
+    let o = k3(&a);
+    assert!(o.status.success(), "{flags:?}: {}", stderr(&o));
+    let r = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    (o, r)
+}
+
 pub fn tiny() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3")
 }
