@@ -4,7 +4,7 @@ use crate::CliError;
 use clap::Args;
 use k3_engine::{Budget, Preset};
 
-pub use crate::config_file::AUTO;
+pub use k3_engine::config_file::AUTO;
 
 /// Bytes per GB as the presets count them (10^9).
 const GB: f64 = 1e9;
@@ -74,7 +74,7 @@ impl BudgetArgs {
     /// The flags' budget; without any budget flag, the config file's budget keys (as a group).
     pub fn budget_or_file(
         &self,
-        file: &crate::config_file::FileConfig,
+        file: &k3_engine::config_file::FileConfig,
     ) -> Result<Option<Budget>, CliError> {
         if self.is_auto() {
             return Ok(None);

@@ -6,10 +6,10 @@
 //! the thinking shown dimmed on a terminal (`--hide-thinking` hides it), a status line on
 //! stderr while the turn is prefilled or the thinking is hidden, and `-n 512`.
 
-use crate::config_file::FileConfig;
 use crate::engine_args::EngineArgs;
 use crate::sampling_args::SamplingArgs;
 use clap::Args;
+use k3_engine::config_file::FileConfig;
 
 /// `k3 chat`'s thinking effort when `--thinking` is not given.
 pub const DEFAULT_THINKING: &str = "low";

@@ -119,7 +119,7 @@ struct Chat<'e> {
 }
 
 pub fn chat(args: ChatArgs, ranks: &crate::mpi_comm::Group) -> Result<(), CliError> {
-    let file = crate::config_file::load()?;
+    let file = k3_engine::config_file::load()?;
     let model_dir = args.model.resolve(&file)?;
     let params = args.sampling.params(&file)?;
     let thinking: Thinking = args

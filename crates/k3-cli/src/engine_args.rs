@@ -1,9 +1,9 @@
 //! Flags that open the engine, shared by `k3 run`, `k3 chat` and `k3 serve`.
 
 use crate::budget::BudgetArgs;
-use crate::config_file::FileConfig;
 use crate::CliError;
 use clap::Args;
+use k3_engine::config_file::FileConfig;
 use k3_engine::{Engine, EngineOptions};
 use k3_kernels::fast::Numerics;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,6 @@
 //! (unless `--ignore-eos`), at a `--stop` text, or after `-n` tokens; prompt plus `-n` must fit
 //! the context (checked before anything is fed).
 
-use crate::config_file::{self, FileConfig};
 use crate::run_args::{json_to_stdout, RunArgs};
 use crate::run_input::{self, check_room, Prompt};
 use crate::run_output::{LiveLines, TextOut};
@@ -12,6 +11,7 @@ use crate::run_report::Done;
 use crate::run_structured;
 use crate::status::Status;
 use crate::CliError;
+use k3_engine::config_file::{self, FileConfig};
 use k3_engine::{
     DecodeMode, Engine, Generation, Sampler, SamplingParams, Session, StopConditions, StopScanner,
 };

@@ -2,10 +2,10 @@
 //! config file's `model`), the prompt (a positional PROMPT, `-p`, `-f FILE` with `-` for
 //! stdin, or `--ids`), and the check that prompt plus `-n` fit the context.
 
-use crate::config_file::FileConfig;
 use crate::ids::parse_ids;
 use crate::run_args::RunArgs;
 use crate::CliError;
+use k3_engine::config_file::FileConfig;
 use k3_engine::Engine;
 use std::io::Read;
 use std::path::{Path, PathBuf};

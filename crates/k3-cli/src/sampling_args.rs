@@ -1,8 +1,8 @@
 //! Sampling flags shared by `k3 run` and `k3 chat`, merged over the config file's values.
 
-use crate::config_file::FileConfig;
 use crate::CliError;
 use clap::Args;
+use k3_engine::config_file::FileConfig;
 use k3_engine::{DecodeMode, DraftPolicy, Engine, SamplingParams, Speculation};
 
 #[derive(Args, Clone, Debug, Default)]

@@ -91,7 +91,7 @@ fn api_key(args: &ServeArgs) -> Result<Option<String>, CliError> {
 /// checked against the trained range (README "Context").
 fn serve_ctx(
     args: &ServeArgs,
-    file: &crate::config_file::FileConfig,
+    file: &k3_engine::config_file::FileConfig,
     dir: &std::path::Path,
 ) -> Result<usize, CliError> {
     let trained = crate::context::trained_context(dir);
@@ -150,7 +150,7 @@ pub fn serve(args: ServeArgs, group: Option<Arc<dyn k3_engine::Comm>>) -> Result
     if args.queue == 0 {
         return Err(CliError::usage("--queue must be at least 1"));
     }
-    let file = crate::config_file::load()?;
+    let file = k3_engine::config_file::load()?;
     let model_dir = args.model.resolve(&file)?;
     let ctx = serve_ctx(&args, &file, &model_dir)?;
     let port = args.port.or(file.port).unwrap_or(8080);

@@ -32,6 +32,7 @@ mod batch;
 pub mod block;
 pub mod chat_template;
 pub mod comm_stats;
+pub mod config_file;
 pub mod constraint;
 mod decode;
 pub mod draft;
