@@ -11,7 +11,8 @@
 //!
 //! With `--tools`, the tools are declared in the conversation header, the reply's calls are
 //! shown as they stream and kept in the history, and `/tool RESULT` answers them one by one
-//! ([`crate::chat_tools`], the reply loop in `chat_reply.rs`); `--tool-choice` forces a call
+//! ([`crate::chat_tools`] and `k3_engine::chat_template::tool_turns`, the reply loop in
+//! `chat_reply.rs`); `--tool-choice` forces a call
 //! in each reply to a user message by constrained decoding, the think channel left free.
 //!
 //! `/undo` restores a snapshot of the session taken just before the last turn (in memory,
@@ -22,9 +23,9 @@
 pub use crate::chat_args::ChatArgs;
 use crate::chat_input::{ChatInput, Input};
 use crate::chat_ranks::Said;
-use crate::chat_tools::pending_calls;
 use crate::CliError;
-use k3_engine::chat_template::{self as chat, ChatMessage, Template, Thinking, ToolSpec};
+use k3_engine::chat_template::ToolSpec;
+use k3_engine::chat_template::{self as chat, pending_calls, ChatMessage, Template, Thinking};
 use k3_engine::{Constraint, DecodeMode, Engine, ReplyStart, Sampler, Session, Tokenizer};
 use std::io::IsTerminal;
 use std::path::Path;
@@ -127,7 +128,8 @@ pub fn chat(args: ChatArgs, ranks: &crate::mpi_comm::Group) -> Result<(), CliErr
         .parse()
         .map_err(|e: k3_engine::EngineError| CliError::usage(e.to_string()))?;
     let tools = match &args.tools {
-        Some(path) => crate::chat_tools::load_tools(path)?,
+        Some(path) => k3_engine::chat_template::load_tools(path)
+            .map_err(|e| CliError::usage(e.to_string()))?,
         None => Vec::new(),
     };
     let trained = crate::context::trained_context(&model_dir);

@@ -268,7 +268,7 @@ impl<'e> Chat<'e> {
         let tail = match (ended, response_end) {
             (true, _) => Vec::new(),
             (false, Some(at)) => {
-                crate::chat_tools::after_response_tail(&self.tpl, self.tok, &view.ids[at..])
+                k3_engine::chat_template::after_response_tail(&self.tpl, self.tok, &view.ids[at..])
             }
             (false, None) => view.parser.closing_tail(),
         };
@@ -278,7 +278,9 @@ impl<'e> Chat<'e> {
             let keep = match response_end {
                 Some(at) => find_last(&view.ids[at..], &close_call)
                     .map_or(at, |c| at + c + close_call.len()),
-                None => view.ids.len() - crate::chat_tools::half_marker_len(&self.tpl, &view.ids),
+                None => {
+                    view.ids.len() - k3_engine::chat_template::half_marker_len(&self.tpl, &view.ids)
+                }
             };
             view.flush_cut(&self.tpl, keep);
         }

@@ -27,11 +27,15 @@ mod history;
 mod markup;
 mod reply;
 mod tool_parse;
+mod tool_turns;
 mod tools;
 
 pub use history::{history_jsonl, load_history, parse_history, save_history, validate_history};
 pub use reply::{parse_assistant, Channel, ParsedReply, ReplyParser};
 pub use tool_parse::{ReplyEvent, ReplyStream, Served};
+pub use tool_turns::{
+    after_response_tail, half_marker_len, load_tools, pending_calls, ToolsFileError,
+};
 pub use tools::{argument_text, argument_type, tool_declare_text, ToolCall, ToolSpec};
 
 use crate::EngineError;
