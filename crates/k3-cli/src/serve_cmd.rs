@@ -5,6 +5,7 @@
 use crate::engine_args::EngineArgs;
 use crate::CliError;
 use clap::Args;
+use k3_server::registry::{Announcement, Published};
 use k3_server::{Events, Options, ServeError, Stderr};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -116,8 +117,8 @@ impl From<ServeError> for CliError {
 /// stderr events, plus the `k3 ps` record from `listening` until the server returns
 /// (docs/MODELS.md#k3-ps).
 struct CliEvents {
-    announcement: Mutex<Option<crate::ps::Announcement>>,
-    record: Mutex<Option<crate::ps::Published>>,
+    announcement: Mutex<Option<Announcement>>,
+    record: Mutex<Option<Published>>,
 }
 
 impl Events for CliEvents {
@@ -131,8 +132,11 @@ impl Events for CliEvents {
         Stderr.listening(addr);
         let announced = self.announcement.lock().map(|mut a| a.take());
         if let Ok(Some(a)) = announced {
-            if let Ok(mut record) = self.record.lock() {
-                *record = Some(a.publish(addr.port()));
+            // A record that cannot be written costs only `k3 ps`'s view: the server goes on.
+            match (a.publish(addr.port()), self.record.lock()) {
+                (Ok(published), Ok(mut record)) => *record = Some(published),
+                (Err(e), _) => eprintln!("k3: {e}"),
+                (Ok(_), Err(_)) => {}
             }
         }
     }
@@ -187,7 +191,7 @@ pub fn serve(args: ServeArgs, group: Option<Arc<dyn k3_engine::Comm>>) -> Result
         special: args.special,
     };
     let events = Arc::new(CliEvents {
-        announcement: Mutex::new(Some(crate::ps::Announcement::new(&model_dir, &engine))),
+        announcement: Mutex::new(Some(Announcement::new(&model_dir, &engine))),
         record: Mutex::new(None),
     });
     let addr = format!("{}:{port}", args.host);

@@ -258,7 +258,7 @@ pub fn rm(args: RmArgs) -> Result<(), CliError> {
             }
         )));
     }
-    if let Some(s) = crate::ps::servers_holding(&dir)
+    if let Some(s) = k3_server::registry::servers_holding(&dir)
         .first()
         .filter(|_| !args.force)
     {

@@ -49,6 +49,7 @@ mod events;
 mod http_anthropic;
 mod http_openai;
 mod live_status;
+pub mod registry;
 mod replica;
 #[cfg(test)]
 mod replica_tests;
