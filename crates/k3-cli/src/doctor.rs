@@ -19,9 +19,11 @@
 use crate::CliError;
 use clap::Args;
 use k3_engine::planning::{budget_extremes, model_sizes};
-use k3_engine::{Budget, Preset};
-use k3_plan::forecast::{hit_rate, holds_everything};
-use k3_plan::plan::{fmt_bytes, plan as make_plan, GB};
+use k3_engine::Budget;
+use k3_plan::cgroup::CgroupLimit;
+use k3_plan::forecast::holds_everything;
+use k3_plan::plan::{fmt_bytes, plan as make_plan};
+use k3_plan::recommend::{bytes_per_token, candidates, pick, Candidate};
 use k3_plan::{MemoryPlan, ModelSizes, PlanRequest};
 use k3_store::probe::{
     free_disk, fs_type, read_rates, Bandwidth, MachineFacts, ReadTest, TestRead,
@@ -112,7 +114,8 @@ fn machine_facts(model_dir: Option<&Path>) {
     let shown = |b: Option<u64>| b.map_or_else(|| "unknown".into(), fmt_bytes);
     println!("  RAM total         {}", shown(m.mem_total));
     println!("  MemAvailable      {}", shown(m.mem_available));
-    println!("  cgroup memory     {}", cgroup_limit());
+    let cgroup = CgroupLimit::from_reader(|p| std::fs::read_to_string(format!("/{p}")).ok());
+    println!("  cgroup memory     {cgroup}");
     let avail = available_memory();
     match avail.bytes() {
         Some(b) => println!("  usable for k3     {} ({})", fmt_bytes(b), avail.source()),
@@ -140,46 +143,6 @@ fn numerics_fast() -> String {
         }
         (false, amx) => format!("unavailable (AMX-BF16: {})", amx.label()),
     }
-}
-
-/// The memory limit of this process's cgroup (v2 `memory.max`, else v1 `limit_in_bytes`).
-fn cgroup_limit() -> String {
-    let read = |p: &str| {
-        std::fs::read_to_string(p)
-            .ok()
-            .map(|s| s.trim().to_string())
-    };
-    let cgroups = read("/proc/self/cgroup").unwrap_or_default();
-    for line in cgroups.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_), Some(ctrl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        let path = path.trim_end_matches('/');
-        if ctrl.is_empty() {
-            let max = read(&format!("/sys/fs/cgroup{path}/memory.max"))
-                .or_else(|| read("/sys/fs/cgroup/memory.max"));
-            return match max.as_deref() {
-                Some("max") => "unlimited (cgroup v2)".into(),
-                Some(v) => v.parse::<u64>().map_or(format!("{v} (cgroup v2)"), |b| {
-                    format!("{} (cgroup v2 memory.max)", fmt_bytes(b))
-                }),
-                None => "none found (cgroup v2, no memory controller)".into(),
-            };
-        }
-        if ctrl.split(',').any(|c| c == "memory") {
-            let lim = read(&format!(
-                "/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"
-            ))
-            .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"));
-            return match lim.and_then(|v| v.parse::<u64>().ok()) {
-                Some(b) if b >= 1 << 60 => "unlimited (cgroup v1)".into(),
-                Some(b) => format!("{} (cgroup v1 memory.limit_in_bytes)", fmt_bytes(b)),
-                None => "unknown (cgroup v1)".into(),
-            };
-        }
-    }
-    "none (no cgroup memory controller)".into()
 }
 
 /// Measures reads of one expert each at 1, 4 and 16 outstanding reads, over real expert
@@ -255,15 +218,6 @@ fn bandwidth(
     Bandwidth { levels }
 }
 
-/// A candidate budget and its plan.
-struct Candidate {
-    label: String,
-    flag: String,
-    plan: MemoryPlan,
-    fits: bool,
-    hit: f64,
-}
-
 fn plan_for(sizes: &ModelSizes, budget: Budget, ctx: usize) -> Result<MemoryPlan, CliError> {
     make_plan(sizes, &PlanRequest::new(budget, ctx as u64))
         .map_err(|e| CliError::usage(e.to_string()))
@@ -287,7 +241,8 @@ fn recommend(
             fmt_bytes(min_plan.total_bytes())
         )));
     }
-    let cands = candidates(sizes, everything, ctx, &avail)?;
+    let cands =
+        candidates(sizes, everything, ctx, &avail).map_err(|e| CliError::usage(e.to_string()))?;
     let moe_layers = cfg
         .num_hidden_layers
         .saturating_sub(cfg.first_k_dense_replace) as f64;
@@ -313,67 +268,6 @@ fn recommend(
     }
     println!("s/token is a floor from I/O alone (compute not included); hit rates: docs/PERFORMANCE.md decode view (ARC), 0 for --mem-gb");
     Ok(())
-}
-
-/// Every preset, the smallest split holding the whole model, and 90 % of the available memory.
-fn candidates(
-    sizes: &ModelSizes,
-    everything: Budget,
-    ctx: usize,
-    avail: &k3_plan::Available,
-) -> Result<Vec<Candidate>, CliError> {
-    let fits = |p: &MemoryPlan| p.check(sizes, avail).is_ok();
-    let whole_or_none = |p: &MemoryPlan| f64::from(u8::from(holds_everything(p, sizes)));
-    let mut cands = Vec::new();
-    let mut add = |label: String, flag: String, plan: MemoryPlan, hit: f64| {
-        let fits = fits(&plan);
-        cands.push(Candidate {
-            label,
-            flag,
-            fits,
-            plan,
-            hit,
-        });
-    };
-    for p in Preset::ALL {
-        let plan = plan_for(sizes, Budget::Preset(p), ctx)?;
-        let hit = hit_rate(p, &plan, sizes);
-        add(format!("preset {p}"), format!("--preset {p}"), plan, hit);
-    }
-    if let Budget::Split { trunk, cache } = everything {
-        // The smallest split that holds the whole model, rounded up to whole MB.
-        let (t, c) = (gb_up(trunk), gb_up(cache));
-        let budget = Budget::Split {
-            trunk: (t * GB as f64) as u64,
-            cache: (c * GB as f64) as u64,
-        };
-        if let Ok(plan) = make_plan(sizes, &PlanRequest::new(budget, ctx as u64)) {
-            let hit = whole_or_none(&plan);
-            add(
-                "whole model".into(),
-                format!("--trunk-gb {t} --cache-gb {c}"),
-                plan,
-                hit,
-            );
-        }
-    }
-    // 90 % of what is available, rounded down to 0.1 GB: room for the page cache and the OS.
-    let gb = avail.bytes().map_or(0.0, |a| {
-        ((a as f64 * 0.9 / GB as f64) * 10.0).floor() / 10.0
-    });
-    if gb > 0.0 {
-        let budget = Budget::Total((gb * GB as f64) as u64);
-        if let Ok(plan) = make_plan(sizes, &PlanRequest::new(budget, ctx as u64)) {
-            let hit = whole_or_none(&plan);
-            add(
-                format!("--mem-gb {gb}"),
-                format!("--mem-gb {gb}"),
-                plan,
-                hit,
-            );
-        }
-    }
-    Ok(cands)
 }
 
 /// The budgets table: total, fits, hit rate, bytes read and the I/O floor per token.
@@ -403,30 +297,8 @@ fn print_candidates(
     }
 }
 
-/// The smallest fitting budget that already holds everything, else the largest fitting
-/// preset, else any that fits.
-fn pick<'a>(cands: &'a [Candidate], sizes: &ModelSizes) -> Option<&'a Candidate> {
-    cands
-        .iter()
-        .filter(|c| c.fits && holds_everything(&c.plan, sizes))
-        .min_by_key(|c| c.plan.total_bytes())
-        .or_else(|| {
-            cands
-                .iter()
-                .filter(|c| c.fits && c.label.starts_with("preset"))
-                .max_by_key(|c| c.plan.total_bytes())
-        })
-        .or_else(|| cands.iter().find(|c| c.fits))
-}
-
-/// Bytes → GB rounded up to a whole MB (so the flag value plans at least as much).
-fn gb_up(bytes: u64) -> f64 {
-    (bytes as f64 / 1e6).ceil() / 1e3
-}
-
 /// Bytes read per token and the I/O-floor seconds (trunk at 1 outstanding read, experts at 16).
 fn floor(c: &Candidate, sizes: &ModelSizes, moe_layers: f64, bw: &Bandwidth) -> (f64, Option<f64>) {
-    let trunk = c.plan.trunk.streamed_per_token as f64;
-    let experts = moe_layers * f64::from(sizes.top_k) * (1.0 - c.hit) * sizes.expert_bytes as f64;
+    let (trunk, experts) = bytes_per_token(&c.plan, c.hit, sizes, moe_layers);
     (trunk + experts, bw.floor_secs(trunk, experts))
 }

@@ -8,6 +8,7 @@ use crate::CliError;
 use k3_engine::release_sizes::{release_disk, released_sizes};
 use k3_engine::{Budget, Preset};
 use k3_plan::plan::{fmt_bytes, plan as make_plan};
+use k3_plan::recommend::bytes_per_token;
 use k3_plan::PlanRequest;
 use k3_store::probe::{free_disk, read_rates, Bandwidth, ReadTest, TestRead};
 use k3_store::ShardFile;
@@ -74,8 +75,7 @@ fn presets_on_disk(ctx: usize, bw: &Bandwidth) -> Result<(), CliError> {
         let plan = make_plan(&sizes, &PlanRequest::new(Budget::Preset(p), ctx as u64))
             .map_err(|e| CliError::usage(e.to_string()))?;
         let hit = k3_plan::forecast::hit_rate(p, &plan, &sizes);
-        let trunk = plan.trunk.streamed_per_token as f64;
-        let experts = moe_layers * f64::from(sizes.top_k) * (1.0 - hit) * sizes.expert_bytes as f64;
+        let (trunk, experts) = bytes_per_token(&plan, hit, &sizes, moe_layers);
         let secs = bw.floor_secs(trunk, experts);
         println!(
             "  {:<12} {:>10} {:>6.1}% {:>11} {:>10}",
