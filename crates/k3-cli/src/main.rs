@@ -30,7 +30,6 @@ mod ps;
 mod release;
 mod run;
 mod run_args;
-mod run_draft;
 mod run_input;
 mod run_output;
 mod run_report;

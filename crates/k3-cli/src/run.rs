@@ -7,11 +7,11 @@
 use crate::run_args::{json_to_stdout, RunArgs};
 use crate::run_input::{self, check_room, Prompt};
 use crate::run_output::{LiveLines, TextOut};
-use crate::run_report::Done;
 use crate::run_structured;
 use crate::status::Status;
 use crate::CliError;
 use k3_engine::config_file::{self, FileConfig};
+use k3_engine::run_report::RunFacts;
 use k3_engine::{
     DecodeMode, Engine, Generation, Sampler, SamplingParams, Session, StopConditions, StopScanner,
 };
@@ -290,7 +290,7 @@ pub fn run(mut args: RunArgs, group: &crate::mpi_comm::Group) -> Result<(), CliE
         &mut status,
     );
     let generation = generated.inspect_err(|e| expert_failure_report(e, &engine, t0))?;
-    let done = Done {
+    let done = RunFacts {
         dir,
         prompt: &prompt,
         generation: &generation,
@@ -322,7 +322,7 @@ fn finish(
     args: &RunArgs,
     engine: &Engine,
     session: &Session<'_>,
-    done: &Done<'_>,
+    done: &RunFacts<'_>,
 ) -> Result<(), CliError> {
     let ids = &done.generation.ids;
     // a collective every rank makes, followers too (docs/DISTRIBUTED.md#memory-per-rank)
@@ -355,7 +355,7 @@ fn finish(
 }
 
 /// The end-of-run lines on stderr: why it stopped, speeds, drafts, the I/O report.
-fn summary(engine: &Engine, session: &Session<'_>, done: &Done<'_>) {
+fn summary(engine: &Engine, session: &Session<'_>, done: &RunFacts<'_>) {
     let n = done.generation.ids.len();
     match crate::interrupt::requested() {
         true => eprintln!("stopped: interrupted (Ctrl-C)"),

@@ -49,6 +49,7 @@ pub mod planning;
 mod rank_share;
 pub mod release_sizes;
 mod resident;
+pub mod run_report;
 mod sampler;
 mod session;
 mod session_file;
