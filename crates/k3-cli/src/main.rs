@@ -40,7 +40,6 @@ mod status;
 mod store_cmd;
 mod tokenize;
 mod verify_cmd;
-mod verify_trunk;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

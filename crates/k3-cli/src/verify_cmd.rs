@@ -18,7 +18,7 @@
 use crate::CliError;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use k3_format::verify::{scale_nan_counts, verify_dir, Check, Status};
+use k3_format::verify::{verify_dir, Check, Status};
 use k3_hub::manifest::{compare, files_to_hash, hash_files, load_manifest, write_manifest, Sum};
 use std::path::{Path, PathBuf};
 
@@ -86,7 +86,7 @@ pub fn verify(mut args: VerifyArgs) -> Result<(), CliError> {
         checks.extend(deep);
     }
     if let Some(t) = &args.trunk {
-        let c = crate::verify_trunk::check(dir, t);
+        let c = k3_format::verify_deep::check_trunk_pack(dir, t);
         print_checks(std::slice::from_ref(&c), args.all);
         checks.push(c);
     }
@@ -150,7 +150,7 @@ fn hash_with_bar(
     Ok(sums)
 }
 
-/// Counts E8M0 bytes equal to 255 per layer: a warning, never a failure.
+/// The NaN scale-byte check (`k3_format::verify_deep`) under a progress bar.
 fn scales(ck: &k3_format::Checkpoint) -> Check {
     let total: u64 = ck
         .iter()
@@ -163,29 +163,7 @@ fn scales(ck: &k3_format::Checkpoint) -> Check {
     {
         bar.set_style(style);
     }
-    let counts = scale_nan_counts(ck, &|n| bar.inc(n));
+    let check = k3_format::verify_deep::scale_check(ck, &|n| bar.inc(n));
     bar.finish_and_clear();
-    let (tensors, bytes, nan) = counts.values().fold((0, 0, 0), |a, c| {
-        (a.0 + c.tensors, a.1 + c.bytes, a.2 + c.nan)
-    });
-    let with_nan = counts.values().filter(|c| c.nan > 0).count();
-    let details = counts
-        .iter()
-        .filter(|(_, c)| c.nan > 0)
-        .map(|(l, c)| {
-            let layer = l.map_or("no layer".to_string(), |l| format!("layer {l}"));
-            format!(
-                "{layer}: {} of {} scale bytes are 255 (NaN groups, decoded as 0)",
-                c.nan, c.bytes
-            )
-        })
-        .collect();
-    Check {
-        name: "mxfp4 scales",
-        status: if nan == 0 { Status::Pass } else { Status::Warn },
-        summary: format!(
-            "{nan} of {bytes} E8M0 scale bytes in {tensors} tensors are 255 (NaN), in {with_nan} layer(s)"
-        ),
-        details,
-    }
+    check
 }

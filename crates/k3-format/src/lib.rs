@@ -30,6 +30,7 @@ pub mod safetensors;
 mod shard_list;
 pub mod synth;
 pub mod verify;
+pub mod verify_deep;
 pub mod view;
 pub mod writer;
 
