@@ -44,7 +44,7 @@ impl BudgetArgs {
 
     /// The budget the flags describe; `None` when no budget flag was given. `--preset auto`
     /// needs the model and the machine, which only run, chat and serve resolve
-    /// ([`BudgetArgs::budget_or_file`] then `crate::auto_budget`): refused here.
+    /// ([`BudgetArgs::budget_or_file`] then `k3_engine::auto_budget`): refused here.
     pub fn budget(&self) -> Result<Option<Budget>, CliError> {
         if self.is_auto() {
             return Err(CliError::usage(

@@ -157,7 +157,7 @@ pub fn no_model() -> CliError {
 }
 
 /// Opens the engine; without a budget, plans one as `--preset auto` unless `resident`
-/// (`crate::auto_budget`). With `progress` (not `-q`): the choice and any thread warning on
+/// (`k3_engine::auto_budget`). With `progress` (not `-q`): the choice and any thread warning on
 /// stderr, and on a terminal a progress bar follows the pinned trunk layers being read
 /// (minutes at real scale).
 pub fn open_engine(
@@ -167,7 +167,12 @@ pub fn open_engine(
     progress: bool,
 ) -> Result<Engine, CliError> {
     use std::io::IsTerminal;
-    crate::auto_budget::apply(dir, &mut options, resident, !progress)?;
+    if let Some(choice) = k3_engine::auto_budget::choose(dir, &options, resident)? {
+        if progress {
+            eprintln!("k3: {}", choice.why);
+        }
+        options.budget = choice.budget;
+    }
     use_stored_trunk(dir, &mut options, progress);
     let bar =
         (progress && options.budget.is_some() && std::io::stderr().is_terminal()).then(|| {

@@ -6,7 +6,6 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod argv;
-mod auto_budget;
 mod budget;
 mod chat_args;
 mod chat_input;

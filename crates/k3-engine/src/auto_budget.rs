@@ -2,6 +2,9 @@
 //! "Memory budgets"). The model is mapped resident when it fits 90 % of that memory whole
 //! (trunk, every expert, the context's state and scratch); otherwise it is planned as a total
 //! budget of 90 % of it, so a 1.56 TB checkpoint is never mapped whole by accident.
+//!
+//! `K3_MEM_AVAILABLE_GB` stands in for the machine's figure (to plan as if on a smaller
+//! machine, and for tests); the ranks of an MPI job on one host share it.
 
 use crate::{Budget, EngineError, EngineOptions};
 use std::path::Path;
@@ -72,6 +75,62 @@ pub fn auto_budget(
             flag_gb(usable)
         ),
     }))
+}
+
+/// Environment variable overriding the available memory, GB.
+pub const ENV_AVAILABLE: &str = "K3_MEM_AVAILABLE_GB";
+
+/// Ranks of this job on this host, from the launcher's environment (Open MPI, MPICH/Hydra).
+const LOCAL_RANKS_ENV: [&str; 2] = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"];
+
+/// The automatic budget for `dir` under `options` against the memory this process may use
+/// ([`available_to_this_rank`], read only when there is a model to size against it); `None`
+/// when `options` already has a budget or there is nothing to size (as [`auto_budget`]).
+pub fn choose(
+    dir: &Path,
+    options: &EngineOptions,
+    resident: bool,
+) -> Result<Option<AutoChoice>, EngineError> {
+    let sized = options.budget.is_none() && !resident && dir.join("config.json").is_file();
+    let available = match sized {
+        true => available_to_this_rank()?,
+        false => None,
+    };
+    auto_budget(dir, options, resident, available)
+}
+
+/// The memory this process may plan against and where the figure comes from:
+/// `$K3_MEM_AVAILABLE_GB` when set, else the machine's (MemAvailable, capped by the cgroup),
+/// divided among this host's ranks of an MPI job (they all plan against it). `None`: unknown.
+pub fn available_to_this_rank() -> Result<Option<(u64, String)>, EngineError> {
+    if let Ok(v) = std::env::var(ENV_AVAILABLE) {
+        return match v.trim().parse::<f64>() {
+            Ok(gb) if gb.is_finite() && gb > 0.0 => {
+                Ok(Some(((gb * 1e9) as u64, ENV_AVAILABLE.into())))
+            }
+            _ => Err(EngineError::Invalid(format!(
+                "${ENV_AVAILABLE} must be a positive number of GB, got {v:?}"
+            ))),
+        };
+    }
+    let a = k3_store::available_memory();
+    Ok(a.bytes()
+        .map(|b| per_local_rank((b, a.source().to_string()))))
+}
+
+/// The available memory divided among this host's ranks.
+fn per_local_rank((bytes, source): (u64, String)) -> (u64, String) {
+    let local = LOCAL_RANKS_ENV
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.trim().parse::<u64>().ok())
+        .filter(|&n| n > 1);
+    match local {
+        Some(n) => (
+            bytes / n,
+            format!("{source}, shared by {n} ranks on this host"),
+        ),
+        None => (bytes, source),
+    }
 }
 
 /// Bytes as `1.23 GB` (or MB below a GB).
