@@ -7,6 +7,7 @@
 use super::{on_screen, Chat, CANCEL, DIM, PLAIN};
 use crate::status::Status;
 use k3_engine::chat_template::Thinking;
+use k3_engine::chat_template::{after_response_tail, cut_reply_keep, response_end};
 use k3_engine::chat_template::{Channel, ReplyEvent, ReplyParser, ReplyStream, Template, ToolCall};
 use k3_engine::{Constraint, EngineError, Sampler, StopConditions};
 use std::io::Write;
@@ -264,24 +265,14 @@ impl<'e> Chat<'e> {
     /// Closes the screen line and works out what the reply holds and what still closes it.
     fn finish(&self, mut view: View<'e>, end_ids: &[u32]) -> Reply {
         let ended = view.ids.last().is_some_and(|id| end_ids.contains(id));
-        let response_end = self.response_end(&view.ids);
+        let response_end = response_end(&self.tpl, self.thinking, &view.ids);
         let tail = match (ended, response_end) {
             (true, _) => Vec::new(),
-            (false, Some(at)) => {
-                k3_engine::chat_template::after_response_tail(&self.tpl, self.tok, &view.ids[at..])
-            }
+            (false, Some(at)) => after_response_tail(&self.tpl, self.tok, &view.ids[at..]),
             (false, None) => view.parser.closing_tail(),
         };
         if !ended {
-            // After the response: up to the last whole call; in it: all but a half marker.
-            let close_call = self.tpl.call_close();
-            let keep = match response_end {
-                Some(at) => find_last(&view.ids[at..], &close_call)
-                    .map_or(at, |c| at + c + close_call.len()),
-                None => {
-                    view.ids.len() - k3_engine::chat_template::half_marker_len(&self.tpl, &view.ids)
-                }
-            };
+            let keep = cut_reply_keep(&self.tpl, &view.ids, response_end);
             view.flush_cut(&self.tpl, keep);
         }
         let calls_done = view.calls_done;
@@ -312,27 +303,6 @@ impl<'e> Chat<'e> {
             tail,
         }
     }
-
-    /// Where the reply's response channel ended, if it did: just after the last
-    /// `close(response)` after the think channel closed.
-    fn response_end(&self, ids: &[u32]) -> Option<usize> {
-        let after_think = match self.thinking {
-            Thinking::Off => 0,
-            _ => find_last(ids, &self.tpl.think_to_response())?,
-        };
-        let close = self.tpl.close_tag("response");
-        find_last(&ids[after_think..], &close).map(|at| after_think + at + close.len())
-    }
-}
-
-/// The position of the last occurrence of `needle` in `hay`.
-fn find_last(hay: &[u32], needle: &[u32]) -> Option<usize> {
-    if needle.is_empty() || hay.len() < needle.len() {
-        return None;
-    }
-    (0..=hay.len() - needle.len())
-        .rev()
-        .find(|&i| hay[i..i + needle.len()] == *needle)
 }
 
 /// Rank 0's Ctrl-C flag, stored on every rank (one process: its own).

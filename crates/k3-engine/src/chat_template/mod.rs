@@ -34,7 +34,8 @@ pub use history::{history_jsonl, load_history, parse_history, save_history, vali
 pub use reply::{parse_assistant, Channel, ParsedReply, ReplyParser};
 pub use tool_parse::{ReplyEvent, ReplyStream, Served};
 pub use tool_turns::{
-    after_response_tail, half_marker_len, load_tools, pending_calls, ToolsFileError,
+    after_response_tail, cut_reply_keep, half_marker_len, load_tools, pending_calls, response_end,
+    ToolsFileError,
 };
 pub use tools::{argument_text, argument_type, tool_declare_text, ToolCall, ToolSpec};
 

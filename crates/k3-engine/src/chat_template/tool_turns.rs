@@ -3,7 +3,7 @@
 //! result, and the ids that close a reply cut short inside its tools channel. Calls are
 //! parsed and shown by the caller, never executed here.
 
-use super::{ChatMessage, Template, ToolCall, ToolSpec};
+use super::{ChatMessage, Template, Thinking, ToolCall, ToolSpec};
 use k3_tokenizer::Tokenizer;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
@@ -247,10 +247,42 @@ pub fn half_marker_len(tpl: &Template<'_>, ids: &[u32]) -> usize {
     }
 }
 
+/// Where a reply's response channel ended, if it did: just after the last `close(response)`
+/// after the think channel closed (`thinking` is the effort the reply was generated under).
+pub fn response_end(tpl: &Template<'_>, thinking: Thinking, ids: &[u32]) -> Option<usize> {
+    let after_think = match thinking {
+        Thinking::Off => 0,
+        _ => find_last(ids, &tpl.think_to_response())?,
+    };
+    let close = tpl.close_tag("response");
+    find_last(&ids[after_think..], &close).map(|at| after_think + at + close.len())
+}
+
+/// How many ids of a reply cut short still parse as shown: after its response channel (which
+/// ended at `response_end`), up to its last whole call; in the response, all but a marker cut
+/// before its `<|sep|>`.
+pub fn cut_reply_keep(tpl: &Template<'_>, ids: &[u32], response_end: Option<usize>) -> usize {
+    let close_call = tpl.call_close();
+    match response_end {
+        Some(at) => find_last(&ids[at..], &close_call).map_or(at, |c| at + c + close_call.len()),
+        None => ids.len() - half_marker_len(tpl, ids),
+    }
+}
+
+/// The position of the last occurrence of `needle` in `hay`.
+fn find_last(hay: &[u32], needle: &[u32]) -> Option<usize> {
+    if needle.is_empty() || hay.len() < needle.len() {
+        return None;
+    }
+    (0..=hay.len() - needle.len())
+        .rev()
+        .find(|&i| hay[i..i + needle.len()] == *needle)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat_template::{parse_assistant, Thinking};
+    use crate::chat_template::parse_assistant;
     use serde_json::json;
 
     fn tiny_tokenizer() -> Tokenizer {
@@ -342,5 +374,28 @@ mod tests {
         assert!(names(&messages).is_empty());
         messages.push(ChatMessage::new("assistant", "done"));
         assert!(names(&messages).is_empty());
+    }
+
+    #[test]
+    fn the_response_ends_after_its_last_close_past_the_think_channel() {
+        let tok = tiny_tokenizer();
+        let tpl = Template::new(&tok).unwrap();
+        let close = tpl.close_tag("response");
+        let mut ids = vec![7, 8];
+        ids.extend(&close);
+        ids.extend([9, 10]);
+        assert_eq!(
+            response_end(&tpl, Thinking::Off, &ids),
+            Some(2 + close.len())
+        );
+        // With thinking on, a response close before the think channel closed does not count.
+        assert_eq!(response_end(&tpl, Thinking::Max, &ids), None);
+        let mut thought = tpl.think_to_response();
+        thought.extend(&ids);
+        let at = tpl.think_to_response().len() + 2 + close.len();
+        assert_eq!(response_end(&tpl, Thinking::Max, &thought), Some(at));
+        assert_eq!(cut_reply_keep(&tpl, &thought, Some(at)), at);
+        assert_eq!(find_last(&[1, 2, 1, 2], &[1, 2]), Some(2));
+        assert_eq!(find_last(&[1], &[1, 2]), None);
     }
 }
