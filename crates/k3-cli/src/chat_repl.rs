@@ -317,7 +317,7 @@ fn check_reply_room(header: usize, max_new: usize, ctx: usize) -> Result<(), Cli
 /// Model text as written to stdout: control characters escaped on a terminal.
 fn on_screen(text: &str, tty: bool) -> std::borrow::Cow<'_, str> {
     match tty {
-        true => crate::escape::escape_str(text, crate::escape::Style::Text),
+        true => k3_tokenizer::escape::escape_str(text, k3_tokenizer::escape::Style::Text),
         false => text.into(),
     }
 }

@@ -17,7 +17,6 @@ mod context;
 mod doctor;
 mod download;
 mod engine_args;
-mod escape;
 mod ids;
 mod interrupt;
 mod mpi_comm; // `--features mpi` (docs/DISTRIBUTED.md)

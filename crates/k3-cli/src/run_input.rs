@@ -95,7 +95,7 @@ fn read_prompt(args: &RunArgs, positional: Option<String>) -> Result<Prompt, Cli
     }
     if let Some(text) = args.prompt.clone().or(positional) {
         return Ok(match args.escape {
-            true => Prompt::Bytes(crate::escape::unescape(&text)),
+            true => Prompt::Bytes(k3_tokenizer::escape::unescape(&text)),
             false => Prompt::Text(text),
         });
     }

@@ -4,8 +4,8 @@
 //! else goes to stderr: `--print-ids`, the per-token lines of `-v`, the summary and the I/O
 //! report.
 
-use crate::escape::{escape_str, Style};
 use k3_engine::{Engine, StoreStats};
+use k3_tokenizer::escape::{escape_str, Style};
 use std::io::{IsTerminal, Stdout, Write};
 use std::time::Instant;
 

@@ -1,10 +1,10 @@
 //! `k3 tokenize`: encode text to ids, decode ids to text (or list each token with its id),
 //! or export a `tokenizer.json`.
 
-use crate::escape::{escape_bytes, Style};
 use crate::ids::parse_ids;
 use crate::CliError;
 use clap::Args;
+use k3_tokenizer::escape::{escape_bytes, Style};
 use k3_tokenizer::Tokenizer;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;

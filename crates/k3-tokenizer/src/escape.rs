@@ -1,5 +1,7 @@
-//! Showing model text safely: control characters (which a terminal would obey) become visible
-//! escapes such as `\x1b`, and bytes that are not UTF-8 become `\xff`.
+//! Showing decoded text safely: control characters (which a terminal would obey) become
+//! visible escapes such as `\x1b`, and bytes that are not UTF-8 become `\xff` — for a program
+//! that prints what a model generated, or one token's bytes. [`unescape`] reads such escapes
+//! back when a prompt is given with them.
 
 use std::borrow::Cow;
 

@@ -53,6 +53,7 @@
 mod bpe;
 mod encode;
 mod error;
+pub mod escape;
 mod hf;
 mod pretok;
 mod ranks;
