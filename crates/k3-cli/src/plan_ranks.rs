@@ -5,56 +5,11 @@
 
 use crate::CliError;
 use k3_engine::planning::{decode_exchange, rank_sizes, rank_sizes_of_config, TokenExchange};
+use k3_engine::rank_plan::{rank_rows, RankRow};
 use k3_engine::{Budget, K3Config};
-use k3_plan::plan::{fmt_bytes, plan as make_plan};
-use k3_plan::{MemoryPlan, ModelSizes, PlanRequest};
+use k3_plan::plan::fmt_bytes;
+use k3_plan::PlanRequest;
 use std::path::Path;
-
-/// One rank's row.
-#[derive(serde::Serialize)]
-struct RankRow {
-    rank: usize,
-    total_bytes: u64,
-    trunk_pinned_bytes: u64,
-    trunk_pinned_layers: usize,
-    trunk_ring_bytes: u64,
-    trunk_ring_slots: usize,
-    expert_cache_bytes: u64,
-    expert_slots: u64,
-    owned_experts: u64,
-    trunk_bytes_per_token: u64,
-    /// Expert bytes a token asks of this rank (its share of every MoE layer's top-k); read
-    /// from disk only on cache misses, so 0 once warm when the cache holds every owned expert.
-    expert_bytes_asked_per_token: u64,
-    holds_every_owned_expert: bool,
-    fits: bool,
-}
-
-fn row(
-    rank: usize,
-    plan: &MemoryPlan,
-    sizes: &ModelSizes,
-    moe_layers: u64,
-    ranks: usize,
-) -> RankRow {
-    let asked = moe_layers * u64::from(sizes.top_k) * sizes.expert_bytes / ranks as u64;
-    let fits = plan.check(sizes, &k3_store::available_memory()).is_ok();
-    RankRow {
-        rank,
-        total_bytes: plan.total_bytes(),
-        trunk_pinned_bytes: plan.trunk.pinned_bytes,
-        trunk_pinned_layers: plan.trunk.pinned.len(),
-        trunk_ring_bytes: plan.trunk.ring_bytes(),
-        trunk_ring_slots: plan.trunk.ring_slots,
-        expert_cache_bytes: plan.expert_cache_bytes(),
-        expert_slots: plan.expert_slots,
-        owned_experts: sizes.n_routed_experts,
-        trunk_bytes_per_token: plan.trunk.streamed_per_token,
-        expert_bytes_asked_per_token: asked,
-        holds_every_owned_expert: plan.expert_slots >= sizes.n_routed_experts,
-        fits,
-    }
-}
 
 /// Prints every rank's plan (a table, or JSON with `json`); exits 2 when a rank's plan is
 /// refused by the planner or does not fit this machine.
@@ -88,11 +43,9 @@ pub fn plan_ranks(
     let moe_layers = cfg
         .num_hidden_layers
         .saturating_sub(cfg.first_k_dense_replace) as u64;
-    let mut rows = Vec::with_capacity(ranks);
-    for (r, sizes) in per_rank.iter().enumerate() {
-        let plan = make_plan(sizes, &req).map_err(|e| usage(&format!("rank {r}: {e}")))?;
-        rows.push(row(r, &plan, sizes, moe_layers, ranks));
-    }
+    let available = k3_store::available_memory();
+    let rows = rank_rows(&per_rank, &req, moe_layers, &available)
+        .map_err(|(r, e)| usage(&format!("rank {r}: {e}")))?;
     let exchange = decode_exchange(&cfg, ranks)?;
     if json {
         let v = serde_json::json!({

@@ -46,6 +46,7 @@ mod hybrid;
 mod layer_view;
 mod logprob;
 pub mod planning;
+pub mod rank_plan;
 mod rank_share;
 pub mod release_sizes;
 mod resident;
