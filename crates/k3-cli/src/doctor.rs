@@ -19,16 +19,15 @@
 use crate::CliError;
 use clap::Args;
 use k3_engine::planning::{budget_extremes, model_sizes};
+use k3_engine::read_test::ExpertReads;
 use k3_engine::Budget;
 use k3_plan::cgroup::CgroupLimit;
 use k3_plan::forecast::holds_everything;
 use k3_plan::plan::{fmt_bytes, plan as make_plan};
 use k3_plan::recommend::{bytes_per_token, candidates, pick, Candidate};
 use k3_plan::{MemoryPlan, ModelSizes, PlanRequest};
-use k3_store::probe::{
-    free_disk, fs_type, read_rates, Bandwidth, MachineFacts, ReadTest, TestRead,
-};
-use k3_store::{available_memory, ShardFile};
+use k3_store::available_memory;
+use k3_store::probe::{free_disk, fs_type, Bandwidth, MachineFacts};
 use std::path::{Path, PathBuf};
 
 #[derive(Args)]
@@ -50,9 +49,6 @@ pub struct DoctorArgs {
     #[arg(long, default_value_t = 0.6)]
     pub io_seconds: f64,
 }
-
-/// Byte cap per queue depth of the read test (a level always finishes its first round).
-const LEVEL_BYTES: u64 = 192 << 20;
 
 /// Prints the report; `Err` (exit 2) when the model cannot run on this machine at all.
 pub fn doctor(args: DoctorArgs) -> Result<(), CliError> {
@@ -145,9 +141,8 @@ fn numerics_fast() -> String {
     }
 }
 
-/// Measures reads of one expert each at 1, 4 and 16 outstanding reads, over real expert
-/// locations spread across the model (a fixed pseudo-random walk), with O_DIRECT when the
-/// filesystem allows it.
+/// Measures reads of one expert each at 1, 4 and 16 outstanding reads over the model's own
+/// expert locations (`k3_engine::read_test`) and prints the rates.
 fn bandwidth(
     ck: &k3_format::Checkpoint,
     b: &k3_format::ModelBinding,
@@ -155,52 +150,21 @@ fn bandwidth(
     files: u64,
     secs: f64,
 ) -> Bandwidth {
-    let shards: Vec<ShardFile> = match ck
-        .shards()
-        .iter()
-        .map(|s| ShardFile::open(s.path(), true))
-        .collect()
-    {
-        Ok(s) => s,
+    let reads = match ExpertReads::open(ck, b, cfg) {
+        Ok(r) => r,
         Err(e) => {
             println!("  read test         skipped: {e}");
             return Bandwidth::default();
         }
     };
-    let direct = shards.iter().all(ShardFile::is_direct);
-    let first = cfg.first_k_dense_replace;
-    let layers = cfg.num_hidden_layers.saturating_sub(first);
-    if layers == 0 || cfg.num_experts == 0 || b.experts.is_empty() {
-        println!("  read test         skipped: the model has no routed experts");
-        return Bandwidth::default();
-    }
-    let nth = |i: u64| {
-        // Weyl sequence over the expert table: deterministic, spread over every shard.
-        let k = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as usize % (layers * cfg.num_experts);
-        b.experts
-            .locate(first + k / cfg.num_experts, k % cfg.num_experts)
-            .ok()
-    };
-    let bytes = b.experts.expert_bytes();
+    let direct = reads.direct();
     println!(
         "  read test         {} reads of {} (one expert), {:.1} s per depth",
         if direct { "O_DIRECT" } else { "buffered" },
-        fmt_bytes(bytes),
+        fmt_bytes(reads.read_bytes()),
         secs
     );
-    let test = ReadTest {
-        depths: &[1, 4, 16],
-        secs,
-        cap: LEVEL_BYTES,
-        max_read: bytes,
-    };
-    let next = |i: u64| {
-        nth(i).map(|loc| TestRead {
-            file: loc.shard,
-            pieces: loc.reads.clone(),
-        })
-    };
-    let levels = match read_rates(&shards, test, &next) {
+    let levels = match reads.run(secs) {
         Ok(bw) => bw.levels,
         Err(e) => {
             println!("  read test         {e}");

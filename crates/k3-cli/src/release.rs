@@ -5,13 +5,13 @@
 //! predicting each preset's s/token from a read test on that disk.
 
 use crate::CliError;
+use k3_engine::read_test::{scratch_read_test, SCRATCH_BYTES};
 use k3_engine::release_sizes::{release_disk, released_sizes};
 use k3_engine::{Budget, Preset};
 use k3_plan::plan::{fmt_bytes, plan as make_plan};
 use k3_plan::recommend::bytes_per_token;
 use k3_plan::PlanRequest;
-use k3_store::probe::{free_disk, read_rates, Bandwidth, ReadTest, TestRead};
-use k3_store::ShardFile;
+use k3_store::probe::{free_disk, Bandwidth};
 use std::path::{Path, PathBuf};
 
 /// The directory `k3 pull` would fill, or its nearest existing ancestor (for statvfs).
@@ -90,18 +90,10 @@ fn presets_on_disk(ctx: usize, bw: &Bandwidth) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Bytes of the scratch file the read test reads (a fraction of a real shard: the figures
-/// lean on the drive's cache and are optimistic, as the report says).
-const SCRATCH_BYTES: u64 = 128 << 20;
-/// Bytes per read: one released expert (17,547,264 B) rounded up to 4096.
-const READ_BYTES: usize = 17_551_360;
-
 /// Measures reads of one expert's size at 1 and 16 outstanding reads over a scratch file in
-/// `dir` (O_DIRECT where the filesystem allows), then deletes it.
+/// `dir` (`k3_engine::read_test`) and prints the rates.
 fn scratch_bandwidth(dir: &Path, secs: f64) -> Bandwidth {
-    let path = dir.join(format!(".k3-doctor-{}.tmp", std::process::id()));
-    let result = write_scratch(&path).and_then(|()| read_levels(&path, secs));
-    let _ = std::fs::remove_file(&path);
+    let result = scratch_read_test(dir, secs).map(|(bw, direct)| (bw.levels, direct));
     match result {
         Ok((levels, direct)) => {
             println!(
@@ -120,39 +112,4 @@ fn scratch_bandwidth(dir: &Path, secs: f64) -> Bandwidth {
             Bandwidth { levels: Vec::new() }
         }
     }
-}
-
-fn write_scratch(path: &Path) -> Result<(), String> {
-    use std::io::Write;
-    let mut f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    // Not zeros, so no layer below may store the file sparse or compressed.
-    let chunk: Vec<u8> = (0..1u32 << 20)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
-        .collect();
-    for _ in 0..SCRATCH_BYTES >> 20 {
-        f.write_all(&chunk)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    f.sync_all().map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// `((outstanding reads, bytes/s) at 1 and 16, O_DIRECT?)`.
-fn read_levels(path: &Path, secs: f64) -> Result<(Vec<(usize, f64)>, bool), String> {
-    let file = ShardFile::open(path, true).map_err(|e| e.to_string())?;
-    let slots = SCRATCH_BYTES / READ_BYTES as u64;
-    let test = ReadTest {
-        depths: &[1, 16],
-        secs,
-        cap: u64::MAX,
-        max_read: READ_BYTES as u64,
-    };
-    let next = |i: u64| {
-        Some(TestRead {
-            file: 0,
-            pieces: vec![((i % slots) * READ_BYTES as u64, READ_BYTES as u64)],
-        })
-    };
-    let direct = file.is_direct();
-    let bw = read_rates(std::slice::from_ref(&file), test, &next)?;
-    Ok((bw.levels, direct))
 }

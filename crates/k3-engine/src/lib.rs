@@ -48,6 +48,7 @@ mod logprob;
 pub mod planning;
 pub mod rank_plan;
 mod rank_share;
+pub mod read_test;
 pub mod release_sizes;
 mod resident;
 pub mod run_report;
