@@ -18,8 +18,8 @@
 
 use crate::CliError;
 use clap::Args;
+use k3_engine::io_probe::ExpertReads;
 use k3_engine::planning::{budget_extremes, model_sizes};
-use k3_engine::read_test::ExpertReads;
 use k3_engine::Budget;
 use k3_plan::cgroup::CgroupLimit;
 use k3_plan::forecast::holds_everything;
@@ -142,7 +142,7 @@ fn numerics_fast() -> String {
 }
 
 /// Measures reads of one expert each at 1, 4 and 16 outstanding reads over the model's own
-/// expert locations (`k3_engine::read_test`) and prints the rates.
+/// expert locations (`k3_engine::io_probe`) and prints the rates.
 fn bandwidth(
     ck: &k3_format::Checkpoint,
     b: &k3_format::ModelBinding,

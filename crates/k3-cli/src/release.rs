@@ -5,7 +5,7 @@
 //! predicting each preset's s/token from a read test on that disk.
 
 use crate::CliError;
-use k3_engine::read_test::{scratch_read_test, SCRATCH_BYTES};
+use k3_engine::io_probe::{scratch_read_test, SCRATCH_BYTES};
 use k3_engine::release_sizes::{release_disk, released_sizes};
 use k3_engine::{Budget, Preset};
 use k3_plan::plan::{fmt_bytes, plan as make_plan};
@@ -91,7 +91,7 @@ fn presets_on_disk(ctx: usize, bw: &Bandwidth) -> Result<(), CliError> {
 }
 
 /// Measures reads of one expert's size at 1 and 16 outstanding reads over a scratch file in
-/// `dir` (`k3_engine::read_test`) and prints the rates.
+/// `dir` (`k3_engine::io_probe`) and prints the rates.
 fn scratch_bandwidth(dir: &Path, secs: f64) -> Bandwidth {
     let result = scratch_read_test(dir, secs).map(|(bw, direct)| (bw.levels, direct));
     match result {
