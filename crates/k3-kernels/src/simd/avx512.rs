@@ -13,7 +13,7 @@
 //! newer; its declared `rust-version` predates them).
 #![allow(clippy::incompatible_msrv)]
 
-use super::gemm::Done;
+use super::gemm::plan::Done;
 use crate::mxfp4::{E2M1, E2M1_SCALED_F32, E8M0, GROUP};
 use std::arch::x86_64::*;
 
@@ -226,7 +226,7 @@ macro_rules! mx_kernels {
             scales: [&[u8]; R],
             x: &[f32],
         ) -> [[f32; 16]; R] {
-            let groups = super::mx_groups(&packed, &scales, x.len());
+            let groups = super::layout::mx_groups(&packed, &scales, x.len());
             let table = e2m1_table();
             let mut acc = [_mm512_setzero_ps(); R];
             for g in 0..groups {
@@ -504,7 +504,7 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
-    mut pf: super::gemm::Spread<'_>,
+    mut pf: super::gemm::plan::Spread<'_>,
     done: Option<Done>,
 ) {
     // SAFETY: the state slots are the caller's.
@@ -553,7 +553,7 @@ pub(super) unsafe fn micro_widen<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
-    mut pf: super::gemm::Spread<'_>,
+    mut pf: super::gemm::plan::Spread<'_>,
     done: Option<Done>,
 ) {
     // SAFETY: the state slots are the caller's.
@@ -607,7 +607,7 @@ pub(super) unsafe fn micro_mx<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
-    mut pf: super::gemm::Spread<'_>,
+    mut pf: super::gemm::plan::Spread<'_>,
 ) {
     // SAFETY: the state slots are the caller's.
     let mut acc = unsafe { load_state::<M, N>(st, ss, fresh) };
