@@ -34,6 +34,7 @@ pub mod kda;
 pub mod layer;
 pub mod local;
 pub mod mla;
+mod mla_path;
 pub mod moe;
 pub mod pass;
 pub mod residual;
