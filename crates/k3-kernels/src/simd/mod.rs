@@ -27,6 +27,8 @@ mod avx2;
 mod avx2_mx;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_mx;
 pub(crate) mod gemm;
 pub(crate) mod layout;
 mod level;

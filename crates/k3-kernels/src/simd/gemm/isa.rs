@@ -356,7 +356,7 @@ unsafe fn fused_avx2(tile: &Tile, ahead: &mut Ahead) -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn fused_avx512(tile: &Tile, ahead: &mut Ahead) -> bool {
-    use crate::simd::avx512::has_vbmi;
+    use crate::simd::avx512_mx::has_vbmi;
     let Some((packed, scales)) = tile.small_mxfp4(FUSED_MAX_T_AVX512).filter(|_| has_vbmi()) else {
         return false;
     };
