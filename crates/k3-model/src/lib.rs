@@ -33,6 +33,7 @@ pub mod forward;
 pub mod kda;
 pub mod layer;
 pub mod local;
+mod logits;
 pub mod mla;
 mod mla_path;
 pub mod moe;
