@@ -17,18 +17,18 @@
 //! left out (decode runs at 1.3× its DRAM floor on one machine, docs/PERFORMANCE.md); the
 //! figures are floors, like `k3 presets`'s.
 //!
-//! Expert hit rate at a cache of `f` of the (owned) experts: piecewise linear through the
-//! decode-view ARC rates measured at the presets' cache sizes (docs/PERFORMANCE.md
-//! "Decision: ARC is the default"), 100 % when the cache holds every owned expert. Owner
-//! `e % N` samples each layer's experts evenly, so a rank's stream is a `1/N` sample of the
-//! one-machine trace: the same rate at the same fraction is the assumption.
+//! The model itself is the planner's (`k3_plan::forecast`): the expert hit rate at a cache of
+//! a fraction of the owned experts (`interpolated_hit_rate`: piecewise linear through the
+//! decode-view ARC rates measured at the presets' cache sizes, docs/PERFORMANCE.md "Decision:
+//! ARC is the default") and the group floor (`group_floor_secs`); this command deals the
+//! released model over the ranks and prints the table.
 
 use clap::Args;
 use k3_engine::planning::{decode_exchange, rank_sizes_of_config};
 use k3_engine::{Budget, Preset};
 use k3_format::K3Config;
-use k3_plan::forecast::table_hit_rate;
-use k3_plan::plan::{plan as make_plan, GB};
+use k3_plan::forecast::{group_floor_secs, interpolated_hit_rate, NetworkCost};
+use k3_plan::plan::plan as make_plan;
 use k3_plan::{ModelSizes, PlanRequest};
 use std::process::ExitCode;
 
@@ -79,36 +79,6 @@ pub const NETWORKS: [Network; 3] = [
         latency: 3e-6,
     },
 ];
-
-/// The planner's decode-view ARC hit rates (`k3_plan::forecast::table_hit_rate`, from
-/// docs/PERFORMANCE.md#expert-cache-policy) at the presets' cache slots, each as a fraction
-/// of the released model's routed experts, in ascending order.
-fn hit_points() -> [(f64, f64); 5] {
-    let whole = ModelSizes::k3_estimate();
-    let slot = whole.expert_slot_bytes();
-    let mut points = Preset::ALL.map(|p| {
-        let slots = (p.gb().1 * GB / slot) as f64;
-        (slots / whole.n_routed_experts as f64, table_hit_rate(p))
-    });
-    points.sort_by(|a, b| a.0.total_cmp(&b.0));
-    points
-}
-
-/// Expected expert hit rate with `slots` cache slots over `experts` owned experts.
-pub fn hit_rate(slots: u64, experts: u64) -> f64 {
-    if experts == 0 || slots >= experts {
-        return 1.0;
-    }
-    let f = slots as f64 / experts as f64;
-    let mut prev = (0.0, 0.0);
-    for (x, y) in hit_points().into_iter().chain([(1.0, 1.0)]) {
-        if f <= x {
-            return prev.1 + (y - prev.1) * (f - prev.0) / (x - prev.0);
-        }
-        prev = (x, y);
-    }
-    1.0
-}
 
 /// One rank's figures per decoded token.
 #[derive(Clone, Copy, Debug)]
@@ -161,7 +131,7 @@ pub fn rank_tokens(
             // the rank's share of every MoE layer's top-k (owner `e % N` deals them evenly)
             let experts =
                 moe_layers * f64::from(sizes.top_k) * sizes.expert_bytes as f64 / n as f64;
-            let hit = hit_rate(plan.expert_slots, sizes.n_routed_experts);
+            let hit = interpolated_hit_rate(plan.expert_slots, sizes.n_routed_experts);
             let streamed = plan.trunk.streamed_per_token as f64;
             let trunk: u64 = sizes.layer_run_bytes.iter().sum();
             Ok(RankToken {
@@ -175,14 +145,21 @@ pub fn rank_tokens(
         .collect()
 }
 
-/// Seconds per token of `r` over `n` ranks on `net`, disk and DRAM rates in GB/s.
+/// Seconds per token of `r` over `n` ranks on `net`, disk and DRAM rates in GB/s: the
+/// planner's group floor (`k3_plan::forecast::group_floor_secs`).
 pub fn seconds(r: &RankToken, n: usize, net: &Network, disk_gbps: f64, dram_gbps: f64) -> f64 {
-    let io = (r.disk_bytes / (disk_gbps * 1e9)).max(r.dram_bytes / (dram_gbps * 1e9));
-    if n <= 1 {
-        return io;
-    }
-    let steps = (n as f64).log2().ceil();
-    io + r.collectives as f64 * steps * net.latency + r.received as f64 * 8.0 / (net.gbit * 1e9)
+    let cost = NetworkCost {
+        collectives: r.collectives,
+        received_bytes: r.received,
+        link_bits_per_s: net.gbit * 1e9,
+        latency_s: net.latency,
+    };
+    group_floor_secs(
+        r.disk_bytes / (disk_gbps * 1e9),
+        r.dram_bytes / (dram_gbps * 1e9),
+        n,
+        cost,
+    )
 }
 
 /// Runs the prediction and prints the table (markdown) on stdout.
@@ -251,27 +228,6 @@ fn predict(args: &PredictDistArgs) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hit_rate_passes_through_the_measured_points_and_ends_at_one() {
-        let points = hit_points();
-        assert!(points
-            .windows(2)
-            .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1));
-        for (f, h) in points {
-            let slots = (f * 82_432.0).round() as u64;
-            assert!((hit_rate(slots, 82_432) - h).abs() < 1e-3, "{slots}");
-        }
-        assert_eq!(hit_rate(0, 82_432), 0.0);
-        assert_eq!(hit_rate(82_432, 82_432), 1.0);
-        assert_eq!(hit_rate(10, 0), 1.0);
-        let mut last = 0.0;
-        for s in (0..82_432).step_by(997) {
-            let h = hit_rate(s, 82_432);
-            assert!(h >= last);
-            last = h;
-        }
-    }
 
     #[test]
     fn one_machine_is_the_presets_io_floor() {

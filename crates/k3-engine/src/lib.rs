@@ -46,6 +46,7 @@ mod hybrid;
 pub mod io_probe;
 mod layer_view;
 mod logprob;
+mod open;
 pub mod planning;
 pub mod rank_plan;
 mod rank_share;
@@ -80,7 +81,7 @@ pub use speculate::{SpecStats, Speculation};
 pub use stats::StoreStats;
 pub use stop::{Generation, ScanStep, StopConditions, StopReason, StopScanner};
 
-use k3_format::{bind_model, Checkpoint};
+use k3_format::Checkpoint;
 use k3_model::weights::{ExpertProvider, WeightProvider};
 use k3_model::Model;
 pub use k3_tokenizer::Tokenizer;
@@ -208,202 +209,7 @@ pub struct Engine {
     spare_scratch: std::sync::Mutex<Vec<k3_model::scratch::Scratch>>,
 }
 
-/// Loads the tokenizer from `explicit`, else from `model_dir` when it has one.
-fn load_tokenizer(
-    model_dir: &Path,
-    explicit: Option<&Path>,
-    vocab: usize,
-) -> Result<Option<Tokenizer>, EngineError> {
-    let dir = match explicit {
-        Some(d) => d,
-        None if model_dir.join("tiktoken.model").is_file()
-            || model_dir.join("tokenizer.json").is_file() =>
-        {
-            model_dir
-        }
-        None => return Ok(None),
-    };
-    let tok = Tokenizer::from_dir(dir)?;
-    if tok.vocab_size() > vocab {
-        return Err(EngineError::Invalid(format!(
-            "{}: the tokenizer has {} ids but the model's vocab_size is {vocab}: wrong tokenizer for this model",
-            dir.display(),
-            tok.vocab_size()
-        )));
-    }
-    Ok(Some(tok))
-}
-
 impl Engine {
-    /// Opens `dir` (a checkpoint in the released format: `config.json` + safetensors shards),
-    /// validates the config, binds every tensor by name and checks shapes and dtypes; with a
-    /// budget, plans memory (refusing when it does not fit) and starts the streaming stores.
-    pub fn open(dir: &Path, options: EngineOptions) -> Result<Engine, EngineError> {
-        let comm = options.comm.clone();
-        if let Some(c) = comm.as_ref().filter(|c| c.size() > 1) {
-            // every rank sees every fingerprint and refuses alike (exit 2), no abort needed
-            group::check_same_model(dir, c.as_ref())?;
-        }
-        let mut engine = Self::open_rank(dir, options).inspect_err(|err| {
-            // one rank that cannot open its share ends the group (docs/DISTRIBUTED.md#faults)
-            if let Some(c) = comm.as_ref().filter(|c| c.size() > 1) {
-                c.abort(&format!("cannot open {}: {err}", dir.display()));
-            }
-        })?;
-        if comm.is_some_and(|c| c.size() > 1) {
-            engine.agree_prefill_chunk()?;
-        }
-        Ok(engine)
-    }
-
-    /// [`Engine::open`] on this rank.
-    fn open_rank(dir: &Path, options: EngineOptions) -> Result<Engine, EngineError> {
-        if !dir.is_dir() {
-            return Err(EngineError::ModelDir {
-                path: dir.to_path_buf(),
-                what: "not a directory: pass the model directory (config.json + *.safetensors)"
-                    .into(),
-            });
-        }
-        let config = K3Config::load(dir.join("config.json"))?;
-        let mut model = Model::new(&config)?.with_lookahead(options.lookahead);
-        let mut options = options;
-        let comm_counter = options
-            .comm
-            .clone()
-            .filter(|c| c.size() > 1)
-            .map(|c| Arc::new(CountingComm::new(c)));
-        if let Some(counter) = &comm_counter {
-            options.comm = Some(counter.clone());
-        }
-        if let Some(comm) = options.comm.clone().filter(|c| c.size() > 1) {
-            // A draft trunk's cache-only experts differ per rank, so its proposals (and the
-            // verify passes' lengths) would differ: not over ranks in this stage.
-            if options.draft_policy == DraftPolicy::On {
-                return Err(EngineError::Invalid(
-                    "--draft hybrid is not supported over MPI ranks (docs/DISTRIBUTED.md): use --draft off or an n-gram length".into(),
-                ));
-            }
-            options.draft_policy = DraftPolicy::Off;
-            model = model.with_comm(comm);
-        }
-        let tokenizer = load_tokenizer(dir, options.tokenizer_dir.as_deref(), config.vocab_size)?;
-        let threads = options.threads.unwrap_or_else(default_threads);
-        if threads == 0 {
-            return Err(EngineError::Invalid("--threads must be at least 1".into()));
-        }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("k3-compute-{i}"))
-            .build()
-            .map(std::sync::Arc::new)
-            .map_err(|e| {
-                EngineError::Invalid(format!("cannot start {threads} compute threads: {e}"))
-            })?;
-        // Opened once: its size goes into the plan, its layers into memory (when used).
-        let draft_pack = match (&options.draft_trunk, options.draft_policy) {
-            (Some(d), DraftPolicy::Auto | DraftPolicy::On) => Some(k3_format::TrunkPack::open(d)?),
-            _ => None,
-        };
-        let (stores, plan, ckpt, draft_choice) = match options.budget {
-            None if options.trunk_dir.is_some() => {
-                return Err(EngineError::Invalid(
-                    "--trunk streams the trunk from a pack: give a budget flag too (--preset, --mem-gb or --trunk-gb/--cache-gb)".into(),
-                ))
-            }
-            None => {
-                let choice = draft_pack.as_ref().map(|p| match options.draft_policy {
-                    DraftPolicy::On => planning::DraftChoice::forced(p.dir(), None),
-                    _ => planning::DraftChoice::no_budget(),
-                });
-                let store = ResidentStore::open(dir, &config)?;
-                (Stores::Resident(store), None, None, choice)
-            }
-            Some(budget) => {
-                let ckpt = Checkpoint::open(dir)?;
-                let whole = bind_model(&ckpt, &config)?;
-                let (binding, mut sizes) = rank_binding(&config, whole, &options)?;
-                let pack = match &options.trunk_dir {
-                    Some(d) => {
-                        let pack = k3_format::TrunkPack::open(d)?;
-                        pack.check_against(&binding, &config)?;
-                        pack.check_source(&ckpt)?;
-                        Some(pack)
-                    }
-                    None => None,
-                };
-                // A compressed trunk is read through one staging buffer (the largest stored
-                // run) before it is decoded into its slot; the slots hold decoded runs.
-                if let Some(p) = pack.as_ref().filter(|p| p.is_compressed()) {
-                    sizes.scratch_bytes += p.max_stored_bytes().div_ceil(4096) * 4096 + 4096;
-                }
-                let (plan, choice) =
-                    plan_with_draft(&sizes, budget, &options, draft_pack.as_ref())?;
-                let mut files = match options.readers {
-                    Some(r) => r,
-                    None => streaming::open_files(&ckpt, options.direct_io)?,
-                };
-                if let Some(p) = &pack {
-                    files.push(streaming::open_file(&p.path(), options.direct_io && p.direct_io_ok())?);
-                }
-                let progress = options.open_progress.clone();
-                let mut report = |done: u64, total: u64| {
-                    if let Some(p) = &progress {
-                        p(done, total)
-                    }
-                };
-                let store = StreamingStore::new(
-                    binding,
-                    files,
-                    &plan,
-                    options.io_threads.max(1),
-                    pack.as_ref().map(|p| (p, std::sync::Arc::clone(&pool))),
-                    &mut report,
-                )?;
-                (Stores::Streaming(store), Some(plan), Some(ckpt), choice)
-            }
-        };
-        let dspark = match &options.draft_model {
-            Some(d) => Some(dspark::DsparkDraft::open(d, &config)?),
-            None => None,
-        };
-        let pass_cost = match &stores {
-            Stores::Resident(s) => planning::pass_cost(&config, s.binding())?,
-            Stores::Streaming(s) => planning::pass_cost(&config, s.binding())?,
-        };
-        let draft = match (draft_pack, &draft_choice) {
-            (Some(pack), Some(c)) if c.on => {
-                let (binding, ckpt) = match &stores {
-                    Stores::Resident(s) => (s.binding(), s.checkpoint()),
-                    Stores::Streaming(s) => (
-                        s.binding(),
-                        ckpt.as_ref().ok_or_else(|| {
-                            EngineError::Invalid("streaming store without its checkpoint".into())
-                        })?,
-                    ),
-                };
-                Some(draft::DraftTrunk::load(pack, binding, &config, ckpt)?)
-            }
-            _ => None,
-        };
-        Ok(Engine {
-            dir: dir.to_path_buf(),
-            config,
-            model,
-            stores,
-            plan,
-            max_prefill_chunk: options.max_prefill_chunk,
-            tokenizer,
-            pool,
-            draft,
-            draft_choice,
-            dspark,
-            pass_cost,
-            comm_counter,
-            spare_scratch: Default::default(),
-        })
-    }
-
     /// What was decided about the draft trunk given in [`EngineOptions::draft_trunk`]
     /// (`None` when none was given or `--draft` turned it off).
     pub fn draft_choice(&self) -> Option<&planning::DraftChoice> {
@@ -591,71 +397,10 @@ impl Engine {
         Session::new(self, max_ctx)
     }
 }
-
-/// The memory plan for `budget`, with the draft trunk `draft` when the policy and
-/// [`planning::choose_draft`] say so; the choice is `None` without a draft trunk.
-/// The binding this rank's streaming stores read and the planner's sizes for it: with a
-/// group and no packed trunk, the rank's share (`rank_share`, docs/DISTRIBUTED.md#memory-per-rank);
-/// otherwise the whole model (a packed trunk holds whole layers, which every rank streams).
-fn rank_binding(
-    config: &K3Config,
-    whole: k3_format::ModelBinding,
-    options: &EngineOptions,
-) -> Result<(k3_format::ModelBinding, k3_plan::ModelSizes), EngineError> {
-    let (rank, size) = options
-        .comm
-        .as_ref()
-        .map_or((0, 1), |c| (c.rank(), c.size()));
-    if size <= 1 || options.trunk_dir.is_some() {
-        let sizes = planning::model_sizes(config, &whole)?;
-        return Ok((whole, sizes));
-    }
-    let sizes = planning::rank_sizes(config, &whole, rank, size)?;
-    Ok((rank_share::share_binding(&whole, rank, size)?, sizes))
-}
-
-fn plan_with_draft(
-    sizes: &k3_plan::ModelSizes,
-    budget: Budget,
-    options: &EngineOptions,
-    draft: Option<&k3_format::TrunkPack>,
-) -> Result<(MemoryPlan, Option<planning::DraftChoice>), EngineError> {
-    let plan =
-        |draft: u64| planning::plan_checked(sizes, budget, options.ctx, options.sessions, draft);
-    let Some(pack) = draft else {
-        return Ok((plan(0)?, None));
-    };
-    let hybrid = plan(pack.total_bytes());
-    if options.draft_policy == DraftPolicy::On {
-        let hybrid = hybrid?;
-        let streamed = Some(hybrid.trunk.streamed_per_token);
-        return Ok((
-            hybrid,
-            Some(planning::DraftChoice::forced(pack.dir(), streamed)),
-        ));
-    }
-    let plain = plan(0)?;
-    let choice = planning::choose_draft(&plain, hybrid.as_ref());
-    match (choice.on, hybrid) {
-        (true, Ok(h)) => Ok((h, Some(choice))),
-        _ => Ok((plain, Some(choice))),
-    }
-}
-
 /// Shard readers to use instead of the files (fault injection); one per shard, in order.
 pub fn shard_readers(
     dir: &Path,
     direct: bool,
 ) -> Result<Vec<Arc<dyn k3_store::io::ReadAt>>, EngineError> {
     streaming::open_files(&Checkpoint::open(dir)?, direct)
-}
-
-/// Default compute threads: the physical cores, but no more than this process may use
-/// (affinity, cgroup quota). Hyper-threads share a core's FMA pipes and its cache, which the
-/// mat-vec kernels already saturate per core (docs/PERFORMANCE.md "Kernels").
-fn default_threads() -> usize {
-    let usable = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    num_cpus::get_physical().clamp(1, usable)
 }

@@ -228,41 +228,8 @@ fn shard_set(dir: &Path) -> (Check, Vec<PathBuf>, Option<IndexEntries>) {
             ));
         }
     }
-    let mut by_path: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
-    for (name, _) in &parsed.shard_names {
-        let rel = Path::new(name.as_ref());
-        if name.is_empty() || rel.components().any(|c| !matches!(c, Component::Normal(_))) {
-            problems.push(format!(
-                "{}: shard path {name:?} is empty, absolute or leaves the model directory",
-                index_path.display()
-            ));
-            continue;
-        }
-        let path: PathBuf = rel.components().collect();
-        by_path
-            .entry(dir.join(path))
-            .or_default()
-            .push(name.to_string());
-    }
-    let mut files = Vec::new();
-    let mut missing = Vec::new();
-    for (path, names) in &by_path {
-        if names.len() > 1 {
-            problems.push(format!(
-                "shard {} is listed twice in the index, as {}",
-                path.display(),
-                names.join(" and ")
-            ));
-        }
-        if path.is_file() {
-            files.push(path.clone());
-        } else {
-            missing.push(path.display().to_string());
-        }
-    }
-    for m in &missing {
-        problems.push(format!("{m}: missing (named in {INDEX_FILE})"));
-    }
+    let by_path = index_shard_paths(dir, &index_path, &parsed.shard_names, &mut problems);
+    let (files, missing) = present_shards(&by_path, &mut problems);
     let listed: HashSet<&PathBuf> = by_path.keys().collect();
     let strays: Vec<String> = shard_list::list_shards(dir)
         .unwrap_or_default()
@@ -295,6 +262,61 @@ fn shard_set(dir: &Path) -> (Check, Vec<PathBuf>, Option<IndexEntries>) {
             .map(|s| format!("{s}: not named in {INDEX_FILE}, ignored")),
     );
     (c, files, Some(entries))
+}
+
+/// The shard files an index names, by path inside `dir`, with every name naming each; a name
+/// that is empty, absolute or leaves `dir` is a problem and left out.
+fn index_shard_paths(
+    dir: &Path,
+    index_path: &Path,
+    shard_names: &[(std::borrow::Cow<'_, str>, usize)],
+    problems: &mut Vec<String>,
+) -> BTreeMap<PathBuf, Vec<String>> {
+    let mut by_path: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
+    for (name, _) in shard_names {
+        let rel = Path::new(name.as_ref());
+        if name.is_empty() || rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+            problems.push(format!(
+                "{}: shard path {name:?} is empty, absolute or leaves the model directory",
+                index_path.display()
+            ));
+            continue;
+        }
+        let path: PathBuf = rel.components().collect();
+        by_path
+            .entry(dir.join(path))
+            .or_default()
+            .push(name.to_string());
+    }
+    by_path
+}
+
+/// The indexed shards present on disk and the missing ones; a shard named twice and every
+/// missing one are problems.
+fn present_shards(
+    by_path: &BTreeMap<PathBuf, Vec<String>>,
+    problems: &mut Vec<String>,
+) -> (Vec<PathBuf>, Vec<String>) {
+    let mut files = Vec::new();
+    let mut missing = Vec::new();
+    for (path, names) in by_path {
+        if names.len() > 1 {
+            problems.push(format!(
+                "shard {} is listed twice in the index, as {}",
+                path.display(),
+                names.join(" and ")
+            ));
+        }
+        if path.is_file() {
+            files.push(path.clone());
+        } else {
+            missing.push(path.display().to_string());
+        }
+    }
+    for m in &missing {
+        problems.push(format!("{m}: missing (named in {INDEX_FILE})"));
+    }
+    (files, missing)
 }
 
 /// Each shard's length against its header's data end; returns the shards that parsed.

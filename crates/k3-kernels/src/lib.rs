@@ -17,14 +17,9 @@ pub mod norm;
 pub mod probe;
 pub mod quant;
 mod scratch;
-
-pub use matrix::{matmul, matmul_at, matvec, par_matvec, Matrix, MatrixData};
-
-/// bf16 → f32 is exact: the bf16 bits become the top half of the f32
-/// (docs/NUMERICS.md#row-dot-contract-v2).
-#[inline(always)]
-pub fn bf16_to_f32(b: half::bf16) -> f32 {
-    f32::from_bits((b.to_bits() as u32) << 16)
-}
 pub mod simd;
 pub mod tmatvec;
+mod widen;
+
+pub use matrix::{matmul, matmul_at, matvec, par_matvec, Matrix, MatrixData};
+pub use widen::bf16_to_f32;

@@ -216,7 +216,7 @@ impl QuantSource for f32 {
 impl QuantSource for bf16 {
     #[inline]
     fn widen(self) -> f32 {
-        crate::bf16_to_f32(self)
+        crate::widen::bf16_to_f32(self)
     }
 }
 

@@ -7,9 +7,9 @@
 //! exactly (`bits << 16`); MXFP4 weights are decoded as `E2M1[code] · E8M0[scale]` (exact in f32);
 //! Q8 weights are `(v as f32) · scale` ([`q8_element`], one f32 rounding).
 
-use crate::bf16_to_f32;
 use crate::matrix::{Matrix, MatrixData};
 use crate::mxfp4::{e8m0_scale, E2M1, GROUP};
+use crate::widen::bf16_to_f32;
 use std::ops::Range;
 
 /// A Q8 weight `(v as f32) · scale`: one f32 multiply (the only storage whose element is

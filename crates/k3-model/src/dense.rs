@@ -4,40 +4,11 @@ use crate::dims::Dims;
 use crate::dist::Dist;
 use crate::error::ModelError;
 use crate::pass::Pass;
-use crate::scratch::grow;
+pub use crate::scratch::ops::DenseScratch;
 use crate::share::FFN_SPLIT;
 use crate::weights::DenseWeights;
 use k3_kernels::act::situ_glu;
 use k3_kernels::Matrix;
-
-/// Preallocated buffers of one dense-MLP call.
-#[derive(Default)]
-pub struct DenseScratch {
-    g: Vec<f32>, // [T][DI] gate_proj · x
-    u: Vec<f32>, // [T][DI] up_proj · x
-    a: Vec<f32>, // [T][DI] SiTU-GLU
-}
-
-impl DenseScratch {
-    /// Fills every buffer with NaN (tests: a reused scratch's old values never matter).
-    #[cfg(test)]
-    pub(crate) fn poison(&mut self) {
-        [&mut self.g, &mut self.u, &mut self.a]
-            .into_iter()
-            .for_each(|b| b.fill(f32::NAN));
-    }
-    /// Bytes each further token adds.
-    pub fn bytes_per_token(d: &Dims) -> u64 {
-        3 * d.dense_inter as u64 * 4
-    }
-
-    /// Grows every buffer for `t` tokens.
-    pub fn ensure(&mut self, d: &Dims, t: usize) {
-        for b in [&mut self.g, &mut self.u, &mut self.a] {
-            grow(b, t * d.dense_inter);
-        }
-    }
-}
 
 /// Checks the dense MLP tensors against the config: each may be whole or exactly this
 /// rank's share of rows (crate::share::FFN_SPLIT).

@@ -24,30 +24,13 @@
 //! tensor a rank reads is stated once, in [`crate::share`]; every dealt tensor may be handed
 //! over whole or as exactly this rank's rows ([`Dist::share_of`]).
 
+pub use crate::error::CommError;
 use crate::error::ModelError;
+pub use crate::share::row_share;
 use crate::share::Split;
 use k3_kernels::{matmul, Matrix, MatrixData};
 use std::fmt;
 use std::ops::Range;
-
-/// A collective failed: a rank aborted, died, timed out or disagreed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum CommError {
-    /// Rank `rank` gave up (its error is `reason`); every other rank stops with this.
-    #[error("rank {rank} failed: {reason}")]
-    Aborted {
-        /// The rank that failed first.
-        rank: usize,
-        /// What it reported.
-        reason: String,
-    },
-    /// A collective got inconsistent contributions (a caller's bug or mismatched ranks).
-    #[error("collective mismatch: {0}")]
-    Mismatch(String),
-    /// The transport itself failed.
-    #[error("transport: {0}")]
-    Transport(String),
-}
 
 /// The collectives one model needs across ranks. Every rank calls the same collectives in the
 /// same order (the model's control flow is identical on every rank); a rank that fails calls
@@ -157,12 +140,6 @@ pub fn check_counts(
         )));
     }
     Ok(())
-}
-
-/// Rows `[r0, r1)` of a `rows`-row matrix computed by `rank` of `size`: contiguous, in rank
-/// order, sizes differing by at most one.
-pub fn row_share(rows: usize, rank: usize, size: usize) -> (usize, usize) {
-    (rows * rank / size, rows * (rank + 1) / size)
 }
 
 /// Rows `[r0, r1)` of `w` as a matrix of their own (the same bytes, borrowed).
@@ -463,11 +440,5 @@ impl Dist<'_> {
             off += t * w;
         }
         Ok(())
-    }
-}
-
-impl From<CommError> for ModelError {
-    fn from(e: CommError) -> Self {
-        ModelError::Dist(e)
     }
 }

@@ -74,7 +74,7 @@ pub enum ModelError {
     NoTokens,
     /// A collective across ranks failed (docs/DISTRIBUTED.md#faults): names the rank.
     #[error("distributed: {0}")]
-    Dist(crate::dist::CommError),
+    Dist(CommError),
 }
 
 fn layer_name(layer: Option<usize>) -> String {
@@ -111,4 +111,29 @@ pub(crate) fn check_len(
     want: usize,
 ) -> Result<(), ModelError> {
     check_shape(layer, what, (got, 1), (want, 1))
+}
+
+/// A collective failed: a rank aborted, died, timed out or disagreed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CommError {
+    /// Rank `rank` gave up (its error is `reason`); every other rank stops with this.
+    #[error("rank {rank} failed: {reason}")]
+    Aborted {
+        /// The rank that failed first.
+        rank: usize,
+        /// What it reported.
+        reason: String,
+    },
+    /// A collective got inconsistent contributions (a caller's bug or mismatched ranks).
+    #[error("collective mismatch: {0}")]
+    Mismatch(String),
+    /// The transport itself failed.
+    #[error("transport: {0}")]
+    Transport(String),
+}
+
+impl From<CommError> for ModelError {
+    fn from(e: CommError) -> Self {
+        ModelError::Dist(e)
+    }
 }

@@ -7,7 +7,7 @@ use crate::dims::Dims;
 use crate::dist::Dist;
 use crate::error::{check_len, ModelError};
 use crate::pass::{Pass, ROWS_PER_JOB};
-use crate::scratch::grow;
+pub use crate::scratch::ops::KdaScratch;
 use crate::share::{kda_split, Split};
 use crate::state::{AttnState, KdaState};
 use crate::weights::KdaWeights;
@@ -17,76 +17,6 @@ use k3_kernels::kda::{kda_head_tokens, HeadTokens};
 use k3_kernels::norm::{l2norm_inplace, rmsnorm_inplace, L2_EPS};
 use k3_kernels::Matrix;
 use rayon::prelude::*;
-
-/// Preallocated buffers of one KDA call (grown to the largest T seen, never shrunk).
-#[derive(Default)]
-pub struct KdaScratch {
-    q: Vec<f32>,     // [T][P] q projection, then the gated outputs of this rank's heads
-    k: Vec<f32>,     // [T][P]
-    v: Vec<f32>,     // [T][P]
-    g: Vec<f32>,     // [T][P] output-gate pre-activation
-    z: Vec<f32>,     // [T][P] decay pre-activation (f_b · f_a · x)
-    qc: Vec<f32>,    // [T][P] conv(q), then L2-normed and scaled
-    kc: Vec<f32>,    // [T][P] conv(k), then L2-normed
-    vc: Vec<f32>,    // [T][P] conv(v)
-    braw: Vec<f32>,  // [T][H] beta pre-activation, then beta
-    f: Vec<f32>,     // [T][D] decay low-rank code
-    alpha: Vec<f32>, // [T][P] per-channel decay
-    o_hm: Vec<f32>,  // [H][T][D] recurrence output, head-major
-    o: Vec<f32>,     // [T][P] every rank's heads' outputs (token-major)
-    u: Vec<f32>,     // [H][2·D] per-head read scratch (u and v − u)
-}
-
-impl KdaScratch {
-    /// Fills every buffer with NaN (tests: a reused scratch's old values never matter).
-    #[cfg(test)]
-    pub(crate) fn poison(&mut self) {
-        let bufs = [
-            &mut self.q,
-            &mut self.k,
-            &mut self.v,
-            &mut self.g,
-            &mut self.z,
-            &mut self.qc,
-            &mut self.kc,
-            &mut self.vc,
-            &mut self.braw,
-            &mut self.f,
-            &mut self.alpha,
-            &mut self.o_hm,
-            &mut self.o,
-            &mut self.u,
-        ];
-        bufs.into_iter().for_each(|b| b.fill(f32::NAN));
-    }
-    /// Bytes each further token adds (the `[T]`-sized buffers of [`KdaScratch::ensure`]).
-    pub fn bytes_per_token(d: &Dims) -> u64 {
-        (11 * d.kda_proj() + d.kda_heads + d.kda_dim) as u64 * 4
-    }
-
-    /// Grows every buffer to hold `t` tokens.
-    pub fn ensure(&mut self, d: &Dims, t: usize) {
-        let (p, h, dd) = (d.kda_proj(), d.kda_heads, d.kda_dim);
-        for b in [
-            &mut self.q,
-            &mut self.k,
-            &mut self.v,
-            &mut self.g,
-            &mut self.z,
-            &mut self.qc,
-            &mut self.kc,
-            &mut self.vc,
-            &mut self.alpha,
-            &mut self.o_hm,
-            &mut self.o,
-        ] {
-            grow(b, t * p);
-        }
-        grow(&mut self.braw, t * h);
-        grow(&mut self.f, t * dd);
-        grow(&mut self.u, 2 * h * dd);
-    }
-}
 
 /// Checks every KDA tensor against the config: a dealt tensor may be whole or exactly this
 /// rank's share of rows (crate::share::kda_split); `layer` only labels the error.

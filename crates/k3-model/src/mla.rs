@@ -19,8 +19,9 @@
 use crate::dims::Dims;
 use crate::dist::Dist;
 use crate::error::{check_len, check_shape, ModelError};
+pub use crate::mla_path::MlaPath;
 use crate::pass::{Pass, Seq, ROWS_PER_JOB};
-use crate::scratch::grow;
+pub use crate::scratch::ops::MlaScratch;
 use crate::share::mla_split;
 use crate::state::{AttnState, MlaCache};
 use crate::weights::MlaWeights;
@@ -31,69 +32,6 @@ use k3_kernels::tmatvec::{latent_scores_lanes, matvec_t_f64, matvec_t_f64_lanes,
 use k3_kernels::{matvec, Matrix};
 use rayon::prelude::*;
 use std::sync::Mutex;
-
-/// Which attention formulation to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MlaPath {
-    /// Weight absorption over the latent cache (the engine's path).
-    Latent,
-    /// Re-expand k/v per position through `kv_b` (reference for tests).
-    Expanded,
-}
-
-/// Preallocated buffers of one MLA call.
-#[derive(Default)]
-pub struct MlaScratch {
-    cq: Vec<f32>,  // [T][q_lora] query low-rank code (normed in place)
-    q: Vec<f32>,   // [T][H][nope+rope]
-    ckv: Vec<f32>, // [T][kv_lora+rope] latent + rope (latent normed in place)
-    /// `[T][H_r·v]` gate pre-activation of this rank's heads, then `[T][H·v]` every head's
-    /// gated output (gathered)
-    gate: Vec<f32>,
-    o: Vec<f32>,      // [T][H_r·v] this rank's heads' outputs
-    q_lat: Vec<f64>,  // [H][kv_lora] absorbed query
-    ctx: Vec<f32>,    // [H][kv_lora] probability-weighted latent
-    scores: Vec<f32>, // [H][ctx] scores, then probabilities
-}
-
-impl MlaScratch {
-    /// Fills every buffer with NaN (tests: a reused scratch's old values never matter).
-    #[cfg(test)]
-    pub(crate) fn poison(&mut self) {
-        let bufs = [
-            &mut self.cq,
-            &mut self.q,
-            &mut self.ckv,
-            &mut self.gate,
-            &mut self.o,
-            &mut self.ctx,
-            &mut self.scores,
-        ];
-        bufs.into_iter().for_each(|b| b.fill(f32::NAN));
-        self.q_lat.fill(f64::NAN);
-    }
-    /// Bytes each further token adds (the `[T]`-sized buffers of [`MlaScratch::ensure`];
-    /// the `[H][ctx]` scores are planned with the context).
-    pub fn bytes_per_token(d: &Dims) -> u64 {
-        let hv = d.mla_heads * d.v_head;
-        (d.q_lora + d.mla_heads * d.qk_head() + d.kv_row() + 2 * hv) as u64 * 4
-    }
-
-    /// Grows every buffer for `t` tokens attending over at most `ctx` positions.
-    pub fn ensure(&mut self, d: &Dims, t: usize, ctx: usize) {
-        let (h, hv) = (d.mla_heads, d.mla_heads * d.v_head);
-        grow(&mut self.cq, t * d.q_lora);
-        grow(&mut self.q, t * h * d.qk_head());
-        grow(&mut self.ckv, t * d.kv_row());
-        grow(&mut self.gate, t * hv);
-        grow(&mut self.o, t * hv);
-        if self.q_lat.len() < h * d.kv_lora {
-            self.q_lat.resize(h * d.kv_lora, 0.0);
-        }
-        grow(&mut self.ctx, h * d.kv_lora);
-        grow(&mut self.scores, h * ctx);
-    }
-}
 
 /// Checks every MLA tensor against the config: a dealt tensor may be whole or exactly this
 /// rank's share of rows (crate::share::mla_split).

@@ -11,114 +11,14 @@ use crate::dist::Dist;
 use crate::error::{check_len, check_shape, ModelError};
 use crate::pass::{Pass, ROWS_PER_JOB};
 use crate::router::{route, router_scores_tokens, select_topk, RouteScratch, RouterParams};
-use crate::scratch::grow;
+use crate::scratch::ops::ExpertScratch;
+pub use crate::scratch::ops::MoeScratch;
 use crate::share::FFN_SPLIT;
 use crate::weights::{ExpertWeights, MoeWeights, SourceError};
 use k3_kernels::act::situ_glu;
 use k3_kernels::norm::rmsnorm_inplace;
 use k3_kernels::{matmul, Matrix};
 use rayon::prelude::*;
-
-/// Buffers of one routed expert over the tokens routed to it (n ≤ T rows).
-#[derive(Default)]
-struct ExpertScratch {
-    gz: Vec<f32>, // [n][L] gathered inputs
-    gg: Vec<f32>, // [n][I] w1 · z
-    gu: Vec<f32>, // [n][I] w3 · z
-    ga: Vec<f32>, // [n][I] SiTU-GLU
-    gy: Vec<f32>, // [n][L] w2 · a
-}
-
-/// Preallocated buffers of one MoE call.
-#[derive(Default)]
-pub struct MoeScratch {
-    scores: Vec<f32>,   // [NE] sigmoid router scores of one token
-    taken: Vec<bool>,   // [NE] top-k scratch
-    idx: Vec<u32>,      // [T][K] chosen experts, descending choice
-    wts: Vec<f32>,      // [T][K] routing weights
-    z: Vec<f32>,        // [T][L] latent input (routed_expert_down_proj · x)
-    ybuf: Vec<f32>,     // [T][K][L] expert output per (token, slot)
-    filled: Vec<bool>,  // [T][K] slot computed
-    union: Vec<u32>,    // [≤T·K] distinct experts, first-seen order
-    users: Vec<usize>,  // [≤T] slots (t·K + j) of the expert being computed
-    one: ExpertScratch, // buffers of the expert being computed
-    acc: Vec<f32>,      // [T][L] weighted aggregate, normed in place
-    sg: Vec<f32>,       // [T][SI] shared gate
-    su: Vec<f32>,       // [T][SI] shared up
-    sa: Vec<f32>,       // [T][SI] shared activation
-    sd: Vec<f32>,       // [T][E] shared output
-}
-
-impl MoeScratch {
-    /// Fills every buffer with NaN, `true` or the largest index (tests: a reused scratch's old
-    /// values never matter).
-    #[cfg(test)]
-    pub(crate) fn poison(&mut self) {
-        let one = &mut self.one;
-        let bufs = [
-            &mut self.scores,
-            &mut self.wts,
-            &mut self.z,
-            &mut self.ybuf,
-            &mut self.acc,
-            &mut self.sg,
-            &mut self.su,
-            &mut self.sa,
-            &mut self.sd,
-            &mut one.gz,
-            &mut one.gg,
-            &mut one.gu,
-            &mut one.ga,
-            &mut one.gy,
-        ];
-        bufs.into_iter().for_each(|b| b.fill(f32::NAN));
-        self.taken.fill(true);
-        self.filled.fill(true);
-        self.idx.fill(u32::MAX);
-        self.union.fill(u32::MAX);
-        self.users.fill(usize::MAX);
-    }
-    /// Bytes each further token adds (the `[T]`-sized buffers of [`MoeScratch::ensure`]:
-    /// ids, weights, flags and union per slot; latent, expert and shared activations).
-    pub fn bytes_per_token(d: &Dims) -> u64 {
-        let (k, l, i, si) = (d.topk, d.latent, d.moe_inter, d.shared_inter);
-        let per_slot = 4 + 4 + 1 + 4 + 4 * l; // idx, wts, filled, union, ybuf row
-        let floats = 4 * l + 3 * i + 3 * si + d.hidden; // z, gz, gy, acc; gg/gu/ga; shared
-        (k * per_slot + 8 + 4 * floats) as u64
-    }
-
-    /// Grows every buffer for `t` tokens.
-    pub fn ensure(&mut self, d: &Dims, t: usize) {
-        let (k, l, i, si) = (d.topk, d.latent, d.moe_inter, d.shared_inter);
-        grow(&mut self.scores, d.n_experts);
-        self.taken.resize(self.taken.len().max(d.n_experts), false);
-        self.idx.resize(self.idx.len().max(t * k), 0);
-        grow(&mut self.wts, t * k);
-        grow(&mut self.z, t * l);
-        grow(&mut self.ybuf, t * k * l);
-        self.filled.resize(self.filled.len().max(t * k), false);
-        self.union.reserve((t * k).saturating_sub(self.union.len()));
-        self.users.reserve(t.saturating_sub(self.users.len()));
-        for b in [&mut self.one.gz, &mut self.one.gy, &mut self.acc] {
-            grow(b, t * l);
-        }
-        for b in [&mut self.one.gg, &mut self.one.gu, &mut self.one.ga] {
-            grow(b, t * i);
-        }
-        for b in [&mut self.sg, &mut self.su, &mut self.sa] {
-            grow(b, t * si);
-        }
-        grow(&mut self.sd, t * d.hidden);
-    }
-    /// The normed latent aggregate of token `t` after the last call (`[L]`, diagnostics).
-    pub fn latent_aggregate(&self, d: &Dims, t: usize) -> &[f32] {
-        &self.acc[t * d.latent..(t + 1) * d.latent]
-    }
-    /// The shared-expert activation of token `t` after the last call (`[SI]`, diagnostics).
-    pub fn shared_activation(&self, d: &Dims, t: usize) -> &[f32] {
-        &self.sa[t * d.shared_inter..(t + 1) * d.shared_inter]
-    }
-}
 
 /// Checks the trunk part of a MoE layer against the config: a dealt tensor may be whole or
 /// exactly this rank's share of rows (crate::share::FFN_SPLIT).

@@ -6,7 +6,7 @@
 use crate::dims::Dims;
 use crate::dist::Dist;
 use crate::error::ModelError;
-use crate::mla::MlaPath;
+use crate::mla_path::MlaPath;
 use crate::weights::ExpertProvider;
 
 /// Most token rows per rayon job of the per-row loops (norms, mixes, gates, decay): rayon's

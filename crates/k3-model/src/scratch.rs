@@ -2,18 +2,11 @@
 //! one token, or an ended session's scratch reused) and grown only when a longer prefill
 //! arrives; decode never allocates here.
 
-use crate::dense::DenseScratch;
-use crate::dims::Dims;
-use crate::kda::KdaScratch;
-use crate::mla::MlaScratch;
-use crate::moe::MoeScratch;
+pub(crate) mod ops;
 
-/// Grows `v` to at least `n` elements (zero-filled); never shrinks.
-pub(crate) fn grow(v: &mut Vec<f32>, n: usize) {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
-}
+use crate::dims::Dims;
+pub(crate) use ops::grow;
+pub use ops::{DenseScratch, KdaScratch, MlaScratch, MoeScratch};
 
 /// All scratch of one forward call.
 #[derive(Default)]

@@ -10,9 +10,14 @@
 //! A tensor's share is a contiguous range of its rows (first dimension): a row-major tensor's
 //! share is one contiguous byte range, `[rows.start·row_bytes, rows.end·row_bytes)`.
 
-use crate::dist::row_share;
 use k3_format::bind::{AttnTensors, FfnTensors, GlobalTensors, LayerTensors, TensorRef};
 use std::ops::Range;
+
+/// Rows `[r0, r1)` of a `rows`-row matrix computed by `rank` of `size`: contiguous, in rank
+/// order, sizes differing by at most one.
+pub fn row_share(rows: usize, rank: usize, size: usize) -> (usize, usize) {
+    (rows * rank / size, rows * (rank + 1) / size)
+}
 
 /// Rows `rows` (of dimension 0) of `tensor` are read by this rank.
 #[derive(Debug, Clone)]

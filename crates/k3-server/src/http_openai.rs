@@ -4,7 +4,7 @@
 
 use super::routes::{
     authorize, body_bytes, collect, json_response, next_id, now, render_chat, sse, submit, timings,
-    usage, usage_all, worker_failed, SseFraming,
+    usage, usage_all, worker_failed, Choice, SseFraming,
 };
 use super::worker::{Event, JobKind};
 use super::Shared;
@@ -178,35 +178,52 @@ pub async fn chat_completions(
         ));
     }
     let all = collect(rx, n).await?;
+    let tok = shared.engine.tokenizer();
     let choices: Vec<Value> = all
         .iter()
         .enumerate()
-        .map(|(index, c)| {
-            let r = &c.reply;
-            let mut message = json!({"role": "assistant", "content": r.content});
-            if !r.reasoning.is_empty() {
-                message["reasoning_content"] = json!(r.reasoning);
-            }
-            if !r.tool_calls.is_empty() {
-                message["tool_calls"] = r.tool_calls.iter().map(|t| json!({"id": t.id, "type": "function",
-                    "function": {"name": t.name, "arguments": t.arguments}})).collect();
-            }
-            let mut v = json!({"index": index, "message": message, "finish_reason": c.summary.finish.openai(),
-                               "logprobs": Value::Null});
-            if want_logprobs {
-                v["logprobs"] = chat_logprobs(shared.engine.tokenizer(), &r.logprobs);
-            }
-            if return_tokens {
-                v["tokens"] = json!(c.summary.ids);
-            }
-            v
-        })
+        .map(|(index, c)| chat_choice(tok, index, c, want_logprobs, return_tokens))
         .collect();
     Ok(json_response(json!({
         "id": id, "object": "chat.completion", "created": created, "model": model,
         "choices": choices, "usage": usage_all(&all), "timings": timings(&all[0].summary),
     }))
     .into_response())
+}
+
+/// One choice of a non-streamed chat completion: the assistant message (content, reasoning,
+/// tool calls), its finish reason and, when asked, its logprobs and token ids.
+fn chat_choice(
+    tok: Option<&Tokenizer>,
+    index: usize,
+    c: &Choice,
+    want_logprobs: bool,
+    return_tokens: bool,
+) -> Value {
+    let r = &c.reply;
+    let mut message = json!({"role": "assistant", "content": r.content});
+    if !r.reasoning.is_empty() {
+        message["reasoning_content"] = json!(r.reasoning);
+    }
+    if !r.tool_calls.is_empty() {
+        message["tool_calls"] = r
+            .tool_calls
+            .iter()
+            .map(|t| {
+                json!({"id": t.id, "type": "function",
+            "function": {"name": t.name, "arguments": t.arguments}})
+            })
+            .collect();
+    }
+    let mut v = json!({"index": index, "message": message, "finish_reason": c.summary.finish.openai(),
+                       "logprobs": Value::Null});
+    if want_logprobs {
+        v["logprobs"] = chat_logprobs(tok, &r.logprobs);
+    }
+    if return_tokens {
+        v["tokens"] = json!(c.summary.ids);
+    }
+    v
 }
 
 pub async fn completions(

@@ -6,7 +6,7 @@
 use super::decode::{mxfp4_row_bf16_fast, split_row};
 use super::def::BLOCK;
 use super::tiles::{block, Backend, Block, CTILE, TILE};
-use crate::matrix::{Matrix, MatrixData};
+use crate::matrix::data::{Matrix, MatrixData};
 use crate::mxfp4::GROUP;
 use rayon::prelude::*;
 use std::borrow::Cow;

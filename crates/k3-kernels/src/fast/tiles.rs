@@ -11,7 +11,7 @@
 //! pieces in order: [`super::def::dot`]'s order.
 
 use super::def::{flush, instr_wide, wide, ARITH, BLOCK};
-use super::NumericsError;
+use super::mode::NumericsError;
 
 /// bf16 elements in one tile (16 rows × 32).
 pub(crate) const TILE: usize = 512;
@@ -21,7 +21,7 @@ pub(crate) const CTILE: usize = 256;
 /// Where the tile kernel runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// `tdpbf16ps` on AMX tiles (needs [`super::amx_usable`]).
+    /// `tdpbf16ps` on AMX tiles (needs `fast::amx_usable`).
     Amx,
     /// The same blocks computed from [`super::def::instr`] (portable; for tests).
     Emu,
@@ -213,7 +213,7 @@ pub(crate) mod amx {
     /// of 16 bf16 pairs), for the semantics probe.
     ///
     /// # Safety
-    /// AMX must be usable ([`crate::fast::amx_usable`]).
+    /// AMX must be usable (`fast::amx_usable`).
     pub unsafe fn one_instruction(c: &mut [f32; CTILE], a: &[u16; TILE], b: &[u16; TILE]) {
         asm!("ldtilecfg [{}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly, preserves_flags));
         load!("tmm0", c.as_ptr(), 64usize);

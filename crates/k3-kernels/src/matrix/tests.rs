@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::simd::available_levels;
+use half::bf16;
 use proptest::prelude::*;
 
 /// Owned weights of one storage.

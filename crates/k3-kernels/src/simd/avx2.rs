@@ -6,9 +6,6 @@
 
 use std::arch::x86_64::*;
 
-/// The MXFP4 panel decoder of this level lives with the other MXFP4 kernels.
-pub(super) use super::avx2_mx::panel as panel_mx;
-
 /// Two vectors: 16 consecutive lanes.
 pub(super) type V16 = [__m256; 2];
 
@@ -191,7 +188,7 @@ fn widen<W: Ld16>(src: &[W], dst: &mut [f32]) {
 /// The CPU has AVX2 and FMA; 16 f32 are readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn reduce16_at(layout: super::Layout, p: *const f32) -> f32 {
+pub(super) unsafe fn reduce16_at(layout: super::layout::Layout, p: *const f32) -> f32 {
     // SAFETY: 16 readable f32 at `p` (caller); unaligned loads.
     let (v0, v1) = unsafe { (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))) };
     reduce16_v(layout, v0, v1)
@@ -200,15 +197,15 @@ pub(super) unsafe fn reduce16_at(layout: super::Layout, p: *const f32) -> f32 {
 /// [`reduce16_at`] of the lanes held in `v0` (register positions 0..8) and `v1` (8..16).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn reduce16_v(layout: super::Layout, v0: __m256, v1: __m256) -> f32 {
+fn reduce16_v(layout: super::layout::Layout, v0: __m256, v1: __m256) -> f32 {
     match layout {
-        super::Layout::Natural => {
+        super::layout::Layout::Natural => {
             let b = _mm256_add_ps(v0, v1);
             let c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps::<1>(b));
             let d = _mm_add_ps(c, _mm_movehl_ps(c, c));
             _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)))
         }
-        super::Layout::Q16 => {
+        super::layout::Layout::Q16 => {
             // Positions p % 4 ∈ {0, 1} of each 128-bit half: lane j + lane j + 8.
             let b0 = _mm256_add_ps(v0, _mm256_permute_ps::<0b01_00_11_10>(v0));
             let b1 = _mm256_add_ps(v1, _mm256_permute_ps::<0b01_00_11_10>(v1));
@@ -258,8 +255,8 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
-    mut pf: super::gemm::Spread<'_>,
-    done: Option<super::gemm::Done>,
+    mut pf: super::gemm::plan::Spread<'_>,
+    done: Option<super::gemm::plan::Done>,
 ) {
     let half = kc / 2;
     // Pass `h`: register positions `8h .. 8h + 8` of every lane set, read at `h · kc/2 ..`

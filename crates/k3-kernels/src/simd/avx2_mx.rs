@@ -104,7 +104,7 @@ pub(super) fn rows<const R: usize, const NAT: bool>(
     scales: [&[u8]; R],
     x: &[f32],
 ) -> [[f32; 16]; R] {
-    let groups = super::mx_groups(&packed, &scales, x.len());
+    let groups = super::layout::mx_groups(&packed, &scales, x.len());
     let k = consts();
     let mut acc: [V16; R] = [[_mm256_setzero_ps(); 2]; R];
     for g in 0..groups {

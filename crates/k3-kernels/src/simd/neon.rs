@@ -185,7 +185,7 @@ pub(super) fn rows_mx<const R: usize>(
     scales: [&[u8]; R],
     x: &[f32],
 ) -> [[f32; 16]; R] {
-    let groups = super::mx_groups(&packed, &scales, x.len());
+    let groups = super::layout::mx_groups(&packed, &scales, x.len());
     let (tlo, thi) = tables();
     let mut acc = [[vdupq_n_f32(0.0); 4]; R];
     for g in 0..groups {
@@ -276,8 +276,8 @@ pub(super) unsafe fn micro<const M: usize, const N: usize>(
     st: *mut f32,
     ss: usize,
     fresh: bool,
-    mut pf: super::gemm::Spread<'_>,
-    done: Option<super::gemm::Done>,
+    mut pf: super::gemm::plan::Spread<'_>,
+    done: Option<super::gemm::plan::Done>,
 ) {
     // This level leaves its lanes in the state; the GEMM's emit reduces them.
     debug_assert!(done.is_none(), "lanes reduced in the tile on this level");

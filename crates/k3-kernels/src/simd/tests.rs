@@ -2,6 +2,7 @@
 //! activations) and the mat-vec row-block kernels (activations in the level's layout), for
 //! all four storages, every tail length, extreme values and the E8M0 edge bytes.
 
+use super::layout::{copy_in_layout, Q16};
 use super::*;
 use crate::dot::{dot_bf16_scalar, dot_f32_scalar, dot_mxfp4_scalar, dot_q8_scalar, q8_finish};
 use proptest::prelude::*;
@@ -275,7 +276,7 @@ fn matvec_row_blocks_divide_the_task_size() {
     for level in [Level::Scalar, Level::Avx2, Level::Avx512, Level::Neon] {
         for kind in [Kind::F32, Kind::Bf16, Kind::Mxfp4, Kind::Q8] {
             assert_eq!(32 % matvec_rows(level, kind), 0);
-            assert_eq!(gemm::RB % matvec_rows(level, kind), 0);
+            assert_eq!(gemm::plan::RB % matvec_rows(level, kind), 0);
         }
     }
 }

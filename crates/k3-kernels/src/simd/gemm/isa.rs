@@ -2,14 +2,14 @@
 //! decode), the microkernel sweep over a panel, the fused small-T MXFP4 tiles and the lane
 //! tree. `simd::gemm` drives them (docs/NUMERICS.md#gemm).
 
-use super::{Ahead, Done, RB, XS};
-use crate::dot::reduce16;
-use crate::matrix::Matrix;
+use super::plan::{Ahead, Done, RB, XS};
+use crate::dot::def::reduce16;
+use crate::matrix::data::Matrix;
 #[cfg(target_arch = "x86_64")]
-use crate::matrix::MatrixData;
+use crate::matrix::data::MatrixData;
 #[cfg(target_arch = "x86_64")]
 use crate::mxfp4::GROUP;
-use crate::simd::{to_lanes, Kind, Layout};
+use crate::simd::layout::{to_lanes, Kind, Layout};
 
 /// One block × chunk of the GEMM: the operands of [`Isa::sweep`] and [`Isa::fused_mx`]
 /// (`w` and the first row and column are read by the x86 fused tiles only).
@@ -201,7 +201,7 @@ sweep_fn!(sweep_neon, "neon", neon, [1, 2]);
 
 /// Implements [`Isa`] for `$isa` from level module `$m`'s kernels and `$sweep`.
 macro_rules! isa_impl {
-    ($isa:ident, $m:ident, $widen:ident, $panel:ident, $sweep:ident $(, $reduce:ident, $fused:ident)? $(; { $($extra:tt)* })?) => {
+    ($isa:ident, $m:ident, $widen:ident, $panel:path, $sweep:ident $(, $reduce:ident, $fused:ident)? $(; { $($extra:tt)* })?) => {
         pub(super) struct $isa;
         impl Isa for $isa {
             unsafe fn widen(src: &[u16], dst: &mut [f32]) {
@@ -214,7 +214,7 @@ macro_rules! isa_impl {
             }
             unsafe fn panel_mx(packed: &[u8], scales: &[u8], dst: &mut [f32]) {
                 // SAFETY: the caller guarantees the level's features.
-                unsafe { crate::simd::$m::$panel(packed, scales, dst) }
+                unsafe { $panel(packed, scales, dst) }
             }
             unsafe fn sweep(w: &[*const f32; RB], tile: &Tile, ahead: &mut Ahead) {
                 // SAFETY: forwarded from the caller.
@@ -238,7 +238,7 @@ isa_impl!(
     Avx2,
     avx2,
     widen_bf16,
-    panel_mx,
+    crate::simd::avx2_mx::panel,
     sweep_avx2,
     reduce16_at,
     fused_avx2;
@@ -356,7 +356,7 @@ unsafe fn fused_avx2(tile: &Tile, ahead: &mut Ahead) -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn fused_avx512(tile: &Tile, ahead: &mut Ahead) -> bool {
-    use crate::simd::avx512::has_vbmi;
+    use crate::simd::avx512_mx::has_vbmi;
     let Some((packed, scales)) = tile.small_mxfp4(FUSED_MAX_T_AVX512).filter(|_| has_vbmi()) else {
         return false;
     };
@@ -498,7 +498,7 @@ unsafe fn sweep_bf16_avx512(
 }
 
 #[cfg(target_arch = "x86_64")]
-isa_impl!(Avx512, avx512, widen_bf16, panel_mx, sweep_avx512; {
+isa_impl!(Avx512, avx512, widen_bf16, crate::simd::avx512::panel_mx, sweep_avx512; {
     const REDUCES_IN_TILE: bool = true;
     unsafe fn sweep_bf16(
         src: &[*const u16; RB],
@@ -524,4 +524,10 @@ isa_impl!(Avx512, avx512, widen_bf16, panel_mx, sweep_avx512; {
     }
 });
 #[cfg(target_arch = "aarch64")]
-isa_impl!(Neon, neon, widen_bf16, panel_mx, sweep_neon);
+isa_impl!(
+    Neon,
+    neon,
+    widen_bf16,
+    crate::simd::neon::panel_mx,
+    sweep_neon
+);

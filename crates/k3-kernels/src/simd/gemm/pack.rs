@@ -1,8 +1,8 @@
 //! The GEMM's activation packing and the AVX2 chunk order ([`super::isa::Isa::HALVES`]).
 
-use super::{KC, XS};
+use super::plan::{KC, XS};
 use crate::scratch;
-use crate::simd::{copy_in_layout, Layout};
+use crate::simd::layout::{copy_in_layout, Layout};
 use rayon::prelude::*;
 
 /// Packs the `t` activation rows of `x` (`[t][cols]`) chunk-major into `buf`: chunk `c`,
