@@ -3,11 +3,21 @@
 //! token with probability p, chosen for acceptance lengths near 1.5 / 2.5 / 3.5; the DSpark
 //! pass runs and is paid for every time), in a trunk-streaming budget, in one run
 //! (docs/STREAMING.md#dspark-block-drafts). Every row's ids are checked equal to the plain
-//! run's. Reports s/token, acceptance length τ, trunk and expert bytes read per generated
-//! token, and the cost model's bytes per token for the same τ and verified count.
+//! run's.
+//!
+//! The same run measures the cost model's rates (`k3_engine::block::Rates`): the disk's
+//! trunk-run and expert-read rates on the model's shards (O_DIRECT; the better of a probe
+//! before and one after the rows, as bench-decode), the compute of a pass of 1 and of
+//! `block + 1` positions (wall minus the store's waits, in the streaming engine) and one
+//! DSpark block pass. The block rows draft with that timed model, and each row reports bytes
+//! and seconds per decoded token (the first generated token comes from the prompt's pass)
+//! measured, predicted by the model for the row's measured τ and verified drafts per pass,
+//! and their ratio. The default budget is the smallest legal one: one ring slot, so trunk
+//! reads do not overlap compute and the model's terms add.
 
-use crate::bench_util::phrase_prompt;
+use crate::bench_util::{self, phrase_prompt};
 use clap::Args;
+use k3_engine::block::{PassCost, Rates};
 use k3_engine::{Budget, DecodeMode, Engine, EngineOptions, Sampler, StopConditions};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,7 +28,7 @@ use std::time::Instant;
 pub struct BenchDsparkArgs {
     /// Checkpoint directory.
     pub model_dir: PathBuf,
-    /// DSpark draft model directory (docs/DSPARK.md).
+    /// DSpark draft model directory (docs/DSPARK.md; `cargo xtask gen-dspark` makes one).
     #[arg(long)]
     pub draft_model: PathBuf,
     /// Tokens generated per run.
@@ -27,14 +37,17 @@ pub struct BenchDsparkArgs {
     /// Compute threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Trunk budget, GB (the default streams most of tiny-k3's trunk and leaves a prefill
-    /// chunk long enough for a verifying pass of 8 positions; the smallest legal budget's
-    /// chunk is too short to verify any draft).
-    #[arg(long, default_value_t = 0.001)]
-    pub trunk_gb: f64,
-    /// Expert-cache budget, GB.
-    #[arg(long, default_value_t = 0.01)]
-    pub cache_gb: f64,
+    /// Trunk budget, GB (default: the smallest legal). For tiny-k3 pass 0.001: it streams
+    /// most of the trunk and leaves a prefill chunk long enough for a verifying pass of 8
+    /// positions.
+    #[arg(long)]
+    pub trunk_gb: Option<f64>,
+    /// Expert-cache budget, GB (default: the smallest legal; tiny-k3: 0.01).
+    #[arg(long)]
+    pub cache_gb: Option<f64>,
+    /// Seconds of each disk-rate measurement.
+    #[arg(long, default_value_t = 2.0)]
+    pub io_seconds: f64,
     /// Replacement probabilities (independent per position; with 7 verified drafts
     /// τ = 1 + Σ_{i≤7} p^i: 0.33 → 1.5, 0.6 → 2.4, 0.74 → 3.5).
     #[arg(long, value_delimiter = ',', default_values_t = [0.33, 0.6, 0.74])]
@@ -51,36 +64,109 @@ struct Row {
     experts_per_token: f64,
 }
 
-fn budget(args: &BenchDsparkArgs) -> Budget {
-    Budget::Split {
-        trunk: (args.trunk_gb * 1e9) as u64,
-        cache: (args.cache_gb * 1e9) as u64,
-    }
+fn budget(args: &BenchDsparkArgs) -> Result<Budget, String> {
+    let (smallest, _) =
+        k3_engine::planning::budget_extremes(&args.model_dir).map_err(|e| e.to_string())?;
+    let Budget::Split { trunk, cache } = smallest else {
+        return Ok(smallest);
+    };
+    Ok(Budget::Split {
+        trunk: args.trunk_gb.map_or(trunk, |g| (g * 1e9) as u64),
+        cache: args.cache_gb.map_or(cache, |g| (g * 1e9) as u64),
+    })
 }
 
-fn run_row(args: &BenchDsparkArgs, p: Option<f64>, truth: &[u32]) -> Result<Row, String> {
+fn open(args: &BenchDsparkArgs, ctx: usize) -> Result<Engine, String> {
     let options = EngineOptions {
         threads: args.threads,
-        budget: Some(budget(args)),
-        ctx: 512,
+        budget: Some(budget(args)?),
+        ctx,
+        direct_io: true,
         draft_model: Some(args.draft_model.clone()),
         ..EngineOptions::default()
     };
-    let engine = Engine::open(&args.model_dir, options).map_err(|e| e.to_string())?;
-    let prompt = phrase_prompt(engine.config().vocab_size as u32);
+    Engine::open(&args.model_dir, options).map_err(|e| e.to_string())
+}
+
+/// Compute seconds of one pass of `ids` on `s`: wall minus the store's waits.
+fn compute_of(engine: &Engine, s: &mut k3_engine::Session<'_>, ids: &[u32]) -> Result<f64, String> {
+    let (before, t) = (engine.stats(), Instant::now());
+    s.feed(ids).map_err(|e| e.to_string())?;
+    let wall = t.elapsed().as_secs_f64();
+    let d = engine.stats().since(&before);
+    Ok((wall - d.trunk_wait_seconds - d.expert_wait_seconds).max(0.0))
+}
+
+/// The disk's rates on the model's shards (O_DIRECT).
+fn measure_disk(args: &BenchDsparkArgs) -> Result<bench_util::DiskRates, String> {
+    let m = bench_util::model_info(&args.model_dir)?;
+    let io = EngineOptions::default().io_threads;
+    let disk = bench_util::measure_disk(&m, &[1, io], args.io_seconds)?;
+    eprintln!("bench-dspark: disk {}", disk.summary());
+    Ok(disk)
+}
+
+/// `rates` with the disk terms of `disk` (expert reads at the store's depth).
+fn with_disk(rates: Rates, disk: &bench_util::DiskRates) -> Rates {
+    Rates {
+        trunk_disk: disk.trunk,
+        expert_disk: disk.expert_at(EngineOptions::default().io_threads),
+        ..rates
+    }
+}
+
+/// The compute and draft terms, measured on this machine now (module docs); the disk
+/// terms are filled in by [`with_disk`].
+fn measure_rates(args: &BenchDsparkArgs) -> Result<Rates, String> {
+    let engine = open(args, 64)?;
+    let vocab = engine.config().vocab_size as u32;
+    let block = engine
+        .dspark()
+        .ok_or("no DSpark draft model")?
+        .graph()
+        .config()
+        .block_size;
+    let prompt = phrase_prompt(vocab);
+    let mut s = engine.new_session(64).map_err(|e| e.to_string())?;
+    s.feed(&prompt).map_err(|e| e.to_string())?;
+    // the draft: twice, the second timed (the first maps its weights in)
+    s.dspark_block(prompt[0]).map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    s.dspark_block(prompt[1]).map_err(|e| e.to_string())?;
+    let draft = t.elapsed().as_secs_f64();
+    let one = compute_of(&engine, &mut s, &prompt[..1])?;
+    let many = compute_of(&engine, &mut s, &prompt[..(block + 1).min(prompt.len())])?;
+    let extra = (many - one).max(0.0) / block as f64;
+    Ok(Rates {
+        trunk_disk: 0.0,
+        expert_disk: 0.0,
+        compute_shared: (one - extra).max(0.0),
+        compute_per_position: extra,
+        draft,
+    })
+}
+
+fn run_row(
+    args: &BenchDsparkArgs,
+    p: Option<f64>,
+    truth: &[u32],
+    cost: PassCost,
+) -> Result<Row, String> {
     let n = args.tokens;
+    let engine = open(args, 512.max(n + 64))?;
+    let prompt = phrase_prompt(engine.config().vocab_size as u32);
     let mut s = engine
         .new_session(prompt.len() + n + 8)
         .map_err(|e| e.to_string())?;
     if let Some(p) = p {
         s.set_block_truth(truth.to_vec(), p, 9)
             .map_err(|e| e.to_string())?;
+        s.set_pass_cost(cost).map_err(|e| e.to_string())?;
     }
     s.feed(&prompt).map_err(|e| e.to_string())?;
-    let mode = if p.is_some() {
-        DecodeMode::Block(7)
-    } else {
-        DecodeMode::Incremental
+    let mode = match p {
+        Some(_) => DecodeMode::Block(7),
+        None => DecodeMode::Incremental,
     };
     let (before, t0) = (engine.stats(), Instant::now());
     let g = s
@@ -94,65 +180,103 @@ fn run_row(args: &BenchDsparkArgs, p: Option<f64>, truth: &[u32]) -> Result<Row,
         .map_err(|e| e.to_string())?;
     let secs = t0.elapsed().as_secs_f64();
     let io = engine.stats().since(&before);
+    // per decoded token: the first generated token comes from the prompt's pass
+    let decoded = n.saturating_sub(1).max(1) as f64;
     let spec = s.spec_stats();
     let passes = spec.passes.max(1) as f64;
-    Ok(Row {
+    let row = Row {
         label: p.map_or("plain".into(), |p| format!("block p={p}")),
         ids: [prompt, g.ids].concat(),
-        seconds_per_token: secs / n as f64,
-        tau: if p.is_some() {
-            (spec.passes + spec.accepted) as f64 / passes
-        } else {
-            1.0
+        seconds_per_token: secs / decoded,
+        tau: match p {
+            Some(_) => (spec.passes + spec.accepted) as f64 / passes,
+            None => 1.0,
         },
         verified_per_pass: spec.drafted as f64 / passes,
-        trunk_per_token: io.trunk_bytes_read as f64 / n as f64,
-        experts_per_token: io.expert_bytes_read as f64 / n as f64,
-    })
+        trunk_per_token: io.trunk_bytes_read as f64 / decoded,
+        experts_per_token: io.expert_bytes_read as f64 / decoded,
+    };
+    eprintln!(
+        "bench-dspark: {}: {:.3} s/token, τ {:.2}, {:.2} verified/pass, trunk {:.1} + experts {:.1} MB/token",
+        row.label,
+        row.seconds_per_token,
+        row.tau,
+        row.verified_per_pass,
+        row.trunk_per_token / 1e6,
+        row.experts_per_token / 1e6
+    );
+    Ok(row)
 }
 
 fn bench(args: &BenchDsparkArgs) -> Result<(), String> {
-    let plain = run_row(args, None, &[])?;
-    let engine = Engine::open(
-        &args.model_dir,
-        EngineOptions {
-            budget: Some(budget(args)),
-            ..EngineOptions::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let cost = engine.pass_cost();
+    let before = measure_disk(args)?;
+    let rates = measure_rates(args)?;
+    let engine = open(args, 64)?;
     let streamed = engine.plan().map_or(0, |p| p.trunk.streamed_per_token) as f64;
-    println!(
-        "bench-dspark {} — greedy, trunk streams {:.0} KB per pass, ids checked equal to plain decoding",
-        args.model_dir.display(),
-        streamed / 1e3
-    );
-    println!(
-        "{:<14} {:>9} {:>6} {:>9} {:>12} {:>12} {:>14}",
-        "row", "s/token", "τ", "verified", "trunk KB/t", "expert KB/t", "model KB/t"
-    );
-    let mut rows = vec![plain];
+    // the bytes a pass reads from disk: the streamed trunk, every routed expert of a position
+    let bytes = PassCost::bytes_only(streamed, engine.pass_cost().per_position);
+    drop(engine);
+    // the drafter chooses with the timed model, its disk terms from the first probe
+    let chooser = bytes.with_rates(&with_disk(rates, &before));
+    let mut rows = vec![run_row(args, None, &[], chooser)?];
     for &p in &args.p {
         let truth = rows[0].ids.clone();
-        rows.push(run_row(args, Some(p), &truth)?);
+        rows.push(run_row(args, Some(p), &truth, chooser)?);
     }
-    for r in &rows {
+    // the disk as the runs found it: the better of the probes before and after them (the
+    // host may cache the virtual disk; bench-decode does the same)
+    let rates = with_disk(rates, &before.best(&measure_disk(args)?));
+    let cost = bytes.with_rates(&rates);
+    let t = cost.seconds.ok_or("no time terms")?;
+    println!(
+        "bench-dspark {} — greedy, ids checked equal to plain decoding; {}",
+        args.model_dir.display(),
+        bench_util::machine_facts()
+    );
+    println!(
+        "rates: trunk {:.0} MB/s, experts {:.0} MB/s, compute {:.3} s/pass + {:.3} s/position, DSpark pass {:.3} s",
+        rates.trunk_disk / 1e6,
+        rates.expert_disk / 1e6,
+        rates.compute_shared,
+        rates.compute_per_position,
+        rates.draft
+    );
+    println!(
+        "model: pass = {:.1} MB streamed + {:.1} MB per position; {:.3} s + {:.3} s per position + {:.3} s draft",
+        streamed / 1e6,
+        cost.per_position / 1e6,
+        t.shared,
+        t.per_position,
+        t.draft
+    );
+    print_table(&rows, &cost)
+}
+
+fn print_table(rows: &[Row], cost: &PassCost) -> Result<(), String> {
+    println!("(per decoded token: the first generated token comes from the prompt's pass)");
+    println!(
+        "\n| row | τ | verified/pass | MB/token measured | predicted | ratio | s/token measured | predicted | ratio |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
         if r.ids != rows[0].ids {
             return Err(format!("{}: ids differ from plain decoding", r.label));
         }
-        // the cost model's bytes per token: the streamed trunk once per pass, each verified
-        // position's experts (upper bound: every expert read), over τ tokens per pass
-        let model = (streamed + (r.verified_per_pass + 1.0) * cost.per_position) / r.tau;
+        let drafted = r.label != "plain";
+        let want = cost.per_token(r.tau, r.verified_per_pass, drafted);
+        let bytes = r.trunk_per_token + r.experts_per_token;
+        let secs = want.seconds.unwrap_or(0.0);
         println!(
-            "{:<14} {:>9.4} {:>6.2} {:>9.2} {:>12.1} {:>12.1} {:>14.1}",
+            "| {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.3} | {:.3} | {:.2} |",
             r.label,
-            r.seconds_per_token,
             r.tau,
             r.verified_per_pass,
-            r.trunk_per_token / 1e3,
-            r.experts_per_token / 1e3,
-            model / 1e3
+            bytes / 1e6,
+            want.bytes / 1e6,
+            bytes / want.bytes.max(1.0),
+            r.seconds_per_token,
+            secs,
+            r.seconds_per_token / secs.max(1e-12)
         );
     }
     Ok(())

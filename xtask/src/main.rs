@@ -7,6 +7,7 @@ mod bench_constraint;
 mod bench_decode;
 mod bench_draft;
 mod bench_dspark;
+mod bench_dspark_step;
 mod bench_layers;
 mod bench_lookahead;
 mod bench_model_compute;
@@ -19,9 +20,11 @@ mod check_released;
 mod conformance;
 mod fuzz;
 mod gen_bench;
+mod gen_dspark;
 mod gen_released;
 mod pack_trunk;
 mod predict_dist;
+mod predict_dspark;
 mod serve_client;
 mod serve_process;
 mod sim_cache;
@@ -75,6 +78,9 @@ enum Cmd {
     BenchDraft(bench_draft::BenchDraftArgs),
     /// Plain vs DSpark block drafts at controlled acceptance, streaming, same run.
     BenchDspark(bench_dspark::BenchDsparkArgs),
+    /// One DSpark block pass at the published dims, layer by layer with random weights:
+    /// bytes (bf16, q8, mxfp4) and ms (docs/PERFORMANCE.md#dspark-block-drafts).
+    BenchDsparkStep(bench_dspark_step::BenchDsparkStepArgs),
     /// Greedy decode s/token at four budgets vs the I/O and compute floors, same run.
     BenchDecode(bench_decode::BenchDecodeArgs),
     /// f32 FMA peak and DRAM bandwidth, and every hot kernel as a share of them, same run.
@@ -94,6 +100,11 @@ enum Cmd {
     BenchTrunkPack(bench_trunk_pack::BenchTrunkPackArgs),
     /// Write a synthetic benchmark checkpoint (real per-layer dims, or --mid) into OUT_DIR.
     GenBench(gen_bench::GenBenchArgs),
+    /// A DSpark draft with random weights matched to a target checkpoint (docs/DSPARK.md).
+    GenDspark(gen_dspark::GenDsparkArgs),
+    /// Kimi K3 as released with the published DSpark draft: bytes and s/token at an
+    /// acceptance length, from the block drafter's cost model (docs/STREAMING.md).
+    PredictDspark(predict_dspark::PredictDsparkArgs),
     /// Kimi K3 as released over N machines: predicted decode s/token per preset and network.
     PredictDist(predict_dist::PredictDistArgs),
     /// `k3 serve` on 127.0.0.1 under C concurrent clients vs the same requests one at a time:
@@ -144,11 +155,14 @@ fn main() -> ExitCode {
         Cmd::BenchConstraint(args) => bench_constraint::run(&args),
         Cmd::BenchDraft(args) => bench_draft::run(&args),
         Cmd::BenchDspark(args) => bench_dspark::run(&args),
+        Cmd::BenchDsparkStep(args) => bench_dspark_step::run(&args),
         Cmd::BenchDecode(args) => bench_decode::run(&args),
         Cmd::BenchCompute(args) => bench_compute::run(&args),
         Cmd::BenchLayers(args) => bench_layers::run(&args),
         Cmd::BenchPrefill(args) => bench_prefill::run(&args),
         Cmd::GenBench(args) => gen_bench::run(&args),
+        Cmd::GenDspark(args) => gen_dspark::run(&args),
+        Cmd::PredictDspark(args) => predict_dspark::run(&args),
         Cmd::BenchCodec(args) => bench_codec::run(&args),
         Cmd::BenchTrunkPack(args) => bench_trunk_pack::run(&args),
         Cmd::CheckReleased(args) => check_released::run(&args),

@@ -57,6 +57,14 @@ impl Engine {
             }
             f.session.check_ids(f.ids)?;
         }
+        // A batch of one with a DSpark draft is the session's own feed: the same logits and
+        // state, and the target's taps recorded for its draft context (a batched pass keeps
+        // none), so a session served alone can draft blocks (docs/DSPARK.md).
+        if let [one] = feeds {
+            if one.session.taps.is_some() && !one.ids.is_empty() {
+                return one.session.feed(one.ids);
+            }
+        }
         // every session's rows: its pending token, then its ids
         let rows: Vec<Vec<u32>> = feeds
             .iter_mut()

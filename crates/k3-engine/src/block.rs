@@ -4,52 +4,22 @@
 //!
 //! A verifying pass with `n` drafts costs `S + (n+1)·X` bytes — `S` the trunk, read once
 //! whatever the number of positions (streamed from disk, or from memory), `X` the routed
-//! experts each position reads — and yields on average `1 + Σ_{i≤n} Π_{j≤i} c_j` tokens,
-//! with `c_j` the confidence head's estimate that draft `j` is accepted given the ones
-//! before it were. The drafter verifies the `n ≤ min(draft_max, block)` that maximises
-//! tokens per byte (ties to the smaller `n`). Output ids are those of plain decoding
-//! whatever is proposed; only the passes change.
+//! experts each position reads — and, when the disk and compute rates are known, the
+//! seconds those bytes and the draft pass take (`cost.rs`); it yields on average
+//! `1 + Σ_{i≤n} Π_{j≤i} c_j` tokens, with `c_j` the confidence head's estimate that draft
+//! `j` is accepted given the ones before it were. The drafter verifies the
+//! `n ≤ min(draft_max, block)` that maximises tokens per second (per byte without the rates;
+//! ties to the smaller `n`). Output ids are those of plain decoding whatever is proposed;
+//! only the passes change.
+
+mod cost;
+
+pub use cost::{PassCost, PassSeconds, Rates};
 
 use crate::dspark::DsparkDraft;
 use crate::{EngineError, Session};
 use k3_model::dspark::DraftContext;
 use std::time::Instant;
-
-/// The byte cost of one verifying pass: `shared + (positions)·per_position`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PassCost {
-    /// Bytes a pass reads whatever its positions (the trunk).
-    pub shared: f64,
-    /// Bytes each position adds (its routed experts).
-    pub per_position: f64,
-}
-
-impl PassCost {
-    /// Expected tokens per byte when `n` drafts with confidences `conf[..n]` are verified.
-    pub fn tokens_per_byte(&self, conf: &[f32], n: usize) -> f64 {
-        let mut alive = 1.0f64;
-        let mut tokens = 1.0f64;
-        for &c in &conf[..n] {
-            alive *= c.clamp(0.0, 1.0) as f64;
-            tokens += alive;
-        }
-        tokens / (self.shared + (n + 1) as f64 * self.per_position)
-    }
-
-    /// The number of drafts to verify, `0 ..= cap.min(conf.len())`, maximising
-    /// [`PassCost::tokens_per_byte`] (first maximum: ties go to fewer drafts).
-    pub fn choose(&self, conf: &[f32], cap: usize) -> usize {
-        let cap = cap.min(conf.len());
-        let mut best = (0, self.tokens_per_byte(conf, 0));
-        for n in 1..=cap {
-            let r = self.tokens_per_byte(conf, n);
-            if r > best.1 {
-                best = (n, r);
-            }
-        }
-        best.0
-    }
-}
 
 /// One drafting pass: what was proposed, how many were verified, how many kept.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,6 +88,11 @@ impl BlockDrafter {
             failure: None,
             truth: None,
         }
+    }
+
+    /// The cost model the drafter chooses with from now on.
+    pub fn set_cost(&mut self, cost: PassCost) {
+        self.cost = cost;
     }
 
     /// At most `n` drafts verified per pass from now on.
@@ -238,6 +213,17 @@ impl Session<'_> {
         Ok(())
     }
 
+    /// The cost model this session's block drafter chooses with (by default the engine's
+    /// byte model, [`crate::Engine::pass_cost`]); a benchmark sets the one with the time
+    /// terms it measured ([`PassCost::with_rates`]).
+    pub fn set_pass_cost(&mut self, cost: PassCost) -> Result<(), EngineError> {
+        self.ensure_block_drafter(usize::MAX)?;
+        if let Some(b) = self.block.as_mut() {
+            b.set_cost(cost);
+        }
+        Ok(())
+    }
+
     /// Creates the block drafter on first use (`draft_max` drafts verified per pass at most).
     pub(crate) fn ensure_block_drafter(&mut self, draft_max: usize) -> Result<(), EngineError> {
         if self.block.is_none() {
@@ -250,6 +236,43 @@ impl Session<'_> {
             self.block = Some(Box::new(BlockDrafter::new(engine.pass_cost(), draft_max)));
         }
         Ok(())
+    }
+
+    /// Up to `limit` block drafts to follow this session's history and then `tail` (ids not
+    /// fed yet, the last one the anchor), chosen by the cost model as in
+    /// [`crate::DecodeMode::Block`]; empty without a DSpark draft, when drafting stopped, or
+    /// when some position was fed without taps (a batched pass, a restored session). For
+    /// callers with their own decode loop (the server's scheduler), which verify them with
+    /// [`Session::feed_verify`].
+    pub fn propose_block(&mut self, tail: &[u32], limit: usize) -> Vec<u32> {
+        let Some(draft) = self.owner().dspark() else {
+            return Vec::new();
+        };
+        if tail.is_empty()
+            || self
+                .ensure_block_drafter(draft.graph().config().block_size)
+                .is_err()
+        {
+            return Vec::new();
+        }
+        let Some(mut block) = self.block.take() else {
+            return Vec::new();
+        };
+        let mut context = self.history().to_vec();
+        context.extend_from_slice(tail);
+        let limit = limit.min(self.room_after(tail.len()));
+        let drafts = block.propose(self, &context, limit);
+        self.block = Some(block);
+        drafts
+    }
+
+    /// Settles the block drafter's last pass against the conversation so far (after the
+    /// last verifying pass of a caller-run loop).
+    pub fn settle_block(&mut self) {
+        let tokens = self.tokens();
+        if let Some(b) = self.block.as_mut() {
+            b.settle(&tokens);
+        }
     }
 
     /// The block drafter's passes in this session (`None` before the first block
@@ -308,36 +331,4 @@ fn block_at(
             })?
             .map_err(EngineError::from)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::PassCost;
-
-    /// The released model's ratio: trunk 108.8 GB read once per pass, 16 experts × 92 MoE
-    /// layers × 17.5 MB = 25.8 GB per position (docs/STREAMING.md#dspark-block-drafts).
-    const RELEASED: PassCost = PassCost {
-        shared: 108.8e9,
-        per_position: 25.8e9,
-    };
-
-    #[test]
-    fn the_cost_model_verifies_while_the_expected_gain_pays() {
-        // confident drafts: every one pays
-        assert_eq!(RELEASED.choose(&[0.9; 7], 7), 7);
-        assert_eq!(RELEASED.choose(&[0.9; 7], 3), 3, "draft_max caps");
-        // hopeless drafts: none pays (the first costs 25.8 GB for an expected 0.05 token)
-        assert_eq!(RELEASED.choose(&[0.05; 7], 7), 0);
-        // falling confidence: stop where the next draft's survival is worth less than its bytes
-        let falling = [0.9, 0.8, 0.6, 0.3, 0.1, 0.1, 0.1];
-        let n = RELEASED.choose(&falling, 7);
-        assert_eq!(n, 3);
-        assert!(RELEASED.tokens_per_byte(&falling, 3) > RELEASED.tokens_per_byte(&falling, 4));
-        // with every byte per position (shared = 0) a draft pays only when certain
-        let flat = PassCost {
-            shared: 0.0,
-            per_position: 1.0,
-        };
-        assert_eq!(flat.choose(&[0.99; 7], 7), 0);
-    }
 }

@@ -305,8 +305,8 @@ pub fn pass_cost(cfg: &K3Config, b: &ModelBinding) -> Result<crate::block::PassC
     let moe_layers = (0..cfg.num_hidden_layers)
         .filter(|&l| !cfg.is_dense(l))
         .count();
-    Ok(crate::block::PassCost {
-        shared: sizes.layer_run_bytes.iter().sum::<u64>() as f64,
-        per_position: (sizes.top_k as u64 * moe_layers as u64 * sizes.expert_bytes) as f64,
-    })
+    Ok(crate::block::PassCost::bytes_only(
+        sizes.layer_run_bytes.iter().sum::<u64>() as f64,
+        (sizes.top_k as u64 * moe_layers as u64 * sizes.expert_bytes) as f64,
+    ))
 }

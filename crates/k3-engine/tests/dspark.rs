@@ -256,3 +256,53 @@ fn taps_leave_the_target_logits_unchanged() {
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&all_a), bits(&all_b));
 }
+
+/// A batch of one is the session's own feed: same logits, and the taps kept, so a session
+/// the server feeds alone drafts the same block; a real batch keeps no taps (no draft).
+#[test]
+fn a_batch_of_one_keeps_the_draft_context_and_a_batch_of_two_does_not() {
+    let doc = expected();
+    let (context, anchor) = (
+        u32s(&doc["context"]),
+        doc["anchor"].as_u64().unwrap() as u32,
+    );
+    let engine = open(&fixture("tiny-k3-dspark"), 2, None);
+    let mut alone = engine.new_session(64).unwrap();
+    alone.feed(&context).unwrap();
+    let mut batched = engine.new_session(64).unwrap();
+    engine
+        .feed_batch(&mut [k3_engine::BatchFeed {
+            session: &mut batched,
+            ids: &context,
+        }])
+        .unwrap();
+    assert_eq!(batched.logits(), alone.logits());
+    let want = alone.dspark_block(anchor).unwrap();
+    assert_eq!(batched.dspark_block(anchor).unwrap().ids, want.ids);
+    assert_eq!(
+        batched.propose_block(&[anchor], 7).len(),
+        alone.propose_block(&[anchor], 7).len()
+    );
+    let (mut a, mut b) = (
+        engine.new_session(64).unwrap(),
+        engine.new_session(64).unwrap(),
+    );
+    engine
+        .feed_batch(&mut [
+            k3_engine::BatchFeed {
+                session: &mut a,
+                ids: &context,
+            },
+            k3_engine::BatchFeed {
+                session: &mut b,
+                ids: &context,
+            },
+        ])
+        .unwrap();
+    assert_eq!(a.logits(), alone.logits());
+    assert!(
+        a.dspark_block(anchor).is_err(),
+        "a batched pass records no taps"
+    );
+    assert!(a.propose_block(&[anchor], 7).is_empty());
+}

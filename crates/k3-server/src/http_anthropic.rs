@@ -275,6 +275,7 @@ mod tests {
             ids: Vec::new(),
             bytes_read: 0,
             expert_hit_rate: 0.0,
+            decode: Default::default(),
         }
     }
 

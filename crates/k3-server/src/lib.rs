@@ -44,6 +44,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod decode_stats;
 mod error_body;
 mod events;
 mod http_anthropic;

@@ -290,6 +290,7 @@ pub fn timings(s: &Summary) -> Value {
         "mean_batch": s.mean_batch,
         "bytes_read": s.bytes_read,
         "expert_hit_rate": s.expert_hit_rate,
+        "decode": s.decode.json(),
     })
 }
 
@@ -495,7 +496,7 @@ fn metrics_text(shared: &Shared) -> String {
     let m: &Metrics = &shared.metrics;
     let stats = shared.engine.stats();
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let lines: [(&str, &str, &str, String); 11] = [
+    let lines: Vec<(&str, &str, &str, String)> = vec![
         (
             "k3_tokens_generated_total",
             "counter",
@@ -563,6 +564,7 @@ fn metrics_text(shared: &Shared) -> String {
             resident_bytes().to_string(),
         ),
     ];
+    let lines = lines.into_iter().chain(m.decode.metric_lines());
     let mut out = String::new();
     for (name, kind, help, value) in lines {
         out.push_str(&format!(

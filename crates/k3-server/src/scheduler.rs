@@ -65,9 +65,12 @@ struct Live<'e> {
     owed: Vec<u32>,
     /// Adaptive draft length of hybrid drafting (`spec_step`).
     draft_len: k3_engine::speculate::DraftLength,
-    /// Tokens drafted and accepted for this job.
+    /// Tokens drafted and accepted for this job, and its verifying passes.
     drafted: usize,
     accepted: usize,
+    verify_passes: usize,
+    /// This job's share of the bytes read by its decode steps.
+    decode_bytes: f64,
     /// Ids fed instead of sampled: the think→response transition once the thinking budget
     /// is spent (docs/SERVER.md "Anthropic Messages API").
     forced: std::collections::VecDeque<u32>,
@@ -267,6 +270,8 @@ fn admit<'e>(
         draft_len: k3_engine::speculate::DraftLength::new(spec_step::MAX_DRAFT),
         drafted: 0,
         accepted: 0,
+        verify_passes: 0,
+        decode_bytes: 0.0,
         forced: std::collections::VecDeque::new(),
         failed: None,
         job,
@@ -365,6 +370,7 @@ fn step(
             l.save_prompt = true;
         } else {
             l.owed.clear();
+            l.decode_bytes += share;
             l.batch_sum += in_step;
             l.decode_steps += 1;
         }
@@ -483,16 +489,38 @@ fn retire(ev: &dyn Events, engine: &Engine, lru: &mut Lru, metrics: &Metrics, mu
         },
         bytes_read: l.bytes_read as u64,
         expert_hit_rate: engine.stats().expert_hit_rate(),
+        decode: decode_stats(engine, &l),
         ids: std::mem::take(&mut l.ids),
     };
+    metrics.decode.add(&summary.decode);
     ev.log(&log_line(&l.job, &summary));
     if l.drafted > 0 {
+        let d = &summary.decode;
         ev.log(&format!(
-            "k3: request {}: hybrid drafting accepted {} of {} drafted ids",
-            l.job.id, l.accepted, l.drafted
+            "k3: request {}: {} drafting accepted {} of {} drafted ids, acceptance length {:.2}, {:.2} tokens per trunk pass, {:.0} bytes read per generated token",
+            l.job.id,
+            if d.drafter == Some("dspark") { "DSpark block" } else { "hybrid" },
+            l.accepted,
+            l.drafted,
+            d.acceptance_length(),
+            d.tokens_per_trunk_pass(),
+            d.bytes_read_per_generated_token()
         ));
     }
     let _ = l.job.events.send(Event::Done(summary));
+}
+
+/// The job's decode counters (docs/SERVER.md "Drafting").
+fn decode_stats(engine: &Engine, l: &Live<'_>) -> crate::decode_stats::DecodeStats {
+    crate::decode_stats::DecodeStats {
+        drafter: crate::decode_stats::drafter(engine),
+        tokens: l.ids.len(),
+        passes: l.decode_steps,
+        verify_passes: l.verify_passes,
+        drafted: l.drafted,
+        accepted: l.accepted,
+        bytes_read: l.decode_bytes,
+    }
 }
 
 fn count(metrics: &Metrics, l: &Live<'_>, predicted_seconds: f64) {

@@ -109,6 +109,7 @@ pub fn status_json(shared: &Shared) -> Value {
         "requests_total": load(&m.requests),
         "expert_hit_rate": stats.expert_hit_rate(),
         "bytes_read_total": stats.bytes_read(),
+        "decode": m.decode.sum(crate::decode_stats::drafter(&shared.engine)).json(),
         "plan": plan_json(shared.engine.plan()),
         "uptime_s": super::routes::now().saturating_sub(shared.started),
     })

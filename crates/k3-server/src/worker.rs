@@ -171,6 +171,8 @@ pub struct Summary {
     pub ids: Vec<u32>,
     pub bytes_read: u64,
     pub expert_hit_rate: f64,
+    /// The decode phase: passes, drafts, bytes per token (docs/SERVER.md "Drafting").
+    pub decode: crate::decode_stats::DecodeStats,
 }
 
 /// Counters for `/metrics`, shared with the handlers.
@@ -189,6 +191,8 @@ pub struct Metrics {
     pub max_token_gap_bits: AtomicU64,
     /// The scheduler's last step and the queue, for `GET /v1/status`.
     pub live: super::live_status::LiveStatus,
+    /// Decode passes, drafts and bytes of finished requests.
+    pub decode: crate::decode_stats::DecodeTotals,
 }
 
 /// Saved sessions keyed by their exact token sequence, least recently used evicted first.

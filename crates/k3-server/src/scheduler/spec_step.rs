@@ -1,5 +1,7 @@
-//! Hybrid drafting in the server (docs/SERVER.md "Batching"): when one session decodes
-//! alone and the engine holds a draft trunk, the draft model proposes ids and one exact pass
+//! Speculative steps in the server (docs/SERVER.md "Batching"): when one session decodes
+//! alone and the engine holds a drafter — a DSpark draft model (block drafts, as many
+//! verified as the cost model of docs/STREAMING.md#dspark-block-drafts chooses) or a draft
+//! trunk (hybrid drafting, adaptive length) — the drafter proposes ids and one exact pass
 //! over `owed + next + drafts` verifies them; the session's sampler picks from those rows in
 //! order exactly as one-id steps would (same logits bit for bit, same history, same random
 //! stream), so the reply is the one plain decoding gives. At the first pick that differs the
@@ -19,19 +21,28 @@ pub(super) fn run(engine: &Engine, l: &mut Live<'_>) -> Result<bool, EngineError
     };
     // While a thinking budget runs, steps are plain ones (a draft could overshoot it).
     let budgeted = l.think_budget().is_some() && l.out.thinking();
-    if !engine.has_draft() || l.prefilling() || l.out.cancelled || budgeted || !l.forced.is_empty()
+    let blocks = engine.dspark().is_some();
+    if !(blocks || engine.has_draft())
+        || l.prefilling()
+        || l.out.cancelled
+        || budgeted
+        || !l.forced.is_empty()
     {
         return Ok(false);
     }
     let left = l.job.max_new.saturating_sub(l.ids.len());
     let chunk_room = engine.prefill_chunk().saturating_sub(l.owed.len() + 1);
-    let limit = left
-        .saturating_sub(1)
-        .min(chunk_room)
-        .min(l.draft_len.allowed());
+    let limit = left.saturating_sub(1).min(chunk_room);
     let mut batch = l.owed.clone();
     batch.push(next);
-    let drafts = l.session.propose_drafts(&batch, limit);
+    // block drafts: the cost model chooses how many; a draft trunk: the adaptive length
+    let drafts = match blocks {
+        true => l.session.propose_block(&batch, limit),
+        false => {
+            let allowed = l.draft_len.allowed();
+            l.session.propose_drafts(&batch, limit.min(allowed))
+        }
+    };
     if drafts.is_empty() {
         return Ok(false);
     }
@@ -67,7 +78,9 @@ pub(super) fn run(engine: &Engine, l: &mut Live<'_>) -> Result<bool, EngineError
         if ended {
             if !l.owed.is_empty() {
                 l.session.feed(&std::mem::take(&mut l.owed))?;
+                l.decode_steps += 1; // a settling pass: the accepted ids into the state
             }
+            l.session.settle_block();
             l.session.keep_pending(id)?;
             l.next = None;
         } else {
@@ -76,8 +89,11 @@ pub(super) fn run(engine: &Engine, l: &mut Live<'_>) -> Result<bool, EngineError
         break;
     }
     l.accepted += accepted;
+    l.verify_passes += 1;
     l.draft_len.learn(k, accepted.min(k));
-    l.bytes_read += engine.stats().since(&before).bytes_read() as f64;
+    let bytes = engine.stats().since(&before).bytes_read() as f64;
+    l.bytes_read += bytes;
+    l.decode_bytes += bytes;
     l.batch_sum += 1;
     l.decode_steps += 1;
     Ok(true)

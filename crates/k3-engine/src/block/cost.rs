@@ -1,0 +1,222 @@
+//! The block drafter's cost model (docs/STREAMING.md#dspark-block-drafts): what a verifying
+//! pass of `n` drafts costs and what it is expected to yield. One model serves the drafter's
+//! rule ([`PassCost::choose`]) and the benchmark's prediction ([`PassCost::per_token`]).
+//!
+//! Bytes: a pass reads `S + (n+1)·X` — `S` the trunk, once whatever its positions, `X` the
+//! routed experts each position reads. Time, when the rates are known (measured by
+//! `cargo xtask bench-dspark`): `T_S + (n+1)·T_X + T_d` with `T_S = S / disk rate + the
+//! pass's shared compute`, `T_X = X / expert read rate + compute per position`, and `T_d`
+//! one DSpark block pass. Expected tokens: `1 + Σ_{i≤n} Π_{j≤i} c_j` for per-draft acceptance
+//! estimates `c_j`. The drafter verifies the `n` that maximises tokens per second when the
+//! time terms are known, else tokens per byte.
+
+/// The cost of one verifying pass.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PassCost {
+    /// Bytes a pass reads whatever its positions (the trunk).
+    pub shared: f64,
+    /// Bytes each position adds (its routed experts).
+    pub per_position: f64,
+    /// The time terms, when the rates are known.
+    pub seconds: Option<PassSeconds>,
+}
+
+/// Seconds of a verifying pass: `shared + positions·per_position + draft`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PassSeconds {
+    /// Seconds a pass takes whatever its positions (the trunk's reads and shared compute).
+    pub shared: f64,
+    /// Seconds each position adds (its experts' reads and its compute).
+    pub per_position: f64,
+    /// Seconds of the DSpark pass that proposes the block.
+    pub draft: f64,
+}
+
+/// Measured rates the time terms come from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rates {
+    /// Trunk bytes per second read from disk (whole layer runs).
+    pub trunk_disk: f64,
+    /// Expert bytes per second read from disk (one expert per read, the store's depth).
+    pub expert_disk: f64,
+    /// Compute seconds of a pass whatever its positions.
+    pub compute_shared: f64,
+    /// Compute seconds each position adds.
+    pub compute_per_position: f64,
+    /// Seconds of one DSpark block pass.
+    pub draft: f64,
+}
+
+/// What the model predicts per generated token.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PerToken {
+    /// Bytes read per generated token.
+    pub bytes: f64,
+    /// Seconds per generated token (when the time terms are known).
+    pub seconds: Option<f64>,
+}
+
+impl PassCost {
+    /// The byte model alone.
+    pub fn bytes_only(shared: f64, per_position: f64) -> PassCost {
+        PassCost {
+            shared,
+            per_position,
+            seconds: None,
+        }
+    }
+
+    /// This model with the time terms of `rates` (`shared` and `per_position` are the bytes
+    /// read from disk).
+    pub fn with_rates(self, r: &Rates) -> PassCost {
+        let per = |bytes: f64, rate: f64| if rate > 0.0 { bytes / rate } else { 0.0 };
+        PassCost {
+            seconds: Some(PassSeconds {
+                shared: per(self.shared, r.trunk_disk) + r.compute_shared,
+                per_position: per(self.per_position, r.expert_disk) + r.compute_per_position,
+                draft: r.draft,
+            }),
+            ..self
+        }
+    }
+
+    /// Bytes of a pass verifying `n` drafts.
+    pub fn bytes(&self, n: usize) -> f64 {
+        self.shared + (n + 1) as f64 * self.per_position
+    }
+
+    /// Seconds of a pass verifying `n` drafts (`drafted`: a DSpark pass proposed them).
+    pub fn seconds(&self, n: usize, drafted: bool) -> Option<f64> {
+        self.seconds.map(|s| {
+            s.shared + (n + 1) as f64 * s.per_position + if drafted { s.draft } else { 0.0 }
+        })
+    }
+
+    /// Expected tokens of a pass verifying `n` drafts with acceptance estimates `conf[..n]`.
+    pub fn expected_tokens(conf: &[f32], n: usize) -> f64 {
+        let mut alive = 1.0f64;
+        let mut tokens = 1.0f64;
+        for &c in &conf[..n] {
+            alive *= c.clamp(0.0, 1.0) as f64;
+            tokens += alive;
+        }
+        tokens
+    }
+
+    /// Expected tokens per byte when `n` drafts with confidences `conf[..n]` are verified.
+    pub fn tokens_per_byte(&self, conf: &[f32], n: usize) -> f64 {
+        Self::expected_tokens(conf, n) / self.bytes(n)
+    }
+
+    /// What the drafter maximises: expected tokens per second with the time terms, else
+    /// per byte.
+    pub fn gain(&self, conf: &[f32], n: usize) -> f64 {
+        match self.seconds(n, true) {
+            Some(t) if t > 0.0 => Self::expected_tokens(conf, n) / t,
+            _ => self.tokens_per_byte(conf, n),
+        }
+    }
+
+    /// The number of drafts to verify, `0 ..= cap.min(conf.len())`, maximising
+    /// [`PassCost::gain`] (first maximum: ties go to fewer drafts).
+    pub fn choose(&self, conf: &[f32], cap: usize) -> usize {
+        let cap = cap.min(conf.len());
+        let mut best = (0, self.gain(conf, 0));
+        for n in 1..=cap {
+            let g = self.gain(conf, n);
+            if g > best.1 {
+                best = (n, g);
+            }
+        }
+        best.0
+    }
+
+    /// Bytes and seconds per generated token when passes verify `verified` drafts on average
+    /// and yield `tau` tokens each (`drafted`: every pass runs the DSpark draft; plain
+    /// decoding is `tau = 1, verified = 0, drafted = false`).
+    pub fn per_token(&self, tau: f64, verified: f64, drafted: bool) -> PerToken {
+        let tau = tau.max(f64::MIN_POSITIVE);
+        PerToken {
+            bytes: (self.shared + (verified + 1.0) * self.per_position) / tau,
+            seconds: self.seconds.map(|s| {
+                let draft = if drafted { s.draft } else { 0.0 };
+                (s.shared + (verified + 1.0) * s.per_position + draft) / tau
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The released model's ratio: trunk 108.8 GB read once per pass, 16 experts × 92 MoE
+    /// layers × 17.5 MB = 25.8 GB per position (docs/STREAMING.md#dspark-block-drafts).
+    const RELEASED: PassCost = PassCost {
+        shared: 108.8e9,
+        per_position: 25.8e9,
+        seconds: None,
+    };
+
+    #[test]
+    fn the_cost_model_verifies_while_the_expected_gain_pays() {
+        // confident drafts: every one pays
+        assert_eq!(RELEASED.choose(&[0.9; 7], 7), 7);
+        assert_eq!(RELEASED.choose(&[0.9; 7], 3), 3, "draft_max caps");
+        // hopeless drafts: none pays (the first costs 25.8 GB for an expected 0.05 token)
+        assert_eq!(RELEASED.choose(&[0.05; 7], 7), 0);
+        // falling confidence: stop where the next draft's survival is worth less than its bytes
+        let falling = [0.9, 0.8, 0.6, 0.3, 0.1, 0.1, 0.1];
+        let n = RELEASED.choose(&falling, 7);
+        assert_eq!(n, 3);
+        assert!(RELEASED.tokens_per_byte(&falling, 3) > RELEASED.tokens_per_byte(&falling, 4));
+        // with every byte per position (shared = 0) a draft pays only when certain
+        let flat = PassCost::bytes_only(0.0, 1.0);
+        assert_eq!(flat.choose(&[0.99; 7], 7), 0);
+    }
+
+    #[test]
+    fn time_terms_follow_the_rates_and_steer_the_choice() {
+        // 3 GB/s disk: the trunk 36.3 s, a position's experts 8.6 s (+ 0.5 s compute)
+        let rates = Rates {
+            trunk_disk: 3e9,
+            expert_disk: 3e9,
+            compute_shared: 1.0,
+            compute_per_position: 0.5,
+            draft: 0.2,
+        };
+        let timed = RELEASED.with_rates(&rates);
+        let s = timed.seconds.unwrap();
+        assert!((s.shared - (108.8e9 / 3e9 + 1.0)).abs() < 1e-9);
+        assert!((s.per_position - (25.8e9 / 3e9 + 0.5)).abs() < 1e-9);
+        assert_eq!(timed.seconds(0, false), Some(s.shared + s.per_position));
+        assert_eq!(
+            timed.seconds(2, true),
+            Some(s.shared + 3.0 * s.per_position + 0.2)
+        );
+        // plain decoding: one pass per token, no draft
+        let plain = timed.per_token(1.0, 0.0, false);
+        assert_eq!(plain.bytes, 108.8e9 + 25.8e9);
+        assert_eq!(plain.seconds, Some(s.shared + s.per_position));
+        // τ = 3.3 with 7 verified: (S + 8X)/3.3 bytes, (T_S + 8 T_X + T_d)/3.3 seconds
+        let block = timed.per_token(3.3, 7.0, true);
+        assert!((block.bytes - (108.8e9 + 8.0 * 25.8e9) / 3.3).abs() < 1.0);
+        let want = (s.shared + 8.0 * s.per_position + 0.2) / 3.3;
+        assert!((block.seconds.unwrap() - want).abs() < 1e-9);
+        // the draft pass is paid whatever is verified: a dear one makes verifying more pay
+        let dear = RELEASED.with_rates(&Rates {
+            draft: 1e3,
+            ..rates
+        });
+        assert_eq!(timed.choose(&[0.3; 7], 7), 1);
+        assert_eq!(dear.choose(&[0.3; 7], 7), 3);
+        assert_eq!(timed.choose(&[0.9; 7], 7), 7);
+        // expensive compute per position pushes the choice down
+        let busy = PassCost::bytes_only(1e9, 1e6).with_rates(&Rates {
+            compute_per_position: 10.0,
+            ..rates
+        });
+        assert_eq!(busy.choose(&[0.6; 7], 7), 0);
+        assert!(PassCost::bytes_only(1e9, 1e6).choose(&[0.6; 7], 7) > 0);
+    }
+}
