@@ -14,12 +14,12 @@
 //! correlation: with overlap `o` between the experts of consecutive positions, a pass of
 //! `n + 1` positions reads `X·(1 + n·(1 − o))` expert bytes instead of `(n + 1)·X`.
 
-use crate::predict_dist::hit_rate;
 use clap::Args;
 use k3_engine::block::{PassCost, Rates};
 use k3_engine::planning::rank_sizes_of_config;
 use k3_engine::{Budget, Preset};
 use k3_format::K3Config;
+use k3_plan::forecast::interpolated_hit_rate;
 use k3_plan::plan::plan as make_plan;
 use k3_plan::{ModelSizes, PlanRequest};
 use std::process::ExitCode;
@@ -85,7 +85,7 @@ fn predict(args: &PredictDsparkArgs) -> Result<(), String> {
     let plan = make_plan(&sizes, &req).map_err(|e| e.to_string())?;
     let moe = (cfg.num_hidden_layers - cfg.first_k_dense_replace) as f64;
     let x = moe * f64::from(sizes.top_k) * sizes.expert_bytes as f64;
-    let hit = hit_rate(plan.expert_slots, sizes.n_routed_experts);
+    let hit = interpolated_hit_rate(plan.expert_slots, sizes.n_routed_experts);
     let streamed = plan.trunk.streamed_per_token as f64;
     let trunk: f64 = sizes.layer_run_bytes.iter().sum::<u64>() as f64;
     println!(
