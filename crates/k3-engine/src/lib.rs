@@ -44,6 +44,7 @@ mod group;
 mod hybrid;
 mod layer_view;
 mod logprob;
+mod pieces;
 pub mod planning;
 mod rank_share;
 pub mod release_sizes;
