@@ -89,6 +89,9 @@ use streaming::StreamingStore;
 /// How to open a model.
 #[derive(Clone)]
 pub struct EngineOptions {
+    /// Let the plan stream layers in pieces where two whole-layer slots do not fit
+    /// (docs/STREAMING.md#trunk-pieces); `false` plans whole layers only (benchmarks).
+    pub trunk_pieces: bool,
     /// Compute threads (default: the physical cores this process may use).
     pub threads: Option<usize>,
     /// Memory budget; `None` uses the weights in place from the memory-mapped shards.
@@ -168,6 +171,7 @@ impl Default for EngineOptions {
             draft_policy: DraftPolicy::Auto,
             draft_model: None,
             comm: None,
+            trunk_pieces: true,
         }
     }
 }
@@ -604,7 +608,10 @@ fn rank_binding(
         .as_ref()
         .map_or((0, 1), |c| (c.rank(), c.size()));
     if size <= 1 || options.trunk_dir.is_some() {
-        let sizes = planning::model_sizes(config, &whole)?;
+        let mut sizes = planning::model_sizes(config, &whole)?;
+        if !options.trunk_pieces {
+            sizes.layer_piece_bytes.clear();
+        }
         return Ok((whole, sizes));
     }
     let sizes = planning::rank_sizes(config, &whole, rank, size)?;

@@ -3,12 +3,14 @@
 //! costs — checked against the memory actually available.
 
 mod avail;
+mod codec;
 mod error;
 mod k3;
 mod pin;
 mod table;
 
 pub use avail::{cgroup_v1_headroom, cgroup_v2_headroom, parse_meminfo, Available};
+pub use codec::{CodecForecast, CodecRates};
 pub use error::PlanError;
 pub use k3::RELEASED_PREFILL_BYTES_PER_TOKEN;
 pub use pin::{min_trunk_budget, plan_trunk, plan_trunk_with, LayerCost, PinStrategy, TrunkPlan};

@@ -20,7 +20,7 @@
 //!
 //! | trunk budget | prefix (Rust port) | largest-first (C v1.0.0) | optimal (this) | optimal plan |
 //! |---|---|---|---|---|
-//! | 3 GB | 108.81 | 108.81 | 108.81 | ring 1 x 2.37 GB (forced), 0 pinned |
+//! | 3 GB | 108.81 | 108.81 | 108.81 | ring of 2 pieces (0.89 + 1.48 GB), 0 pinned |
 //! | 5 GB | 108.81 | 108.81 | 106.47 | ring 2 x 1.29 GB, 1 pinned |
 //! | 10 GB | 101.82 | 102.67 | 101.82 | ring 2 x 1.29 GB, 5 pinned |
 //! | 16 GB | 95.91 | 96.33 | 95.91 | ring 2 x 1.29 GB, 10 pinned |
@@ -86,7 +86,7 @@ pub struct TrunkPlan {
     pub pinned: Vec<usize>,
     /// Ring slots (0 when every layer is pinned).
     pub ring_slots: usize,
-    /// Bytes per ring slot (0 when every layer is pinned).
+    /// Bytes per ring slot (0 when every layer is pinned; a ring of pieces: its largest).
     pub ring_slot_bytes: u64,
     /// Bytes of the pinned layers.
     pub pinned_bytes: u64,
@@ -144,7 +144,11 @@ impl TrunkPlan {
         Self {
             pinned: (0..layers.len()).filter(|&i| pinned[i]).collect(),
             ring_slots: ring,
-            ring_slot_bytes: if ring == 0 { 0 } else { slot },
+            ring_slot_bytes: match (ring, piece_slot_bytes.iter().max()) {
+                (0, _) => 0,
+                (_, Some(&largest)) => largest,
+                (_, None) => slot,
+            },
             pinned_bytes: layers
                 .iter()
                 .zip(pinned)
