@@ -1,5 +1,6 @@
 //! `cargo xtask bench-trunk-pack MODEL_DIR --plain DIR --compressed DIR [--tokens N]
-//! [--threads T] [--rounds R]`: a plain and a compressed packed trunk of the same checkpoint
+//! [--threads T] [--rounds R]` (or `--overlap [--plain DIR]`: the piece ring's read-ahead
+//! against max(read, compute), `crate::bench_trunk_overlap`): a plain and a compressed packed trunk of the same checkpoint
 //! (docs/FORMATS.md#compressed-trunk) at the smallest budget (nothing pinned: every layer is
 //! streamed every token, O_DIRECT), same run, alternating plain / compressed R times: s/token
 //! (median), trunk bytes read and decoded per token, decode seconds per token, the compute
@@ -18,12 +19,17 @@ use std::time::Instant;
 pub struct BenchTrunkPackArgs {
     /// Checkpoint directory (e.g. `cargo xtask gen-bench --trained-weights`).
     pub model_dir: PathBuf,
-    /// Plain pack of it (`cargo xtask pack-trunk`).
-    #[arg(long)]
-    pub plain: PathBuf,
+    /// Plain pack of it (`cargo xtask pack-trunk`); with `--overlap`, optional (the shards
+    /// are read without it).
+    #[arg(long, required_unless_present = "overlap")]
+    pub plain: Option<PathBuf>,
     /// Compressed pack of it (`cargo xtask pack-trunk --compress`).
+    #[arg(long, required_unless_present = "overlap")]
+    pub compressed: Option<PathBuf>,
+    /// Measure the piece ring's overlap instead: s/token against max(read, compute), the
+    /// model resident and the drive's O_DIRECT rate measured in the same run.
     #[arg(long)]
-    pub compressed: PathBuf,
+    pub overlap: bool,
     /// Timed greedy tokens per run.
     #[arg(long, default_value_t = 6)]
     pub tokens: usize,
@@ -37,7 +43,17 @@ pub struct BenchTrunkPackArgs {
 
 /// Runs the subcommand.
 pub fn run(args: &BenchTrunkPackArgs) -> ExitCode {
-    match bench(args) {
+    let result = match args.overlap {
+        true => crate::bench_trunk_overlap::overlap(
+            &args.model_dir,
+            args.plain.as_ref(),
+            args.tokens,
+            args.threads,
+            args.rounds,
+        ),
+        false => bench(args),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bench-trunk-pack: {e}");
@@ -58,12 +74,15 @@ struct Run {
 
 fn bench(args: &BenchTrunkPackArgs) -> Result<(), String> {
     let dir = &args.model_dir;
+    let (Some(plain), Some(compressed)) = (&args.plain, &args.compressed) else {
+        return Err("--plain and --compressed are both needed".into());
+    };
     println!("machine: {}", bench_util::machine_facts());
     let (smallest, _) = k3_engine::planning::budget_extremes(dir).map_err(|e| e.to_string())?;
     println!("budget: {smallest:?} (smallest legal: every trunk layer streams)");
     let mut rows: Vec<(&str, Run)> = Vec::new();
     for _ in 0..args.rounds.max(1) {
-        for (name, pack) in [("plain", &args.plain), ("compressed", &args.compressed)] {
+        for (name, pack) in [("plain", plain), ("compressed", compressed)] {
             let opts = EngineOptions {
                 threads: args.threads,
                 budget: Some(smallest),

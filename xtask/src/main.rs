@@ -13,6 +13,7 @@ mod bench_lookahead;
 mod bench_model_compute;
 mod bench_prefill;
 mod bench_serve;
+mod bench_trunk_overlap;
 mod bench_trunk_pack;
 mod bench_util;
 mod check_docs;

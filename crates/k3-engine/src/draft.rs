@@ -14,7 +14,7 @@ use k3_format::pack::{DraftQuant, DraftQuantizer, PackDtype, PackOptions, Packed
 use k3_format::{bind_model, Checkpoint, Dtype, K3Config, ModelBinding, TensorRef, TrunkPack};
 use k3_model::weights::{
     ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerHold, LayerWeights,
-    SourceError, WeightProvider,
+    SourceError, WeightProvider, Whole, WholeLayer,
 };
 use rayon::prelude::*;
 use std::collections::HashSet;
@@ -188,7 +188,7 @@ struct DraftHold<'a> {
     layer: &'a PreparedLayer,
 }
 
-impl LayerHold for DraftHold<'_> {
+impl WholeLayer for DraftHold<'_> {
     fn view(&self) -> LayerWeights<'_> {
         view_layer(self.lt, self.layer, |_| &[])
     }
@@ -200,7 +200,7 @@ impl WeightProvider for DraftWeights<'_> {
     }
     fn layer(&self, l: usize) -> Result<Box<dyn LayerHold + '_>, SourceError> {
         match (self.binding.layers.get(l), self.trunk.layers.get(l)) {
-            (Some(lt), Some(layer)) => Ok(Box::new(DraftHold { lt, layer })),
+            (Some(lt), Some(layer)) => Ok(Box::new(Whole(DraftHold { lt, layer }))),
             _ => Err(format!("draft trunk has no layer {l}").into()),
         }
     }

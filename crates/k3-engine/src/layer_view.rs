@@ -208,6 +208,45 @@ pub(crate) fn prepare_layer<'b>(
     })
 }
 
+/// Prepares the tensors of one piece of a layer (docs/STREAMING.md#trunk-pieces) into
+/// `p`: `bytes_of` gives the bytes of the tensors in the bound piece and `None` for the
+/// others. Vectors are widened once and kept (a later piece's pass may read them); matrices
+/// outside the piece become empty 0×0 stand-ins, viewed over no bytes, so a view never
+/// reaches bytes that are not bound.
+pub(crate) fn prepare_piece<'b>(
+    lt: &LayerTensors,
+    p: &mut PreparedLayer,
+    bytes_of: impl Fn(&TensorRef) -> Option<&'b [u8]>,
+) -> Result<(), EngineError> {
+    let (vecs, mats) = layer_tensors(lt);
+    p.vecs.resize(vecs.len(), Vec::new());
+    for (slot, t) in p.vecs.iter_mut().zip(vecs) {
+        if let Some(b) = bytes_of(t) {
+            *slot = widen(t, b)?;
+        }
+    }
+    p.mats = mats
+        .into_iter()
+        .map(|t| match bytes_of(t) {
+            Some(b) => prepare_mat(t, b),
+            None => Ok(Mat::OwnedF32 {
+                data: Vec::new(),
+                rows: 0,
+                cols: 0,
+            }),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(())
+}
+
+/// A layer with nothing prepared yet, for [`prepare_piece`].
+pub(crate) fn unprepared() -> PreparedLayer {
+    PreparedLayer {
+        vecs: Vec::new(),
+        mats: Vec::new(),
+    }
+}
+
 /// The model's view of a matrix prepared by [`prepare_mat`] over `bytes`.
 // Infallible: binding checked every tensor's byte length against its shape and `prepare_mat`
 // copied any misaligned tensor, so this never sees unvalidated lengths.

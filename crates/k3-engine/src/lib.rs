@@ -47,6 +47,7 @@ pub mod io_probe;
 mod layer_view;
 mod logprob;
 mod open;
+mod pieces;
 pub mod planning;
 pub mod rank_plan;
 mod rank_share;
@@ -93,6 +94,9 @@ use streaming::StreamingStore;
 /// How to open a model.
 #[derive(Clone)]
 pub struct EngineOptions {
+    /// Let the plan stream layers in pieces where two whole-layer slots do not fit
+    /// (docs/STREAMING.md#trunk-pieces); `false` plans whole layers only (benchmarks).
+    pub trunk_pieces: bool,
     /// Compute threads (default: the physical cores this process may use).
     pub threads: Option<usize>,
     /// Memory budget; `None` uses the weights in place from the memory-mapped shards.
@@ -172,6 +176,7 @@ impl Default for EngineOptions {
             draft_policy: DraftPolicy::Auto,
             draft_model: None,
             comm: None,
+            trunk_pieces: true,
         }
     }
 }

@@ -280,7 +280,10 @@ fn rank_binding(
         .as_ref()
         .map_or((0, 1), |c| (c.rank(), c.size()));
     if size <= 1 || options.trunk_dir.is_some() {
-        let sizes = planning::model_sizes(config, &whole)?;
+        let mut sizes = planning::model_sizes(config, &whole)?;
+        if !options.trunk_pieces {
+            sizes.layer_piece_bytes.clear();
+        }
         return Ok((whole, sizes));
     }
     let sizes = planning::rank_sizes(config, &whole, rank, size)?;

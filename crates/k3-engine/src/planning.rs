@@ -53,7 +53,8 @@ pub fn model_sizes(cfg: &K3Config, b: &ModelBinding) -> Result<ModelSizes, Engin
         expert_bytes: b.experts.expert_bytes(),
         top_k: cfg.num_experts_per_token as u32,
         n_routed_experts: b.experts.len() as u64,
-        embed_lm_head_bytes: head_bytes,
+        head_bytes,
+        layer_piece_bytes: crate::pieces::piece_bytes(b),
         kda_state_bytes: kda_per_layer * n_kda * F32,
         latent_kv_bytes_per_pos: n_mla * cfg.mla_kv_a_width() as u64 * F32,
         // Logits, per-token activations (a few dozen vectors of the widest width) and the
@@ -271,6 +272,26 @@ pub fn budget_extremes_rank(
         cache: sizes.n_routed_experts.max(sizes.min_expert_slots()) * slot,
     };
     Ok((smallest, everything))
+}
+
+/// The smallest split budget whose trunk streams through a ring of pieces
+/// (docs/STREAMING.md#trunk-pieces): one slot per piece class, nothing pinned, the fewest
+/// expert slots. `None` when some layer of the model cannot be split into pieces.
+pub fn piece_ring_budget(dir: &std::path::Path) -> Result<Option<Budget>, EngineError> {
+    let cfg = K3Config::load(dir.join("config.json"))?;
+    let ckpt = k3_format::Checkpoint::open(dir)?;
+    let sizes = model_sizes(&cfg, &k3_format::bind_model(&ckpt, &cfg)?)?;
+    let costs = sizes.layer_costs();
+    let Some(pieces) = costs.iter().map(|c| c.pieces).collect::<Option<Vec<_>>>() else {
+        return Ok(None);
+    };
+    let ring: u64 = (0..2)
+        .map(|i| pieces.iter().map(|p| p[i]).max().unwrap_or(0))
+        .sum();
+    Ok(Some(Budget::Split {
+        trunk: ring,
+        cache: sizes.min_expert_slots() * sizes.expert_slot_bytes(),
+    }))
 }
 
 /// What one decoded token exchanges between `ranks` ranks (`k3_model::dist_cost`): the

@@ -10,7 +10,7 @@ use k3_format::bind::LayerTensors;
 use k3_format::{bind_model, Checkpoint, ExpertLocation, K3Config, ModelBinding, TensorRef};
 use k3_model::weights::{
     ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerHold, LayerWeights,
-    SourceError, WeightProvider,
+    SourceError, WeightProvider, Whole, WholeLayer,
 };
 use std::path::Path;
 
@@ -162,7 +162,7 @@ struct MappedLayer<'s> {
     prepared: &'s PreparedLayer,
 }
 
-impl LayerHold for MappedLayer<'_> {
+impl WholeLayer for MappedLayer<'_> {
     fn view(&self) -> LayerWeights<'_> {
         // Every tensor was sliced successfully when the layer was prepared.
         let bytes_of = |t: &TensorRef| mapped(self.ckpt, t).unwrap_or(&[]);
@@ -178,11 +178,11 @@ impl WeightProvider for ResidentStore {
 
     fn layer(&self, l: usize) -> Result<Box<dyn LayerHold + '_>, SourceError> {
         match (self.binding.layers.get(l), self.layers.get(l)) {
-            (Some(lt), Some(prepared)) => Ok(Box::new(MappedLayer {
+            (Some(lt), Some(prepared)) => Ok(Box::new(Whole(MappedLayer {
                 ckpt: &self.ckpt,
                 lt,
                 prepared,
-            })),
+            }))),
             _ => Err(format!("layer {l} does not exist ({} layers)", self.layers.len()).into()),
         }
     }

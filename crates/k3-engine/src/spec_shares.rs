@@ -181,7 +181,7 @@ fn one_rank(
         .iter()
         .find(|s| s.tensor.name == LM_HEAD)
         .map_or(0, bytes);
-    sizes.embed_lm_head_bytes = sizes.embed_lm_head_bytes - globals.lm_head.nbytes + lm_share;
+    sizes.head_bytes = sizes.head_bytes - globals.lm_head.nbytes + lm_share;
     let moe = whole.n_routed_experts / (cfg.num_experts as u64).max(1);
     let owned = (0..cfg.num_experts as u32)
         .filter(|&e| k3_model::share::owns_expert(e, rank, size))

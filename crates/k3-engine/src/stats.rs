@@ -16,6 +16,11 @@ pub struct StoreStats {
     pub trunk_bytes_decoded: u64,
     /// Seconds spent decoding a compressed trunk (summed over decoding calls).
     pub trunk_decode_seconds: f64,
+    /// Pieces each streamed layer is read in (1: whole layers; 2: a ring of pieces,
+    /// docs/STREAMING.md#trunk-pieces; 0: no streaming store). Not a counter.
+    pub trunk_pieces: u64,
+    /// Trunk reads (layers or pieces) the background reader issued ahead of their bind.
+    pub trunk_read_aheads: u64,
     /// Routed-expert requests.
     pub expert_requests: u64,
     /// Requests served from the expert cache.
@@ -57,6 +62,8 @@ impl StoreStats {
             trunk_bytes_read: t.bytes_read,
             trunk_bytes_decoded: t.bytes_decoded,
             trunk_decode_seconds: t.decode_seconds,
+            trunk_pieces: t.pieces as u64,
+            trunk_read_aheads: t.read_aheads,
             expert_requests: e.requests,
             expert_resident_hits: e.resident_hits,
             expert_bytes_read: e.bytes_read,
@@ -83,6 +90,8 @@ impl StoreStats {
             trunk_bytes_read: self.trunk_bytes_read - earlier.trunk_bytes_read,
             trunk_bytes_decoded: self.trunk_bytes_decoded - earlier.trunk_bytes_decoded,
             trunk_decode_seconds: self.trunk_decode_seconds - earlier.trunk_decode_seconds,
+            trunk_pieces: self.trunk_pieces,
+            trunk_read_aheads: self.trunk_read_aheads - earlier.trunk_read_aheads,
             expert_requests: self.expert_requests - earlier.expert_requests,
             expert_resident_hits: self.expert_resident_hits - earlier.expert_resident_hits,
             expert_bytes_read: self.expert_bytes_read - earlier.expert_bytes_read,

@@ -8,10 +8,11 @@
 //! Bytes become weights through the same `layer_view` code as the resident store, with the
 //! same alignment (slots keep each run's offset mod 4096), so logits are bit-identical.
 
-use crate::gather::{Gather, RunMap};
+use crate::gather::RunMap;
 use crate::layer_view::{
     expert_view, prepare_layer, prepare_mat, view_layer, widen, Mat, PreparedLayer,
 };
+use crate::pieces::{LayerPieces, PieceHold};
 use crate::resident::embed_row;
 use crate::EngineError;
 use k3_format::bind::{FfnTensors, LayerTensors};
@@ -19,10 +20,10 @@ use k3_format::{Checkpoint, ModelBinding, TensorRef};
 use k3_kernels::Matrix;
 use k3_model::weights::{
     ExpertFetchError, ExpertProvider, ExpertWeights, HeadWeights, LayerHold, LayerWeights,
-    SourceError, WeightProvider,
+    SourceError, WeightProvider, Whole, WholeLayer,
 };
-use k3_plan::{KeySpace, MemoryPlan, PolicyKind};
-use k3_store::expert_store::{ExpertLoc, ExpertStore};
+use k3_plan::MemoryPlan;
+use k3_store::expert_store::ExpertStore;
 use k3_store::io::{AlignedBuf, ReadAt, ShardFile};
 use k3_store::trunk_store::{LayerBytes, RunLoc, TrunkStore};
 
@@ -37,6 +38,9 @@ fn cfg_experts(b: &ModelBinding) -> u32 {
         .unwrap_or(0) as u32
 }
 use std::sync::Arc;
+
+mod open;
+use open::{open_experts, open_trunk, read_head, trunk_runs};
 
 /// Wraps the shard files; tests swap in fault-injecting readers.
 pub type Files = Vec<Arc<dyn ReadAt>>;
@@ -90,6 +94,8 @@ pub struct StreamingStore {
     /// Where each layer's tensors sit inside its run buffer.
     run_maps: Vec<RunMap>,
     trunk: TrunkStore,
+    /// Each layer's two pieces when the trunk streams in pieces (docs/STREAMING.md#trunk-pieces).
+    pieces: Option<Vec<LayerPieces>>,
     experts: ExpertStore,
     head: Head,
     /// Nanoseconds fetches spent waiting for experts (fetch time minus per-expert compute).
@@ -97,6 +103,16 @@ pub struct StreamingStore {
     /// With `--trunk`: the pack, and which layers' checksums were verified (each layer once,
     /// the first time it is read; pinned layers at open).
     pack_check: Option<(k3_format::TrunkPack, Vec<std::sync::atomic::AtomicBool>)>,
+}
+
+/// A pack to read the trunk from, with the pool that decodes a compressed one.
+pub type PackSource<'p> = (&'p k3_format::TrunkPack, Arc<rayon::ThreadPool>);
+
+/// Each layer's run: where it lies (in a shard, the pack, or the gathered virtual file) and
+/// where its tensors sit in it.
+pub(crate) struct TrunkRuns {
+    pub(crate) runs: Vec<RunLoc>,
+    pub(crate) run_maps: Vec<RunMap>,
 }
 
 impl StreamingStore {
@@ -108,136 +124,43 @@ impl StreamingStore {
         files: Files,
         plan: &MemoryPlan,
         io_threads: usize,
-        pack: Option<(&k3_format::TrunkPack, Arc<rayon::ThreadPool>)>,
+        pack: Option<PackSource<'_>>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self, EngineError> {
-        let (pack, decoder) = match pack {
-            Some((p, pool)) => {
-                let d = p.is_compressed().then(|| {
-                    Arc::new(crate::decode::PackDecoder::new(p.clone(), pool))
-                        as Arc<dyn k3_store::RunDecoder>
-                });
-                (Some(p), d)
-            }
-            None => (None, None),
-        };
-        let mut runs = Vec::with_capacity(binding.layers.len());
-        let mut run_maps = Vec::with_capacity(binding.layers.len());
         let mut files = files;
-        let mut gather = Gather::new(files.clone());
-        let gather_file = files.len();
-        for lt in &binding.layers {
-            match (lt.trunk_run(), pack) {
-                (Ok(r), Some(p)) => {
-                    let (file_off, len) = p.layer(lt.layer);
-                    runs.push(RunLoc {
-                        file: files.len() - 1,
-                        offset: file_off,
-                        len,
-                    });
-                    run_maps.push(RunMap::Contiguous { start: r.start });
-                }
-                (Ok(r), None) => {
-                    runs.push(RunLoc {
-                        file: r.shard,
-                        offset: r.start,
-                        len: r.len(),
-                    });
-                    run_maps.push(RunMap::Contiguous { start: r.start });
-                }
-                // Not one run (gaps, or split across shards): read tensor by tensor.
-                (Err(_), _) => {
-                    let ((offset, len), map) = gather.add_layer(lt);
-                    runs.push(RunLoc {
-                        file: gather_file,
-                        offset,
-                        len,
-                    });
-                    run_maps.push(map);
-                }
-            }
-        }
-        if gather.len() > 0 {
-            files.push(Arc::new(gather));
-        }
-        let mut pinned = vec![false; runs.len()];
-        for &l in &plan.trunk.pinned {
-            pinned[l] = true;
-        }
-        let ring = if plan.trunk.pinned.len() == runs.len() {
-            0
-        } else {
-            plan.trunk.ring_slots.max(1)
-        };
-        let trunk =
-            TrunkStore::new_decoding(files.clone(), runs, &pinned, ring, decoder, progress)?;
+        let trunk_runs = trunk_runs(&binding, &mut files, pack.as_ref().map(|p| p.0));
+        let (trunk, pieces) =
+            open_trunk(&binding, &files, &trunk_runs, plan, pack.as_ref(), progress)?;
+        let pack = pack.map(|p| p.0);
         let pack_check = match pack {
             Some(p) => {
                 let verified: Vec<std::sync::atomic::AtomicBool> = (0..binding.layers.len())
                     .map(|_| std::sync::atomic::AtomicBool::new(false))
                     .collect();
                 for &l in &plan.trunk.pinned {
-                    if let Some(bytes) = trunk.pinned_layer(l) {
-                        p.check_layer(binding.layers[l].layer, &bytes)?;
-                        verified[l].store(true, std::sync::atomic::Ordering::Relaxed);
-                    }
+                    let parts: Vec<LayerBytes<'_>> = (0..trunk.pieces())
+                        .filter_map(|i| trunk.pinned_piece(l, i))
+                        .collect();
+                    let order = pieces.as_ref().map_or([0, 1], |ps| ps[l].byte_order());
+                    let ordered: Vec<&[u8]> = order
+                        .iter()
+                        .filter_map(|&i| parts.get(i).map(|b| &b[..]))
+                        .collect();
+                    p.check_layer_parts(binding.layers[l].layer, &ordered)?;
+                    verified[l].store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 Some((p.clone(), verified))
             }
             None => None,
         };
-        let locator = binding.experts.clone();
-        let locate = Box::new(move |layer: usize, e: u32| {
-            locator
-                .locate(layer, e as usize)
-                .map(|l| ExpertLoc {
-                    file: l.shard,
-                    reads: l.reads.clone(),
-                    total: l.total_bytes,
-                })
-                .map_err(|err| err.to_string())
-        });
-        let space = KeySpace {
-            n_layers: binding.layers.len() as u32,
-            n_experts: cfg_experts(&binding),
-        };
-        let experts = ExpertStore::new_in(
-            space,
-            files.clone(),
-            locate,
-            plan.expert_slots as usize,
-            plan.expert_slot_bytes,
-            PolicyKind::DEFAULT,
-            io_threads,
-        )?;
-        let g = &binding.globals;
-        let mut vecs = Vec::new();
-        for t in [&g.norm, &g.output_attn_res_norm, &g.output_attn_res_proj] {
-            let (buf, skew) = read_aligned(&files, t)?;
-            vecs.push(widen(t, &buf[skew..skew + t.nbytes as usize])?);
-        }
-        let (lm_head_bytes, lm_head_skew) = read_aligned(&files, &g.lm_head)?;
-        let lm_head = prepare_mat(
-            &g.lm_head,
-            &lm_head_bytes[lm_head_skew..lm_head_skew + g.lm_head.nbytes as usize],
-        )?;
-        // The embedding is never read whole: rows come on demand. Its access mode is decided
-        // from the file offset's alignment, exactly as for a mapped view.
-        let embed = embed_mode(&g.embed_tokens)?;
-        let lm_head_len = g.lm_head.nbytes as usize;
-        let head = Head {
-            vecs,
-            lm_head,
-            lm_head_bytes,
-            lm_head_skew,
-            lm_head_len,
-            embed,
-        };
+        let experts = open_experts(&binding, &files, plan, io_threads)?;
+        let head = read_head(&binding, &files)?;
         Ok(StreamingStore {
             binding,
             files,
-            run_maps,
+            run_maps: trunk_runs.run_maps,
             trunk,
+            pieces,
             experts,
             head,
             expert_wait_ns: Default::default(),
@@ -310,6 +233,56 @@ impl StreamingStore {
         }
         Ok(())
     }
+
+    /// [`Self::check_pack`] for a layer streamed in pieces, with its first piece `first`
+    /// bound: the first time, its second piece is bound beside it (its slot is of the other
+    /// class; the read-ahead has usually read it already) and the run is hashed in byte order.
+    fn check_pack_pieces(
+        &self,
+        l: usize,
+        lt: &LayerTensors,
+        pieces: &LayerPieces,
+        first: &[u8],
+    ) -> Result<(), SourceError> {
+        let Some((pack, verified)) = &self.pack_check else {
+            return Ok(());
+        };
+        if verified[l].load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        let second = self.trunk.piece(l, 1)?;
+        let parts = match pieces.byte_order() {
+            [0, _] => [first, &second[..]],
+            _ => [&second[..], first],
+        };
+        pack.check_layer_parts(lt.layer, &parts)?;
+        verified[l].store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Reads each of `tensors` on its own from the checkpoint (a piece's outlying layer
+    /// norms, docs/STREAMING.md#trunk-pieces): `(buffer, offset of the bytes in it)`.
+    pub(crate) fn read_outside(
+        &self,
+        tensors: &[TensorRef],
+    ) -> Result<Vec<(AlignedBuf, usize)>, SourceError> {
+        tensors
+            .iter()
+            .map(|t| {
+                read_aligned(&self.files, t).map_err(|e| -> SourceError { e.to_string().into() })
+            })
+            .collect()
+    }
+
+    /// Where layer `l`'s tensors sit in its run.
+    pub(crate) fn run_map(&self, l: usize) -> Option<&RunMap> {
+        self.run_maps.get(l)
+    }
+
+    /// Piece `p` of layer `l` from the trunk store.
+    pub(crate) fn trunk_piece(&self, l: usize, p: usize) -> Result<LayerBytes<'_>, SourceError> {
+        Ok(self.trunk.piece(l, p)?)
+    }
 }
 
 /// A streamed layer: its run's bytes (a pinned buffer or a ring slot, released on drop) and
@@ -322,7 +295,7 @@ struct StreamedLayer<'s> {
     prepared: PreparedLayer,
 }
 
-impl LayerHold for StreamedLayer<'_> {
+impl WholeLayer for StreamedLayer<'_> {
     fn view(&self) -> LayerWeights<'_> {
         // Every tensor of the layer was placed in its run when the store was built.
         let slice = |t: &TensorRef| -> &[u8] {
@@ -372,32 +345,42 @@ impl WeightProvider for StreamingStore {
             .layers
             .get(l)
             .ok_or_else(|| format!("layer {l} does not exist"))?;
+        if let Some(pieces) = self.pieces.as_ref().and_then(|p| p.get(l)) {
+            let first = self.trunk.piece(l, 0)?;
+            self.check_pack_pieces(l, lt, pieces, &first)?;
+            return Ok(Box::new(PieceHold::bind(self, l, lt, pieces, first)?));
+        }
         let bytes = self.trunk.layer(l)?;
         self.check_pack(l, lt, &bytes)?;
         let prepared = prepare_layer(lt, |t| Ok(self.tensor_bytes(l, t, &bytes).unwrap_or(&[])))?;
-        Ok(Box::new(StreamedLayer {
+        Ok(Box::new(Whole(StreamedLayer {
             store: self,
             l,
             lt,
             bytes,
             prepared,
-        }))
+        })))
     }
 
     fn with_router(&self, l: usize, f: &mut dyn FnMut(&Matrix<'_>, &[f32])) -> bool {
-        let (Some(lt), Some(guard)) = (self.binding.layers.get(l), self.trunk.pinned_layer(l))
-        else {
+        let Some(lt) = self.binding.layers.get(l) else {
             return false;
         };
         let FfnTensors::Moe(moe) = &lt.ffn else {
             return false;
         };
-        // Only the router and its bias: the rest of the layer is not prepared here.
+        // Only the router and its bias: the rest of the layer is not prepared here. Streamed
+        // in pieces, a layer's router lies in its channel mixer's piece.
         let (gate, bias) = (&moe.gate, &moe.e_score_correction_bias);
-        let (Some(gate_bytes), Some(bias_bytes)) = (
-            self.tensor_bytes(l, gate, &guard),
-            self.tensor_bytes(l, bias, &guard),
-        ) else {
+        let piece = self.pieces.as_ref().and_then(|p| p.get(l));
+        let Some(guard) = self.trunk.pinned_piece(l, usize::from(piece.is_some())) else {
+            return false;
+        };
+        let find = |t: &TensorRef| match piece {
+            Some(p) => crate::pieces::in_piece(self.run_maps.get(l)?, &p.ranges[1], t, &guard),
+            None => self.tensor_bytes(l, t, &guard),
+        };
+        let (Some(gate_bytes), Some(bias_bytes)) = (find(gate), find(bias)) else {
             return false;
         };
         let (Ok(mat), Ok(bias)) = (prepare_mat(gate, gate_bytes), widen(bias, bias_bytes)) else {

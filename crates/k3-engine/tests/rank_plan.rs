@@ -172,7 +172,7 @@ fn rank_sizes_shrink_the_trunk_and_the_expert_pool() {
                 {
                     assert!(a < w, "{name} N={ranks} rank {r} layer {l}: {a} vs {w}");
                 }
-                assert!(s.embed_lm_head_bytes < whole.embed_lm_head_bytes);
+                assert!(s.head_bytes < whole.head_bytes);
                 // vectors of a rank's heads (conv taps, dt_bias) are its share too
                 for (&a, &w) in s.widen_bytes.iter().zip(&whole.widen_bytes) {
                     assert!(a <= w, "{name} N={ranks} rank {r}: widen {a} vs {w}");

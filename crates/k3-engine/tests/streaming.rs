@@ -2,7 +2,7 @@
 //! budget (smallest legal → everything resident), thread count and I/O mode; injected faults
 //! are reported with the documented exit codes, never as a panic or a silent wrong token.
 
-use k3_engine::planning::budget_extremes;
+use k3_engine::planning::{budget_extremes, piece_ring_budget};
 use k3_engine::{
     argmax, shard_readers, Budget, DecodeMode, Engine, EngineOptions, EXIT_EXPERT, EXIT_RUNTIME,
 };
@@ -67,7 +67,15 @@ fn same_logits_at_every_budget(name: &str) {
     let d = dir(name);
     let reference = trace(&Engine::open(&d, opts(None, 2, true)).unwrap());
     let (smallest, everything) = budget_extremes(&d).unwrap();
-    let budgets = [smallest, mid_budget(smallest, everything), everything];
+    let pieces = piece_ring_budget(&d)
+        .unwrap()
+        .expect("tiny layers split into pieces");
+    let budgets = [
+        pieces,
+        smallest,
+        mid_budget(smallest, everything),
+        everything,
+    ];
     for budget in budgets {
         for (threads, direct) in [(1, true), (2, false)] {
             let engine = Engine::open(&d, opts(Some(budget), threads, direct)).unwrap();
@@ -87,6 +95,22 @@ fn same_logits_at_every_budget(name: &str) {
             );
         }
     }
+    // The piece ring: each layer in two pieces, the next one read while the current one
+    // computes (every pass: 2 reads ahead per layer, less the first).
+    let ring = Engine::open(&d, opts(Some(pieces), 1, true)).unwrap();
+    let plan = ring.plan().expect("a plan");
+    assert_eq!(plan.trunk.piece_slot_bytes.len(), 2, "{name}: {plan}");
+    assert!(plan.trunk.reads_ahead());
+    trace(&ring);
+    let st = ring.stats();
+    assert_eq!(st.trunk_pieces, 2, "{st:?}");
+    let layers = plan.n_layers as u64;
+    assert_eq!(
+        st.trunk_binds % layers,
+        0,
+        "a layer is bound once per pass: {st:?}"
+    );
+    assert!(st.trunk_read_aheads >= 2 * st.trunk_binds - 2, "{st:?}");
     // At the smallest budget nothing is pinned, so every bind streams.
     let small = Engine::open(&d, opts(Some(smallest), 1, true)).unwrap();
     trace(&small);
@@ -225,16 +249,21 @@ fn same_logits_from_a_packed_trunk(name: &str) {
     .unwrap();
     let reference = trace(&Engine::open(&d, opts(None, 2, true)).unwrap());
     let (smallest, everything) = budget_extremes(&d).unwrap();
-    for budget in [smallest, everything] {
+    let pieces = piece_ring_budget(&d)
+        .unwrap()
+        .expect("tiny layers split into pieces");
+    for (budget, threads) in [(pieces, 1), (pieces, 2), (smallest, 2), (everything, 2)] {
         let o = EngineOptions {
             trunk_dir: Some(out.clone()),
-            ..opts(Some(budget), 2, true)
+            ..opts(Some(budget), threads, true)
         };
         let engine = Engine::open(&d, o).unwrap();
         assert!(
             trace(&engine) == reference,
-            "{name}: packed trunk at {budget:?}"
+            "{name}: packed trunk at {budget:?}, {threads} threads"
         );
+        let want = if budget == pieces { 2 } else { 1 };
+        assert_eq!(engine.stats().trunk_pieces, want, "{name}: {budget:?}");
     }
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -3,7 +3,7 @@
 //! reads are the stored bytes and its decoded bytes are reported; a damaged chunk stops the
 //! run naming layer, tensor and chunk.
 
-use k3_engine::planning::budget_extremes;
+use k3_engine::planning::{budget_extremes, piece_ring_budget};
 use k3_engine::{argmax, Budget, DecodeMode, Engine, EngineOptions};
 use k3_format::pack::{write_compressed_pack_with, CompressOptions, PackOptions};
 use k3_format::{bind_model, Checkpoint, K3Config, TrunkPack};
@@ -71,7 +71,17 @@ fn same_logits_from_a_compressed_pack(name: &str) {
     assert!(pack.stored_total_bytes() < pack.total_bytes());
     let reference = trace(&Engine::open(&d, opts(None, 2, None)).unwrap()).unwrap();
     let (smallest, everything) = budget_extremes(&d).unwrap();
-    for (budget, threads) in [(smallest, 1), (smallest, 2), (everything, 2)] {
+    let pieces = piece_ring_budget(&d)
+        .unwrap()
+        .expect("tiny layers split into pieces");
+    let budgets = [
+        (pieces, 1),
+        (pieces, 2),
+        (smallest, 1),
+        (smallest, 2),
+        (everything, 2),
+    ];
+    for (budget, threads) in budgets {
         let engine = Engine::open(&d, opts(Some(budget), threads, Some(out.path()))).unwrap();
         let before = engine.stats();
         assert!(
@@ -80,7 +90,9 @@ fn same_logits_from_a_compressed_pack(name: &str) {
         );
         let s = engine.stats();
         assert!(s.trunk_bytes_decoded > s.trunk_bytes_read, "{s:?}");
-        if budget == smallest {
+        let want = if budget == pieces { 2 } else { 1 };
+        assert_eq!(s.trunk_pieces, want, "{name}: {budget:?}");
+        if budget == smallest || budget == pieces {
             let read = s.trunk_bytes_read - before.trunk_bytes_read;
             let decoded = s.trunk_bytes_decoded - before.trunk_bytes_decoded;
             assert!(
@@ -123,12 +135,22 @@ fn a_damaged_streamed_chunk_stops_the_run_naming_it() {
     bin[off as usize + 20] ^= 1;
     std::fs::write(pack.path(), &bin).unwrap();
     let (smallest, _) = budget_extremes(&d).unwrap();
-    let err = match Engine::open(&d, opts(Some(smallest), 2, Some(out.path()))) {
-        Err(e) => e.to_string(),
-        Ok(engine) => trace(&engine).expect_err("a damaged chunk must stop the run"),
-    };
-    assert!(
-        err.contains(&format!("layer {l}, tensor {name:?}, chunk 0")),
-        "{err}"
-    );
+    let pieces = piece_ring_budget(&d)
+        .unwrap()
+        .expect("tiny layers split into pieces");
+    for budget in [smallest, pieces] {
+        let err = match Engine::open(&d, opts(Some(budget), 2, Some(out.path()))) {
+            Err(e) => e.to_string(),
+            Ok(engine) => trace(&engine).expect_err("a damaged chunk must stop the run"),
+        };
+        assert!(
+            err.contains(&format!("layer {l}, tensor {name:?}, chunk 0")),
+            "{budget:?}: {err}"
+        );
+        // The message names the chunk's bytes in trunk.bin, also when only a piece was read.
+        assert!(
+            err.contains(&format!("(bytes [{off}, ")),
+            "{budget:?}: {err}"
+        );
+    }
 }

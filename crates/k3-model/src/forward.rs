@@ -11,7 +11,7 @@
 use crate::dims::{Dims, LayerKind};
 use crate::dist::{Comm, Dist, Solo};
 use crate::error::{check_len, ModelError};
-use crate::layer::{decoder_layer_batch, AttnState, Residual};
+use crate::layer::{channel_half, mixer_half, AttnState, Residual};
 use crate::mla::MlaPath;
 use crate::pass::{Ahead, Pass, Seq};
 use crate::residual::{fold, mix};
@@ -439,7 +439,7 @@ impl Model {
             n_blocks: 0,
         };
         for l in 0..d.n_layers {
-            let held = weights.layer(l).map_err(|err| weights_err(Some(l), err))?;
+            let mut held = weights.layer(l).map_err(|err| weights_err(Some(l), err))?;
             // one carried-state handle per sequence (a few pointers per layer)
             let mut attn: Vec<AttnState<'_>> = states
                 .iter_mut()
@@ -448,13 +448,16 @@ impl Model {
                     LayerKind::Mla(i) => AttnState::Mla(&mut mla[i]),
                 })
                 .collect();
-            let lw = held.view();
+            let mw = held.mixer();
             if let (Some(tp), Some(prev)) = (taps.as_deref_mut(), l.checked_sub(1)) {
                 // the AttnRes stream after layer l-1 is what layer l's first mix reads
-                let res_w = (lw.attn_res_norm, lw.attn_res_proj);
+                let res_w = (mw.attn_res_norm, mw.attn_res_proj);
                 tp.after_mixed(d, prev, res.h, res.blocks, res.n_blocks, res_w, t);
             }
-            decoder_layer_batch(&pass, l, &lw, &mut res, &mut attn, &mut sc.layer)?;
+            mixer_half(&pass, l, &mw, &mut res, &mut attn, &mut sc.layer)?;
+            // done with the token mixer's weights: a store of pieces may release them now
+            let cw = held.channel().map_err(|err| weights_err(Some(l), err))?;
+            channel_half(&pass, l, &cw, &mut res, &mut sc.layer)?;
             if let Some(tp) = taps.as_deref_mut() {
                 tp.after_layer(d, l, res.h, t);
             }

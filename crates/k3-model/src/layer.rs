@@ -18,7 +18,7 @@ use crate::moe::moe_forward;
 use crate::pass::{Pass, ROWS_PER_JOB};
 use crate::residual::{fold, mix};
 use crate::scratch::LayerScratch;
-use crate::weights::{AttnWeights, FfnWeights, LayerWeights};
+use crate::weights::{AttnWeights, ChannelWeights, FfnWeights, LayerWeights, MixerWeights};
 use k3_kernels::norm::rmsnorm;
 use rayon::prelude::*;
 
@@ -35,18 +35,35 @@ pub struct Residual<'a> {
     pub n_blocks: usize,
 }
 
-fn check_layer(d: &Dims, w: &LayerWeights, l: usize) -> Result<(), ModelError> {
-    let e = d.hidden;
-    for (what, v) in [
-        ("input_layernorm", w.input_norm),
-        ("post_attention_layernorm", w.post_attn_norm),
-        ("self_attention_res_norm", w.attn_res_norm),
-        ("self_attention_res_proj", w.attn_res_proj),
-        ("mlp_res_norm", w.mlp_res_norm),
-        ("mlp_res_proj", w.mlp_res_proj),
-    ] {
-        check_len(Some(l), what, v.len(), e)?;
+fn check_norms(d: &Dims, l: usize, norms: [(&'static str, &[f32]); 3]) -> Result<(), ModelError> {
+    for (what, v) in norms {
+        check_len(Some(l), what, v.len(), d.hidden)?;
     }
+    Ok(())
+}
+
+fn check_mixer(d: &Dims, w: &MixerWeights, l: usize) -> Result<(), ModelError> {
+    check_norms(
+        d,
+        l,
+        [
+            ("input_layernorm", w.input_norm),
+            ("self_attention_res_norm", w.attn_res_norm),
+            ("self_attention_res_proj", w.attn_res_proj),
+        ],
+    )
+}
+
+fn check_channel(d: &Dims, w: &ChannelWeights, l: usize) -> Result<(), ModelError> {
+    check_norms(
+        d,
+        l,
+        [
+            ("post_attention_layernorm", w.post_attn_norm),
+            ("mlp_res_norm", w.mlp_res_norm),
+            ("mlp_res_proj", w.mlp_res_proj),
+        ],
+    )?;
     let dense = matches!(w.ffn, FfnWeights::Dense(_));
     if dense != d.dense.get(l).copied().unwrap_or(false) {
         let kind = |b: bool| if b { "dense MLP" } else { "MoE" }.to_string();
@@ -127,8 +144,23 @@ pub fn decoder_layer_batch(
     attn: &mut [AttnState<'_>],
     sc: &mut LayerScratch,
 ) -> Result<(), ModelError> {
+    let (mixer, channel) = w.halves();
+    mixer_half(pass, l, &mixer, res, attn, sc)?;
+    channel_half(pass, l, &channel, res, sc)
+}
+
+/// The first half of layer `l`: first aggregation, block boundary, token mixer. Leaves the
+/// running residual in `sc.prefix` for [`channel_half`]; reads only the mixer's weights.
+pub fn mixer_half(
+    pass: &Pass<'_>,
+    l: usize,
+    w: &MixerWeights,
+    res: &mut Residual<'_>,
+    attn: &mut [AttnState<'_>],
+    sc: &mut LayerScratch,
+) -> Result<(), ModelError> {
     let (d, t) = (pass.d, pass.t);
-    check_layer(d, w, l)?;
+    check_mixer(d, w, l)?;
     let (e, bs) = (d.hidden, d.max_blocks * d.hidden);
     sc.ensure(d, t);
     let te = t * e;
@@ -162,6 +194,23 @@ pub fn decoder_layer_batch(
     } else {
         prefix.iter_mut().zip(y.iter()).for_each(|(p, &a)| *p += a);
     }
+    Ok(())
+}
+
+/// The second half of layer `l` after [`mixer_half`]: second aggregation, channel mixer;
+/// leaves the layer's output in `res.h`. Reads only the channel mixer's weights.
+pub fn channel_half(
+    pass: &Pass<'_>,
+    l: usize,
+    w: &ChannelWeights,
+    res: &mut Residual<'_>,
+    sc: &mut LayerScratch,
+) -> Result<(), ModelError> {
+    let (d, t) = (pass.d, pass.t);
+    check_channel(d, w, l)?;
+    let te = t * d.hidden;
+    let h = &mut res.h[..te];
+    let prefix = &mut sc.prefix[..te];
     // second aggregation, no guard
     fold(&mut sc.fold, w.mlp_res_norm, w.mlp_res_proj);
     mix_tokens(d, h, res.blocks, res.n_blocks, prefix, &sc.fold, t);

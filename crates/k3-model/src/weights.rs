@@ -20,6 +20,7 @@ pub struct HeadWeights<'a> {
 }
 
 /// Kimi Delta Attention weights (docs/MODEL.md#kda-layer-tensors, docs/MODEL.md#kimi-delta-attention). P = heads·head_dim, D = head_dim.
+#[derive(Clone, Copy)]
 pub struct KdaWeights<'a> {
     /// [P][E]
     pub q_proj: Matrix<'a>,
@@ -52,6 +53,7 @@ pub struct KdaWeights<'a> {
 }
 
 /// Gated MLA weights, NoPE (docs/MODEL.md#mla-layer-tensors, docs/MODEL.md#gated-mla).
+#[derive(Clone, Copy)]
 pub struct MlaWeights<'a> {
     /// [q_lora][E]
     pub q_a_proj: Matrix<'a>,
@@ -72,6 +74,7 @@ pub struct MlaWeights<'a> {
 }
 
 /// Token mixer of one layer.
+#[derive(Clone, Copy)]
 pub enum AttnWeights<'a> {
     /// Kimi Delta Attention.
     Kda(KdaWeights<'a>),
@@ -80,6 +83,7 @@ pub enum AttnWeights<'a> {
 }
 
 /// Dense SiTU-GLU MLP (layer 0).
+#[derive(Clone, Copy)]
 pub struct DenseWeights<'a> {
     /// [DI][E]
     pub gate_proj: Matrix<'a>,
@@ -90,6 +94,7 @@ pub struct DenseWeights<'a> {
 }
 
 /// The trunk part of a Stable LatentMoE layer (routed experts come from [`ExpertProvider`]).
+#[derive(Clone, Copy)]
 pub struct MoeWeights<'a> {
     /// [NE][E]
     pub router: Matrix<'a>,
@@ -110,6 +115,7 @@ pub struct MoeWeights<'a> {
 }
 
 /// Channel mixer of one layer.
+#[derive(Clone, Copy)]
 pub enum FfnWeights<'a> {
     /// Dense SiTU-GLU MLP.
     Dense(DenseWeights<'a>),
@@ -147,11 +153,81 @@ pub struct ExpertWeights<'a> {
     pub w3: Matrix<'a>,
 }
 
-/// One layer's weights, kept in memory for as long as the hold lives (a pinned layer, a ring
-/// slot, a mapped region); dropping it releases the slot to the store.
+/// What the token mixer (the first half of a layer, docs/MODEL.md#decoder-layer) reads.
+#[derive(Clone, Copy)]
+pub struct MixerWeights<'a> {
+    /// [E]
+    pub input_norm: &'a [f32],
+    /// [E]
+    pub attn_res_norm: &'a [f32],
+    /// [E]
+    pub attn_res_proj: &'a [f32],
+    /// Token mixer.
+    pub attn: AttnWeights<'a>,
+}
+
+/// What the channel mixer (the second half of a layer) reads.
+#[derive(Clone, Copy)]
+pub struct ChannelWeights<'a> {
+    /// [E]
+    pub post_attn_norm: &'a [f32],
+    /// [E]
+    pub mlp_res_norm: &'a [f32],
+    /// [E]
+    pub mlp_res_proj: &'a [f32],
+    /// Channel mixer.
+    pub ffn: FfnWeights<'a>,
+}
+
+impl<'a> LayerWeights<'a> {
+    /// The weights of the layer's two halves, in the order a pass uses them.
+    pub fn halves(&self) -> (MixerWeights<'a>, ChannelWeights<'a>) {
+        let mixer = MixerWeights {
+            input_norm: self.input_norm,
+            attn_res_norm: self.attn_res_norm,
+            attn_res_proj: self.attn_res_proj,
+            attn: self.attn,
+        };
+        let channel = ChannelWeights {
+            post_attn_norm: self.post_attn_norm,
+            mlp_res_norm: self.mlp_res_norm,
+            mlp_res_proj: self.mlp_res_proj,
+            ffn: self.ffn,
+        };
+        (mixer, channel)
+    }
+}
+
+/// One layer's weights for one pass through it, kept in memory while the hold lives; dropping
+/// it releases what is left to the store. The pass asks for the token mixer's weights, is
+/// done with them, then asks once for the channel mixer's: a store that streams a layer in
+/// pieces (docs/STREAMING.md#trunk-pieces) releases the first piece at that point and binds
+/// the second, so the next piece can be read while this one computes.
 pub trait LayerHold {
-    /// Typed views of every tensor of the layer, borrowing from the hold.
+    /// The token mixer's weights (first).
+    fn mixer(&self) -> MixerWeights<'_>;
+    /// The channel mixer's weights, once the weights [`LayerHold::mixer`] returned are no
+    /// longer used; may block until they are read.
+    fn channel(&mut self) -> Result<ChannelWeights<'_>, SourceError>;
+}
+
+/// A hold of a whole layer at once (mapped, pinned, a whole-layer ring slot): typed views of
+/// every tensor, borrowing from the hold. [`Whole`] makes one a [`LayerHold`].
+pub trait WholeLayer {
+    /// Typed views of every tensor of the layer.
     fn view(&self) -> LayerWeights<'_>;
+}
+
+/// A [`WholeLayer`] as a [`LayerHold`]: both halves from the same bytes.
+pub struct Whole<H>(pub H);
+
+impl<H: WholeLayer> LayerHold for Whole<H> {
+    fn mixer(&self) -> MixerWeights<'_> {
+        self.0.view().halves().0
+    }
+    fn channel(&mut self) -> Result<ChannelWeights<'_>, SourceError> {
+        Ok(self.0.view().halves().1)
+    }
 }
 
 /// Trunk weights: embedding rows, per-layer weights and the head.

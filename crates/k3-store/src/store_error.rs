@@ -31,10 +31,10 @@ pub enum StoreError {
         reason: String,
     },
     /// A compressed trunk run did not decode (damaged chunk): nothing of it is used.
-    #[error("decoding trunk layer {layer}: {reason}")]
+    #[error("decoding {what}: {reason}")]
     Decode {
-        /// Layer.
-        layer: usize,
+        /// The unit: `trunk layer L` or `trunk layer L piece P`.
+        what: String,
         /// The decoder's message (naming the chunk).
         reason: String,
     },
@@ -50,11 +50,11 @@ pub enum StoreError {
         layers: usize,
     },
     /// Every ring slot is held by a live [`LayerBytes`](crate::trunk_store::LayerBytes)
-    /// guard, so layer `layer` has nowhere to go (drop the previous guard first).
-    #[error("trunk layer {layer}: all {slots} ring slots are held by live layer guards")]
+    /// guard, so unit `what` has nowhere to go (drop the previous guard first).
+    #[error("{what}: all {slots} ring slots of its class are held by live layer guards")]
     RingBusy {
-        /// Requested layer.
-        layer: usize,
+        /// The unit asked for: `trunk layer L` or `trunk layer L piece P`.
+        what: String,
         /// Ring slots.
         slots: usize,
     },

@@ -16,14 +16,21 @@
 //!   `ring − 1` unpinned layers — so a read overlaps the compute of the layer before it.
 //! * **O_DIRECT** for every read (through [`ReadAt::read_into_aligned`]): a streamed layer is
 //!   read once per token, so keeping it in the page cache only steals memory from the plan.
+//! * **Pieces smaller than a layer** ([`TrunkStore::new_pieces`]): each layer's run is split
+//!   into `P` pieces (the token mixer's tensors, then the channel mixer's), bound one after
+//!   the other by the pass; the ring holds one slot per piece class, so the next piece is
+//!   read while the current one computes in about one layer's bytes. The same rules hold per
+//!   piece: a slot with a live guard is never read into.
 
 mod decode;
+mod ring;
 
 pub use decode::RunDecoder;
 
-use crate::io::{aligned_span, AlignedBuf, ReadAt};
+use crate::io::{AlignedBuf, ReadAt};
 use crate::StoreError;
 use k3_plan::TrunkPlan;
+use ring::{check_runs, load_with, placement, RingState, Shared, Slot};
 use std::ops::Deref;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
@@ -53,11 +60,16 @@ pub struct TrunkStats {
     pub pinned_bytes: u64,
     /// Ring slots (0 when everything is pinned).
     pub ring_slots: usize,
-    /// Bytes per ring slot.
+    /// Bytes of the largest ring slot.
     pub slot_bytes: u64,
-    /// [`TrunkStore::layer`] calls that returned bytes.
+    /// Bytes of all ring slots.
+    pub ring_bytes: u64,
+    /// Pieces each layer streams in (1: whole layers).
+    pub pieces: usize,
+    /// Layers bound ([`TrunkStore::layer`], or [`TrunkStore::piece`] of a layer's first
+    /// piece) that returned bytes.
     pub binds: u64,
-    /// Binds served by a pinned layer.
+    /// Of those, binds served by a pinned layer.
     pub pinned_hits: u64,
     /// Run reads completed (pins at construction, synchronous ring reads, read-aheads).
     pub reads: u64,
@@ -77,36 +89,6 @@ pub struct TrunkStats {
     pub decode_seconds: f64,
     /// Bytes of the staging buffer compressed runs are read into (0 for a plain trunk).
     pub staging_bytes: u64,
-}
-
-/// What a ring slot holds.
-#[derive(Debug)]
-enum Slot {
-    Empty,
-    Reading(usize),
-    Ready(usize),
-    Failed(usize, StoreError),
-}
-
-/// Ring bookkeeping, under one mutex.
-struct RingState {
-    slots: Vec<Slot>,
-    /// Live guards per slot; a slot with users is never read into.
-    users: Vec<usize>,
-    stats: TrunkStats,
-}
-
-/// Everything the reader thread shares with the store.
-struct Shared {
-    files: Vec<Arc<dyn ReadAt>>,
-    runs: Vec<RunLoc>,
-    /// Pinned layer buffers (`None` for streamed layers).
-    pinned: Vec<Option<AlignedBuf>>,
-    ring: Vec<RwLock<AlignedBuf>>,
-    state: Mutex<RingState>,
-    cv: Condvar,
-    /// Set for a compressed trunk: runs are read into staging and decoded into the buffers.
-    decoding: Option<decode::Decoding>,
 }
 
 /// Pinned trunk layers plus a ring of slots streaming the rest, with read-ahead.
@@ -202,66 +184,67 @@ impl TrunkStore {
         decoder: Option<Arc<dyn RunDecoder>>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<TrunkStore, StoreError> {
-        check_runs(&files, &runs, pinned, ring_slots)?;
+        Self::build(files, runs, 1, pinned, ring_slots, decoder, progress)
+    }
+
+    /// A store whose layers stream in `pieces` pieces each: `runs[l · pieces + p]` is piece
+    /// `p` of layer `l` (a decoder, when given, is asked for the same unit numbers). A pinned
+    /// layer pins all its pieces; the ring holds ONE slot per piece class, each the size of
+    /// that class's largest unpinned piece, and with two or more slots a reader reads the next
+    /// unit (the next piece, or the next layer's first) into its class's slot while the
+    /// current one computes. Bind pieces with [`TrunkStore::piece`], in order.
+    pub fn new_pieces(
+        files: Vec<Arc<dyn ReadAt>>,
+        runs: Vec<RunLoc>,
+        pieces: usize,
+        pinned: &[bool],
+        decoder: Option<Arc<dyn RunDecoder>>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<TrunkStore, StoreError> {
+        Self::build(files, runs, pieces, pinned, 1, decoder, progress)
+    }
+
+    /// The constructors' common path: `slots_per_class` ring slots for each piece class.
+    fn build(
+        files: Vec<Arc<dyn ReadAt>>,
+        runs: Vec<RunLoc>,
+        pieces: usize,
+        pinned_layers: &[bool],
+        slots_per_class: usize,
+        decoder: Option<Arc<dyn RunDecoder>>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<TrunkStore, StoreError> {
+        check_runs(&files, &runs, pieces, pinned_layers, slots_per_class)?;
         let decoding = decoder.map(|d| decode::Decoding::new(d, &runs));
-        let place = |l: usize| placement(decoding.as_ref(), l, &runs[l]);
-        let pin_total: u64 = runs
-            .iter()
-            .zip(pinned)
-            .filter(|(_, &p)| p)
-            .map(|(r, _)| r.len)
-            .sum();
+        let pinned: Vec<bool> = (0..runs.len()).map(|u| pinned_layers[u / pieces]).collect();
         let mut stats = TrunkStats {
-            layers: runs.len(),
+            layers: pinned_layers.len(),
+            pieces,
             staging_bytes: decoding.as_ref().map_or(0, |d| d.staging_bytes()),
             ..TrunkStats::default()
         };
-        let mut bufs = Vec::with_capacity(runs.len());
-        for (l, run) in runs.iter().enumerate() {
-            bufs.push(if pinned[l] {
-                let mut buf = AlignedBuf::new(place(l).2);
-                let t = Instant::now();
-                let decode_s = load(&files, decoding.as_ref(), l, run, &mut buf)?;
-                stats.io_seconds += t.elapsed().as_secs_f64() - decode_s;
-                stats.decode_seconds += decode_s;
-                stats.bytes_decoded += decoding.as_ref().map_or(0, |_| place(l).1 as u64);
-                stats.reads += 1;
-                stats.bytes_read += run.len;
-                stats.pinned_layers += 1;
-                stats.pinned_bytes += buf.len() as u64;
-                progress(stats.bytes_read, pin_total);
-                Some(buf)
-            } else {
-                None
-            });
-        }
-        let slot_bytes = (0..runs.len())
-            .filter(|&l| !pinned[l])
-            .map(|l| place(l).2)
-            .max();
-        let ring: Vec<_> = match slot_bytes {
-            Some(b) => (0..ring_slots)
-                .map(|_| {
-                    // Ring slots are refilled every token: fault their (huge) pages in now,
-                    // as the expert pool does (docs/PERFORMANCE.md#cold-start: THP advice
-                    // without pre-faulting measured slower than either).
-                    let slot = AlignedBuf::new(b);
-                    if crate::io::BufferPolicy::current().prefault {
-                        slot.prefault();
-                    }
-                    RwLock::new(slot)
-                })
-                .collect(),
-            None => Vec::new(),
-        };
+        let bufs = read_pinned(
+            &files,
+            &runs,
+            pieces,
+            &pinned,
+            decoding.as_ref(),
+            &mut stats,
+            progress,
+        )?;
+        let (ring, slot_class) =
+            allocate_ring(&runs, pieces, &pinned, decoding.as_ref(), slots_per_class);
         stats.ring_slots = ring.len();
-        stats.slot_bytes = slot_bytes.unwrap_or(0) as u64;
+        stats.ring_bytes = ring.iter().map(|b| b.len() as u64).sum();
+        stats.slot_bytes = ring.iter().map(|b| b.len() as u64).max().unwrap_or(0);
         let n = ring.len();
         let shared = Arc::new(Shared {
             files,
             runs,
+            pieces,
             pinned: bufs,
-            ring,
+            ring: ring.into_iter().map(RwLock::new).collect(),
+            slot_class,
             state: Mutex::new(RingState {
                 slots: (0..n).map(|_| Slot::Empty).collect(),
                 users: vec![0; n],
@@ -308,8 +291,8 @@ impl TrunkStore {
         let handle = std::thread::Builder::new()
             .name("k3-trunk-reader".into())
             .spawn(move || {
-                while let Ok((slot, layer)) = rx.recv() {
-                    shared.fill(slot, layer);
+                while let Ok((slot, unit)) = rx.recv() {
+                    shared.fill(slot, unit);
                 }
             })
             .map_err(StoreError::Spawn)?;
@@ -322,7 +305,8 @@ impl TrunkStore {
     }
 
     /// Layer `l`'s run bytes: exactly `runs[l].len` bytes, at the same alignment mod 4096 as
-    /// the run's file offset, valid while the guard lives.
+    /// the run's file offset, valid while the guard lives. (A store of pieces: its first
+    /// piece, as [`TrunkStore::piece`]`(l, 0)`.)
     ///
     /// A pinned layer returns at once. A streamed layer blocks on an in-flight read of it, or
     /// reads it now into a free slot. After binding, the next unpinned layers in cyclic order
@@ -330,27 +314,36 @@ impl TrunkStore {
     /// one slot there is no reader and so no read-ahead at all). A failed read returns
     /// [`StoreError::Read`] naming layer `l`; the slot is freed and the next call retries.
     pub fn layer(&self, l: usize) -> Result<LayerBytes<'_>, StoreError> {
+        self.piece(l, 0)
+    }
+
+    /// Piece `p` of layer `l` (as [`TrunkStore::layer`], for a store of pieces): after
+    /// binding, the next unit — the layer's next piece, or the next streamed layer's first —
+    /// is queued for the reader into a free slot of its class.
+    pub fn piece(&self, l: usize, p: usize) -> Result<LayerBytes<'_>, StoreError> {
         let shared = &*self.shared;
-        let layers = shared.runs.len();
-        let run = *shared
-            .runs
-            .get(l)
-            .ok_or(StoreError::LayerOutOfRange { layer: l, layers })?;
-        let (start, len, _) = placement(shared.decoding.as_ref(), l, &run);
-        if let Some(buf) = &shared.pinned[l] {
+        let layers = shared.runs.len() / shared.pieces;
+        if l >= layers || p >= shared.pieces {
+            return Err(StoreError::LayerOutOfRange { layer: l, layers });
+        }
+        let u = l * shared.pieces + p;
+        let (start, len, _) = placement(shared.decoding.as_ref(), u, &shared.runs[u]);
+        if let Some(buf) = &shared.pinned[u] {
             let mut st = shared.lock();
-            st.stats.binds += 1;
-            st.stats.pinned_hits += 1;
-            self.read_ahead(&mut st, l);
+            if p == 0 {
+                st.stats.binds += 1;
+                st.stats.pinned_hits += 1;
+            }
+            self.read_ahead(&mut st, u);
             let src = Src::Pinned(buf);
             return Ok(LayerBytes { src, start, len });
         }
         let t = Instant::now();
-        let (slot, mut st) = self.bind_slot(l)?;
+        let (slot, mut st) = self.bind_slot(u)?;
         st.users[slot] += 1;
-        st.stats.binds += 1;
+        st.stats.binds += u64::from(p == 0);
         st.stats.wait_seconds += t.elapsed().as_secs_f64();
-        self.read_ahead(&mut st, l);
+        self.read_ahead(&mut st, u);
         drop(st);
         let guard = shared.ring[slot].read().unwrap_or_else(|e| e.into_inner());
         let src = Src::Ring {
@@ -363,11 +356,21 @@ impl TrunkStore {
 
     /// Layer `l`'s bytes when it is PINNED; `None` otherwise. Never reads, never starts a
     /// read-ahead and is not counted as a bind (for router lookahead, which must not wait).
+    /// A store of pieces: piece `p` of it, through [`TrunkStore::pinned_piece`].
     pub fn pinned_layer(&self, l: usize) -> Option<LayerBytes<'_>> {
+        self.pinned_piece(l, 0)
+    }
+
+    /// Piece `p` of layer `l` when the layer is pinned ([`TrunkStore::pinned_layer`]).
+    pub fn pinned_piece(&self, l: usize, p: usize) -> Option<LayerBytes<'_>> {
         let shared = &*self.shared;
-        let run = *shared.runs.get(l)?;
-        let buf = shared.pinned.get(l)?.as_ref()?;
-        let (start, len, _) = placement(shared.decoding.as_ref(), l, &run);
+        if p >= shared.pieces {
+            return None;
+        }
+        let u = l.checked_mul(shared.pieces)? + p;
+        let run = *shared.runs.get(u)?;
+        let buf = shared.pinned.get(u)?.as_ref()?;
+        let (start, len, _) = placement(shared.decoding.as_ref(), u, &run);
         Some(LayerBytes {
             src: Src::Pinned(buf),
             start,
@@ -375,23 +378,17 @@ impl TrunkStore {
         })
     }
 
-    /// Finds (waiting for, or reading) the slot holding layer `l`; returns it with the lock.
-    fn bind_slot(&self, l: usize) -> Result<(usize, MutexGuard<'_, RingState>), StoreError> {
+    /// Finds (waiting for, or reading) the slot holding unit `u`; returns it with the lock.
+    fn bind_slot(&self, u: usize) -> Result<(usize, MutexGuard<'_, RingState>), StoreError> {
         let shared = &*self.shared;
         let mut st = shared.lock();
         loop {
-            if let Some(s) = st
-                .slots
-                .iter()
-                .position(|x| matches!(x, Slot::Ready(k) if *k == l))
-            {
+            let holds = |x: &Slot| matches!(x, Slot::Ready(k) if *k == u);
+            if let Some(s) = st.slots.iter().position(holds) {
                 return Ok((s, st));
             }
-            if let Some(s) = st
-                .slots
-                .iter()
-                .position(|x| matches!(x, Slot::Failed(k, _) if *k == l))
-            {
+            let failed = |x: &Slot| matches!(x, Slot::Failed(k, _) if *k == u);
+            if let Some(s) = st.slots.iter().position(failed) {
                 if let Slot::Failed(_, e) = std::mem::replace(&mut st.slots[s], Slot::Empty) {
                     return Err(e);
                 }
@@ -400,35 +397,38 @@ impl TrunkStore {
             if st
                 .slots
                 .iter()
-                .any(|x| matches!(x, Slot::Reading(k) if *k == l))
+                .any(|x| matches!(x, Slot::Reading(k) if *k == u))
             {
                 st = shared.cv.wait(st).unwrap_or_else(|e| e.into_inner());
                 continue;
             }
-            match shared.victim(&st, l, l) {
+            match shared.victim(&st, u, u) {
                 Some(s) => {
-                    st.slots[s] = Slot::Reading(l);
+                    st.slots[s] = Slot::Reading(u);
                     drop(st);
-                    shared.fill(s, l);
+                    shared.fill(s, u);
                     st = shared.lock();
                 }
                 None if in_flight => st = shared.cv.wait(st).unwrap_or_else(|e| e.into_inner()),
                 None => {
-                    let slots = st.slots.len();
-                    return Err(StoreError::RingBusy { layer: l, slots });
+                    let what = shared.what(u);
+                    let class = u % shared.pieces;
+                    let slots = shared.slot_class.iter().filter(|&&c| c == class).count();
+                    return Err(StoreError::RingBusy { what, slots });
                 }
             }
         }
     }
 
-    /// Queues the next `ring − 1` unpinned layers after `l` (cyclic) for the reader, each into
-    /// a free slot holding nothing needed sooner. No reader (ring of 1) ⇒ nothing.
-    fn read_ahead(&self, st: &mut RingState, l: usize) {
+    /// Queues the next `ring − 1` unpinned units after `u` (cyclic) for the reader, each into
+    /// a free slot of its class holding nothing needed sooner. No reader (ring of 1) ⇒
+    /// nothing.
+    fn read_ahead(&self, st: &mut RingState, u: usize) {
         let Some(jobs) = &self.jobs else { return };
         let shared = &*self.shared;
         let n = shared.runs.len();
         let ahead = (1..n)
-            .map(|d| (l + d) % n)
+            .map(|d| (u + d) % n)
             .filter(|&k| shared.pinned[k].is_none())
             .take(shared.ring.len() - 1);
         for next in ahead {
@@ -436,7 +436,7 @@ impl TrunkStore {
             if st.slots.iter().any(held) {
                 continue;
             }
-            let Some(s) = shared.victim(st, l, next) else {
+            let Some(s) = shared.victim(st, u, next) else {
                 return;
             };
             st.slots[s] = Slot::Reading(next);
@@ -448,24 +448,107 @@ impl TrunkStore {
         }
     }
 
-    /// True when layer `l` is pinned, or sits in a ring slot ready or being read.
-    /// Diagnostics (tests use it to see read-ahead happen).
+    /// True when layer `l` (its first piece) is pinned, or sits in a ring slot ready or being
+    /// read. Diagnostics (tests use it to see read-ahead happen).
     pub fn is_ready_or_loading(&self, l: usize) -> bool {
-        if self.shared.pinned.get(l).is_some_and(Option::is_some) {
+        self.piece_ready_or_loading(l, 0)
+    }
+
+    /// [`TrunkStore::is_ready_or_loading`] for piece `p` of layer `l`.
+    pub fn piece_ready_or_loading(&self, l: usize, p: usize) -> bool {
+        let u = l * self.shared.pieces + p;
+        if self.shared.pinned.get(u).is_some_and(Option::is_some) {
             return true;
         }
         let st = self.shared.lock();
         let found = st
             .slots
             .iter()
-            .any(|x| matches!(x, Slot::Ready(k) | Slot::Reading(k) if *k == l));
+            .any(|x| matches!(x, Slot::Ready(k) | Slot::Reading(k) if *k == u));
         found
+    }
+
+    /// Pieces each layer streams in (1: whole layers).
+    pub fn pieces(&self) -> usize {
+        self.shared.pieces
     }
 
     /// Counters so far.
     pub fn stats(&self) -> TrunkStats {
         self.shared.lock().stats.clone()
     }
+}
+
+/// Reads (and decodes) every pinned unit into an exact-size buffer; `None` for the others.
+fn read_pinned(
+    files: &[Arc<dyn ReadAt>],
+    runs: &[RunLoc],
+    pieces: usize,
+    pinned: &[bool],
+    decoding: Option<&decode::Decoding>,
+    stats: &mut TrunkStats,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Vec<Option<AlignedBuf>>, StoreError> {
+    let pin_total: u64 = runs
+        .iter()
+        .zip(pinned)
+        .filter(|(_, &p)| p)
+        .map(|(r, _)| r.len)
+        .sum();
+    let mut bufs = Vec::with_capacity(runs.len());
+    for (u, run) in runs.iter().enumerate() {
+        if !pinned[u] {
+            bufs.push(None);
+            continue;
+        }
+        let (_, decoded, bytes) = placement(decoding, u, run);
+        let mut buf = AlignedBuf::new(bytes);
+        let t = Instant::now();
+        let decode_s = load_with(files, decoding, pieces, u, run, &mut buf)?;
+        stats.io_seconds += t.elapsed().as_secs_f64() - decode_s;
+        stats.decode_seconds += decode_s;
+        stats.bytes_decoded += decoding.map_or(0, |_| decoded as u64);
+        stats.reads += 1;
+        stats.bytes_read += run.len;
+        stats.pinned_layers += usize::from(u % pieces == 0);
+        stats.pinned_bytes += buf.len() as u64;
+        progress(stats.bytes_read, pin_total);
+        bufs.push(Some(buf));
+    }
+    Ok(bufs)
+}
+
+/// `slots_per_class` slots for each piece class that has an unpinned unit, each the size of
+/// that class's largest unpinned unit; returns the slots and their classes.
+fn allocate_ring(
+    runs: &[RunLoc],
+    pieces: usize,
+    pinned: &[bool],
+    decoding: Option<&decode::Decoding>,
+    slots_per_class: usize,
+) -> (Vec<AlignedBuf>, Vec<usize>) {
+    let mut ring = Vec::new();
+    let mut classes = Vec::new();
+    for class in 0..pieces {
+        let biggest = (class..runs.len())
+            .step_by(pieces)
+            .filter(|&u| !pinned[u])
+            .map(|u| placement(decoding, u, &runs[u]).2)
+            .max();
+        let Some(bytes) = biggest else { continue };
+        for _ in 0..slots_per_class {
+            // Ring slots are refilled every token: fault their (huge) pages in now, as the
+            // expert pool does (docs/PERFORMANCE.md#cold-start: THP advice without
+            // pre-faulting measured slower than either).
+            let slot = AlignedBuf::new(bytes);
+            if crate::io::BufferPolicy::current().prefault {
+                slot.prefault();
+            }
+            ring.push(slot);
+            classes.push(class);
+        }
+    }
+    (ring, classes)
 }
 
 impl Drop for TrunkStore {
@@ -475,158 +558,4 @@ impl Drop for TrunkStore {
             let _ = h.join();
         }
     }
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, RingState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A slot to read layer `next` into, seen from the compute position `from`: no live guard,
-    /// no read in flight; empty or failed first, else the ready layer needed furthest in the
-    /// future (cyclically after `from`) — and only if that is later than `next` itself.
-    fn victim(&self, st: &RingState, from: usize, next: usize) -> Option<usize> {
-        let n = self.runs.len();
-        let dist = |k: usize| (k + n - from) % n;
-        let score = |s: usize| match st.slots[s] {
-            Slot::Empty | Slot::Failed(..) => Some(n + 1),
-            Slot::Ready(k) if k == from => Some(n),
-            Slot::Ready(k) => Some(dist(k)),
-            Slot::Reading(_) => None,
-        };
-        (0..st.slots.len())
-            .filter(|&s| st.users[s] == 0)
-            .filter_map(|s| score(s).map(|v| (v, s)))
-            .filter(|&(v, _)| next == from || v > dist(next))
-            .max()
-            .map(|(_, s)| s)
-    }
-
-    /// Reads layer `layer` into ring slot `slot` (marked `Reading` by the caller) and
-    /// publishes the outcome.
-    fn fill(&self, slot: usize, layer: usize) {
-        let t = Instant::now();
-        let result = {
-            let mut buf = self.ring[slot].write().unwrap_or_else(|e| e.into_inner());
-            let run = &self.runs[layer];
-            load(&self.files, self.decoding.as_ref(), layer, run, &mut buf)
-        };
-        let mut st = self.lock();
-        let decode_s = *result.as_ref().unwrap_or(&0.0);
-        st.stats.io_seconds += t.elapsed().as_secs_f64() - decode_s;
-        st.stats.decode_seconds += decode_s;
-        st.slots[slot] = match result {
-            Ok(_) => {
-                st.stats.reads += 1;
-                st.stats.bytes_read += self.runs[layer].len;
-                if let Some(d) = &self.decoding {
-                    st.stats.bytes_decoded += d.decoder.decoded_len(layer);
-                }
-                Slot::Ready(layer)
-            }
-            Err(e) => {
-                st.stats.failures += 1;
-                Slot::Failed(layer, e)
-            }
-        };
-        self.cv.notify_all();
-    }
-}
-
-/// Bytes a run needs in an aligned buffer (widened to 4096 boundaries at both ends).
-fn span(run: &RunLoc) -> usize {
-    aligned_span(run.offset, run.len) as usize
-}
-
-/// Where layer `l`'s bytes sit in its buffer: `(start, len, buffer bytes)`. A plain run keeps
-/// its file offset modulo 4096; a decoded run starts at 0.
-fn placement(decoding: Option<&decode::Decoding>, l: usize, run: &RunLoc) -> (usize, usize, usize) {
-    match decoding {
-        None => (
-            (run.offset % crate::io::ALIGN as u64) as usize,
-            run.len as usize,
-            span(run),
-        ),
-        Some(d) => {
-            let n = d.decoder.decoded_len(l) as usize;
-            (0, n, n.div_ceil(crate::io::ALIGN) * crate::io::ALIGN)
-        }
-    }
-}
-
-/// Reads layer `l`'s run into `buf` — directly, or through the staging buffer and the
-/// decoder; returns the seconds spent decoding.
-fn load(
-    files: &[Arc<dyn ReadAt>],
-    decoding: Option<&decode::Decoding>,
-    l: usize,
-    run: &RunLoc,
-    buf: &mut AlignedBuf,
-) -> Result<f64, StoreError> {
-    match decoding {
-        None => read_run(files, l, run, buf).map(|()| 0.0),
-        Some(d) => d.load(files, l, run, buf),
-    }
-}
-
-/// Reads one layer's run into `buf` at `offset % 4096`.
-fn read_run(
-    files: &[Arc<dyn ReadAt>],
-    l: usize,
-    run: &RunLoc,
-    buf: &mut AlignedBuf,
-) -> Result<(), StoreError> {
-    let f = &files[run.file];
-    f.read_into_aligned(&mut buf[..span(run)], run.offset, run.len as usize)
-        .map_err(|source| StoreError::Read {
-            what: format!("trunk layer {l}"),
-            path: f.path().to_path_buf(),
-            offset: run.offset,
-            len: run.len,
-            source,
-        })
-}
-
-/// Validates the constructor's arguments.
-fn check_runs(
-    files: &[Arc<dyn ReadAt>],
-    runs: &[RunLoc],
-    pinned: &[bool],
-    ring_slots: usize,
-) -> Result<(), StoreError> {
-    if pinned.len() != runs.len() {
-        return Err(StoreError::Config(format!(
-            "pin mask has {} entries for {} trunk layers",
-            pinned.len(),
-            runs.len()
-        )));
-    }
-    if runs.is_empty() {
-        return Err(StoreError::Config("no trunk layer".into()));
-    }
-    if ring_slots == 0 && pinned.iter().any(|p| !p) {
-        return Err(StoreError::Config(
-            "some trunk layers are not pinned but the ring has 0 slots".into(),
-        ));
-    }
-    for (l, r) in runs.iter().enumerate() {
-        let what = format!("trunk layer {l}");
-        let f = files.get(r.file).ok_or_else(|| StoreError::Layout {
-            what: what.clone(),
-            reason: format!("file index {} but only {} files", r.file, files.len()),
-        })?;
-        if r.offset.checked_add(r.len).is_none_or(|end| end > f.len()) {
-            return Err(StoreError::Layout {
-                what,
-                reason: format!(
-                    "run of {} bytes at offset {} passes the end of {} ({} bytes)",
-                    r.len,
-                    r.offset,
-                    f.path().display(),
-                    f.len()
-                ),
-            });
-        }
-    }
-    Ok(())
 }

@@ -235,6 +235,20 @@ impl TrunkPack {
         dst: &mut [u8],
         scratch: &mut Vec<u8>,
     ) -> Result<(), PackError> {
+        self.decode_job_in(l, job, stored, 0, dst, scratch)
+    }
+
+    /// [`TrunkPack::decode_job`] where `stored` holds the stored run's bytes from `base` on
+    /// (a reader that read only part of the run, e.g. one piece of the layer).
+    pub fn decode_job_in(
+        &self,
+        l: usize,
+        job: &DecodeJob,
+        stored: &[u8],
+        base: usize,
+        dst: &mut [u8],
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), PackError> {
         let e = &self.layers[l];
         let t = &e.tensors[job.tensor];
         let fail = |detail: String| PackError::Chunk {
@@ -246,7 +260,12 @@ impl TrunkPack {
             len: job.src.len() as u64,
             detail,
         };
-        let src = stored.get(job.src.clone()).ok_or_else(|| {
+        let local = job
+            .src
+            .start
+            .checked_sub(base)
+            .map(|a| a..a + job.src.len());
+        let src = local.and_then(|r| stored.get(r)).ok_or_else(|| {
             fail(format!(
                 "the stored run read is {} bytes, short of the chunk's end",
                 stored.len()

@@ -228,11 +228,20 @@ impl TrunkPack {
     /// Checks layer `l`'s run, already read by the caller, against its recorded checksum
     /// (a loader verifies each layer the first time it reads it).
     pub fn check_layer(&self, l: usize, run: &[u8]) -> Result<(), PackError> {
+        self.check_layer_parts(l, &[run])
+    }
+
+    /// [`TrunkPack::check_layer`] over a run held in consecutive `parts` (a layer streamed
+    /// in pieces: the pieces in byte order).
+    pub fn check_layer_parts(&self, l: usize, parts: &[&[u8]]) -> Result<(), PackError> {
         let Some(e) = self.layers.get(l) else {
             return Ok(());
         };
-        let found = xxhash_rust::xxh3::xxh3_64(run);
-        if run.len() as u64 == e.nbytes && found == e.checksum {
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        parts.iter().for_each(|p| hasher.update(p));
+        let found = hasher.digest();
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len as u64 == e.nbytes && found == e.checksum {
             return Ok(());
         }
         Err(PackError::Checksum {

@@ -278,7 +278,7 @@ pub struct OwnedLayer {
     pub ffn: OwnedFfn,
 }
 
-impl LayerHold for &OwnedLayer {
+impl WholeLayer for &OwnedLayer {
     fn view(&self) -> LayerWeights<'_> {
         OwnedLayer::view(self)
     }
@@ -341,7 +341,7 @@ impl WeightProvider for OwnedWeights {
     }
     fn layer(&self, l: usize) -> Result<Box<dyn LayerHold + '_>, SourceError> {
         let layer = self.layers.get(l).ok_or_else(|| format!("no layer {l}"))?;
-        Ok(Box::new(layer))
+        Ok(Box::new(Whole(layer)))
     }
     fn head(&self) -> Result<HeadWeights<'_>, SourceError> {
         let h = &self.head;

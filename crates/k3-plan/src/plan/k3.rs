@@ -32,26 +32,31 @@ pub const RELEASED_PREFILL_BYTES_PER_TOKEN: u64 = 1_955_160;
 
 impl ModelSizes {
     /// Kimi K3 as released: 93 layers (layer 0 KDA + dense; MLA at 3, 7, …, 91 and 92),
-    /// 17,547,264-byte MXFP4 experts, top-16, embed + lm_head 2 × 2,348,810,240 B, KDA
+    /// 17,547,264-byte MXFP4 experts, top-16, lm_head 2,348,810,240 B + three f32 final
+    /// vectors (the embedding is read a row per token, never held), KDA
     /// state 1,683,456 f32 for each of the 69 KDA layers (only KDA layers have one,
     /// docs/MODEL.md#state-sizes), latent KV 24 layers × 576 f32 per position, 64 MiB scratch
     /// (placeholder until the engine measures its own).
     pub fn k3_estimate() -> Self {
         let is_mla = |l: usize| l % 4 == 3 || l == 92;
-        let layer_run_bytes = (0..93)
+        // Token-mixer piece (the layer's vectors sit beside the attention tensors in the
+        // checkpoint's name order), then the channel mixer's.
+        let layer_piece_bytes: Vec<[u64; 2]> = (0..93)
             .map(|l| match l {
-                0 => COMMON + KDA + DENSE,
-                l if is_mla(l) => COMMON + MLA + MOE,
-                _ => COMMON + KDA + MOE,
+                0 => [COMMON + KDA, DENSE],
+                l if is_mla(l) => [COMMON + MLA, MOE],
+                _ => [COMMON + KDA, MOE],
             })
             .collect();
+        let layer_run_bytes = layer_piece_bytes.iter().map(|p| p[0] + p[1]).collect();
         ModelSizes {
             layer_run_bytes,
             widen_bytes: vec![WIDEN; 93],
+            layer_piece_bytes,
             expert_bytes: 17_547_264,
             top_k: 16,
             n_routed_experts: 92 * 896,
-            embed_lm_head_bytes: 2 * 163_840 * E * BF16,
+            head_bytes: 163_840 * E * BF16 + 3 * E * F32,
             kda_state_bytes: (93 - (0..93).filter(|&l| is_mla(l)).count() as u64) * 1_683_456 * F32,
             latent_kv_bytes_per_pos: 24 * 576 * F32,
             scratch_bytes: 64 << 20,
@@ -70,7 +75,7 @@ mod tests {
         assert_eq!(s.layer_run_bytes[0], 2_341_213_184); // spec: 2.341 GB
         let total: u64 = s.layer_run_bytes.iter().sum();
         assert_eq!((total as f64 / 1e7).round() / 100.0, 108.81); // spec: 108.81 GB
-        assert_eq!(s.embed_lm_head_bytes, 4_697_620_480);
+        assert_eq!(s.head_bytes, 2_348_810_240 + 3 * 7168 * 4);
         assert_eq!(WIDEN, 25_888_768);
         assert_eq!(s.kda_state_bytes, 69 * 1_683_456 * 4); // 464.6 MB, not 93 layers' 626 MB
         assert_eq!(

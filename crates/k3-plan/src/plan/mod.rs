@@ -3,12 +3,14 @@
 //! costs — checked against the memory actually available.
 
 mod avail;
+mod codec;
 mod error;
 mod k3;
 mod pin;
 mod table;
 
 pub use avail::{cgroup_v1_headroom, cgroup_v2_headroom, parse_meminfo, Available};
+pub use codec::{CodecForecast, CodecRates};
 pub use error::PlanError;
 pub use k3::RELEASED_PREFILL_BYTES_PER_TOKEN;
 pub use pin::{min_trunk_budget, plan_trunk, plan_trunk_with, LayerCost, PinStrategy, TrunkPlan};
@@ -32,14 +34,18 @@ pub struct ModelSizes {
     pub layer_run_bytes: Vec<u64>,
     /// Per-layer widen area (wide f32 copies of bf16 vectors and the router gate), bytes.
     pub widen_bytes: Vec<u64>,
+    /// Per-layer `[token-mixer piece, channel-mixer piece]` bytes when every layer's run
+    /// splits into the two (docs/STREAMING.md#trunk-pieces); empty: whole layers only.
+    pub layer_piece_bytes: Vec<[u64; 2]>,
     /// One routed expert's bytes (17,547,264).
     pub expert_bytes: u64,
     /// Experts per token per layer (16).
     pub top_k: u32,
     /// Routed experts in the whole model (for "% of the pool").
     pub n_routed_experts: u64,
-    /// `embed_tokens` + `lm_head`, bytes.
-    pub embed_lm_head_bytes: u64,
+    /// The head held in memory: `lm_head` and the final norms, bytes. The embedding is not
+    /// held: a pass reads its tokens' rows (a few KB each) on demand.
+    pub head_bytes: u64,
     /// Recurrent (KDA) state for all layers, bytes.
     pub kda_state_bytes: u64,
     /// Latent KV for all MLA layers per position, bytes.
@@ -54,10 +60,18 @@ pub struct ModelSizes {
 impl ModelSizes {
     /// Per-layer costs for the pinning choice.
     pub fn layer_costs(&self) -> Vec<LayerCost> {
+        let pieces = self.layer_piece_bytes.len() == self.layer_run_bytes.len();
         self.layer_run_bytes
             .iter()
             .zip(&self.widen_bytes)
-            .map(|(&r, &w)| LayerCost::new(r, w))
+            .enumerate()
+            .map(|(l, (&r, &w))| match pieces {
+                true => {
+                    let [mixer, channel] = self.layer_piece_bytes[l];
+                    LayerCost::with_pieces(r, w, mixer, channel)
+                }
+                false => LayerCost::new(r, w),
+            })
             .collect()
     }
 
@@ -103,7 +117,7 @@ pub fn prefill_chunk_for(sizes: &ModelSizes, req: &PlanRequest) -> u64 {
         Budget::Preset(p) => (p.gb().0 + p.gb().1) * GB / PREFILL_SHARE_DIVISOR,
         Budget::Split { trunk, cache } => trunk.saturating_add(cache) / PREFILL_SHARE_DIVISOR,
         Budget::Total(total) => {
-            let smallest = sizes.embed_lm_head_bytes
+            let smallest = sizes.head_bytes
                 + req.draft_trunk_bytes
                 + kda_state
                 + kv
@@ -272,8 +286,8 @@ pub struct MemoryPlan {
     pub expert_slot_bytes: u64,
     /// Routed experts in the model.
     pub n_routed_experts: u64,
-    /// `embed_tokens` + `lm_head`, bytes.
-    pub embed_lm_head_bytes: u64,
+    /// The head: `lm_head` and the final norms, bytes (embedding rows are read on demand).
+    pub head_bytes: u64,
     /// KDA state of every reserved session, bytes.
     pub kda_state_bytes: u64,
     /// Latent KV for `request.ctx` positions of every reserved session, bytes.
@@ -298,7 +312,7 @@ impl MemoryPlan {
     /// Everything the plan allocates.
     pub fn total_bytes(&self) -> u64 {
         self.trunk.total_bytes()
-            + self.embed_lm_head_bytes
+            + self.head_bytes
             + self.expert_cache_bytes()
             + self.kda_state_bytes
             + self.latent_kv_bytes
@@ -353,7 +367,7 @@ pub fn plan(sizes: &ModelSizes, req: &PlanRequest) -> Result<MemoryPlan, PlanErr
         expert_slots,
         expert_slot_bytes: slot,
         n_routed_experts: sizes.n_routed_experts,
-        embed_lm_head_bytes: sizes.embed_lm_head_bytes,
+        head_bytes: sizes.head_bytes,
         kda_state_bytes: kda_state,
         latent_kv_bytes: kv,
         scratch_bytes: sizes.scratch_bytes,
@@ -377,7 +391,7 @@ fn split_budget(
         Budget::Preset(p) => Ok((p.gb().0 * GB, p.gb().1 * GB)),
         Budget::Split { trunk, cache } => Ok((trunk, cache)),
         Budget::Total(total) => {
-            let fixed = sizes.embed_lm_head_bytes + per_session + sizes.scratch_bytes;
+            let fixed = sizes.head_bytes + per_session + sizes.scratch_bytes;
             let rest = total.saturating_sub(fixed);
             let min_trunk = min_trunk_budget(layers);
             let min_cache = sizes.min_expert_slots() * sizes.expert_slot_bytes();

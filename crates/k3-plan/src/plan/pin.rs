@@ -20,7 +20,7 @@
 //!
 //! | trunk budget | prefix (Rust port) | largest-first (C v1.0.0) | optimal (this) | optimal plan |
 //! |---|---|---|---|---|
-//! | 3 GB | 108.81 | 108.81 | 108.81 | ring 1 x 2.37 GB (forced), 0 pinned |
+//! | 3 GB | 108.81 | 108.81 | 108.81 | ring of 2 pieces (0.89 + 1.48 GB), 0 pinned |
 //! | 5 GB | 108.81 | 108.81 | 106.47 | ring 2 x 1.29 GB, 1 pinned |
 //! | 10 GB | 101.82 | 102.67 | 101.82 | ring 2 x 1.29 GB, 5 pinned |
 //! | 16 GB | 95.91 | 96.33 | 95.91 | ring 2 x 1.29 GB, 10 pinned |
@@ -49,6 +49,10 @@ pub struct LayerCost {
     pub streamed: u64,
     /// Ring-slot size this layer needs when streamed: `align4096(align4096(run) + widen)`.
     pub slot: u64,
+    /// Slot sizes of the layer's two pieces when it can stream in pieces (the token mixer's
+    /// tensors, then the channel mixer's: docs/STREAMING.md#trunk-pieces), in the order the
+    /// pass uses them; the widen area is counted with the second. `None`: whole layers only.
+    pub pieces: Option<[u64; 2]>,
 }
 
 impl LayerCost {
@@ -59,6 +63,18 @@ impl LayerCost {
             pinned: a + widen,
             streamed: a,
             slot: align4096(a + widen),
+            pieces: None,
+        }
+    }
+
+    /// [`LayerCost::new`] for a layer whose run splits into a token-mixer piece of `mixer`
+    /// bytes and a channel-mixer piece of `channel` bytes. A piece keeps its file offset
+    /// modulo 4096 in its slot, so each slot has one page of margin.
+    pub fn with_pieces(run: u64, widen: u64, mixer: u64, channel: u64) -> Self {
+        let slot = |b: u64| align4096(b) + 4096;
+        Self {
+            pieces: Some([slot(mixer), align4096(slot(channel) + widen)]),
+            ..Self::new(run, widen)
         }
     }
 }
@@ -70,7 +86,7 @@ pub struct TrunkPlan {
     pub pinned: Vec<usize>,
     /// Ring slots (0 when every layer is pinned).
     pub ring_slots: usize,
-    /// Bytes per ring slot (0 when every layer is pinned).
+    /// Bytes per ring slot (0 when every layer is pinned; a ring of pieces: its largest).
     pub ring_slot_bytes: u64,
     /// Bytes of the pinned layers.
     pub pinned_bytes: u64,
@@ -78,12 +94,26 @@ pub struct TrunkPlan {
     pub streamed_per_token: u64,
     /// True when the ring was held at 1 slot (no background reader) because 2 did not fit.
     pub single_slot_forced: bool,
+    /// A ring of pieces instead of whole layers: one slot per piece class (token mixer, then
+    /// channel mixer), these bytes each; the next piece is read while the current one
+    /// computes. Empty: a ring of `ring_slots` whole-layer slots.
+    pub piece_slot_bytes: Vec<u64>,
 }
 
 impl TrunkPlan {
     /// Bytes of the ring.
     pub fn ring_bytes(&self) -> u64 {
-        self.ring_slots as u64 * self.ring_slot_bytes
+        if self.piece_slot_bytes.is_empty() {
+            self.ring_slots as u64 * self.ring_slot_bytes
+        } else {
+            self.piece_slot_bytes.iter().sum()
+        }
+    }
+
+    /// Whether a background reader reads the next layer or piece while the current one
+    /// computes (a ring of ≥ 2 slots of any kind).
+    pub fn reads_ahead(&self) -> bool {
+        self.ring_slots >= 2
     }
 
     /// Bytes of the whole trunk allocation (pinned + ring).
@@ -91,8 +121,9 @@ impl TrunkPlan {
         self.pinned_bytes + self.ring_bytes()
     }
 
-    /// Builds the plan for `pinned` (a mask over `layers`) with `ring` slots.
-    fn from_mask(layers: &[LayerCost], pinned: &[bool], ring: usize, forced: bool) -> Self {
+    /// Builds the plan for `pinned` (a mask over `layers`) with `ring` slots (`Ring::Pieces`:
+    /// one slot per piece class).
+    fn from_mask(layers: &[LayerCost], pinned: &[bool], ring: Ring, forced: bool) -> Self {
         let unpinned = || {
             layers
                 .iter()
@@ -101,11 +132,23 @@ impl TrunkPlan {
                 .map(|(l, _)| l)
         };
         let slot = unpinned().map(|l| l.slot).max().unwrap_or(0);
-        let ring = if slot == 0 { 0 } else { ring };
+        let piece_slot_bytes = match ring {
+            Ring::Pieces if slot > 0 => piece_maxima(unpinned()).to_vec(),
+            _ => Vec::new(),
+        };
+        let ring = match ring {
+            _ if slot == 0 => 0,
+            Ring::Whole(r) => r,
+            Ring::Pieces => piece_slot_bytes.len(),
+        };
         Self {
             pinned: (0..layers.len()).filter(|&i| pinned[i]).collect(),
             ring_slots: ring,
-            ring_slot_bytes: if ring == 0 { 0 } else { slot },
+            ring_slot_bytes: match (ring, piece_slot_bytes.iter().max()) {
+                (0, _) => 0,
+                (_, Some(&largest)) => largest,
+                (_, None) => slot,
+            },
             pinned_bytes: layers
                 .iter()
                 .zip(pinned)
@@ -114,6 +157,7 @@ impl TrunkPlan {
                 .sum(),
             streamed_per_token: unpinned().map(|l| l.streamed).sum(),
             single_slot_forced: forced,
+            piece_slot_bytes,
         }
     }
 
@@ -121,6 +165,21 @@ impl TrunkPlan {
         (self.streamed_per_token, self.total_bytes())
             < (other.streamed_per_token, other.total_bytes())
     }
+}
+
+/// The ring's kind: `R` whole-layer slots, or one slot per piece class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ring {
+    Whole(usize),
+    Pieces,
+}
+
+/// Largest piece slot of each class among `layers` (every layer must have pieces).
+fn piece_maxima<'a>(layers: impl Iterator<Item = &'a LayerCost>) -> [u64; 2] {
+    layers.fold([0, 0], |m, l| {
+        let p = l.pieces.unwrap_or([l.slot, 0]);
+        [m[0].max(p[0]), m[1].max(p[1])]
+    })
 }
 
 /// Which layers to pin.
@@ -141,8 +200,10 @@ pub fn plan_trunk(layers: &[LayerCost], budget: u64, ring_want: usize) -> Option
 }
 
 /// Plans the trunk: everything pinned if it fits; otherwise the most ring slots up to
-/// `ring_want` (≥ 1) that fit, and the strategy's pinned set. A 1-slot ring when 2 were
-/// wanted is flagged. `None` when not even one ring slot fits.
+/// `ring_want` (≥ 1) that fit, and the strategy's pinned set. Where `ring_want` whole-layer
+/// slots do not fit but every layer streams in pieces, a ring of one slot per piece class
+/// (about one layer's bytes, read-ahead on) is tried before a single whole-layer slot; a
+/// 1-slot ring when 2 were wanted is flagged. `None` when not even one ring slot fits.
 pub fn plan_trunk_with(
     layers: &[LayerCost],
     budget: u64,
@@ -150,16 +211,16 @@ pub fn plan_trunk_with(
     strategy: PinStrategy,
 ) -> Option<TrunkPlan> {
     if layers.iter().map(|l| l.pinned).sum::<u64>() <= budget {
-        return Some(TrunkPlan::from_mask(
-            layers,
-            &vec![true; layers.len()],
-            0,
-            false,
-        ));
+        let all = vec![true; layers.len()];
+        return Some(TrunkPlan::from_mask(layers, &all, Ring::Whole(0), false));
     }
     let ring_want = ring_want.max(1);
-    (1..=ring_want).rev().find_map(|ring| {
-        let forced = ring < ring_want && ring_want > 1;
+    let pieces = ring_want > 1 && layers.iter().all(|l| l.pieces.is_some());
+    let mut rings: Vec<Ring> = (2..=ring_want).rev().map(Ring::Whole).collect();
+    rings.extend(pieces.then_some(Ring::Pieces));
+    rings.push(Ring::Whole(1));
+    rings.into_iter().find_map(|ring| {
+        let forced = ring == Ring::Whole(1) && ring_want > 1;
         let mask = match strategy {
             PinStrategy::Optimal => optimal_mask(layers, budget, ring)?,
             PinStrategy::Prefix => ordered_mask(layers, budget, ring, &prefix_order(layers))?,
@@ -171,13 +232,31 @@ pub fn plan_trunk_with(
     })
 }
 
-/// The smallest trunk budget for which any plan exists (one ring slot, every layer whose
-/// slot need exceeds the chosen slot pinned).
+/// Ring bytes when the layers streamed are `unpinned` (for `Ring::Whole(r)`, `r` slots of
+/// the largest).
+fn ring_cost<'a>(ring: Ring, unpinned: impl Iterator<Item = &'a LayerCost>) -> u64 {
+    match ring {
+        Ring::Whole(r) => r as u64 * unpinned.map(|l| l.slot).max().unwrap_or(0),
+        Ring::Pieces => piece_maxima(unpinned).iter().sum(),
+    }
+}
+
+/// The smallest trunk budget for which any plan exists (one ring slot, or one slot per piece
+/// class when every layer streams in pieces, with every layer whose slot need exceeds the
+/// chosen slot pinned).
 pub fn min_trunk_budget(layers: &[LayerCost]) -> u64 {
     let all: u64 = layers.iter().map(|l| l.pinned).sum();
+    let pieces = layers.iter().all(|l| l.pieces.is_some());
     distinct_slots(layers)
         .into_iter()
-        .map(|s| s + forced_cost(layers, s))
+        .map(|s| {
+            let streamable = || layers.iter().filter(move |l| l.slot <= s);
+            let ring = match pieces {
+                true => s.min(ring_cost(Ring::Pieces, streamable())),
+                false => s,
+            };
+            ring + forced_cost(layers, s)
+        })
         .min()
         .unwrap_or(0)
         .min(all)
@@ -198,11 +277,13 @@ fn forced_cost(layers: &[LayerCost], slot: u64) -> u64 {
         .sum()
 }
 
-/// Exact choice for `ring` slots: best over every candidate slot size.
-fn optimal_mask(layers: &[LayerCost], budget: u64, ring: usize) -> Option<Vec<bool>> {
+/// Exact choice for `ring` slots: best over every candidate slot size. (A piece ring is
+/// costed from every layer that may stream at that size, a bound the plan never exceeds.)
+fn optimal_mask(layers: &[LayerCost], budget: u64, ring: Ring) -> Option<Vec<bool>> {
     let mut best: Option<(TrunkPlan, Vec<bool>)> = None;
     for s in distinct_slots(layers) {
-        let fixed = ring as u64 * s + forced_cost(layers, s);
+        let streamable = layers.iter().filter(|l| l.slot <= s);
+        let fixed = ring_cost(ring, streamable) + forced_cost(layers, s);
         let Some(room) = budget.checked_sub(fixed) else {
             continue;
         };
@@ -320,17 +401,14 @@ fn largest_first_order(layers: &[LayerCost]) -> Vec<usize> {
 fn ordered_mask(
     layers: &[LayerCost],
     budget: u64,
-    ring: usize,
+    ring: Ring,
     order: &[usize],
 ) -> Option<Vec<bool>> {
     let mut mask = vec![false; layers.len()];
     let mut feasible = false;
     for _ in 0..4 {
-        let slot = (0..layers.len())
-            .filter(|&i| !mask[i])
-            .map(|i| layers[i].slot)
-            .max();
-        let mut spent = ring as u64 * slot.unwrap_or(0);
+        let unpinned = (0..layers.len()).filter(|&i| !mask[i]).map(|i| &layers[i]);
+        let mut spent = ring_cost(ring, unpinned);
         if spent > budget {
             break;
         }

@@ -66,10 +66,23 @@ impl MemoryPlan {
                 "1 x {}, HELD AT 1 SLOT: no read-ahead",
                 fmt_bytes(t.ring_slot_bytes)
             ),
-            (r, _) => format!("{r} x {}", fmt_bytes(t.ring_slot_bytes)),
+            _ if !t.piece_slot_bytes.is_empty() => {
+                let sizes: Vec<String> = t.piece_slot_bytes.iter().map(|&b| fmt_bytes(b)).collect();
+                format!(
+                    "{} pieces ({}), read-ahead on",
+                    sizes.len(),
+                    sizes.join(" + ")
+                )
+            }
+            (r, _) => format!("{r} x {}, read-ahead on", fmt_bytes(t.ring_slot_bytes)),
         };
         line(&mut s, "trunk ring", t.ring_bytes(), &ring);
-        line(&mut s, "embed + lm_head", self.embed_lm_head_bytes, "");
+        line(
+            &mut s,
+            "head (lm_head, norms)",
+            self.head_bytes,
+            "embedding rows read per token",
+        );
         let pool = 100.0 * self.expert_slots as f64 / self.n_routed_experts.max(1) as f64;
         let slots = format!(
             "{} slots x {} ({pool:.2}% of experts)",

@@ -1,0 +1,160 @@
+//! Whether a compressed trunk pack pays on this machine (docs/PERFORMANCE.md#trunk-compression):
+//! the disk reads the STORED bytes, the cores decode them into the bytes the slots hold.
+
+use super::table::fmt_bytes;
+
+/// A compressed pack and the machine reading it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CodecRates {
+    /// Stored ÷ decoded bytes of the pack (0.667 measured on trained-like BF16 weights).
+    pub stored_ratio: f64,
+    /// The drive's O_DIRECT read rate, bytes/s.
+    pub disk_bytes_per_s: f64,
+    /// Decoded bytes one core produces per second.
+    pub decode_bytes_per_s_per_core: f64,
+    /// Cores decoding.
+    pub decoding_cores: usize,
+    /// True when the next run's read overlaps the current run's decode (a second staging
+    /// buffer); false when a run is read, then decoded.
+    pub overlapped: bool,
+}
+
+/// Seconds per token to stream `decoded_bytes` of trunk, plain and compressed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CodecForecast {
+    /// Decoded (held) bytes per token.
+    pub decoded_bytes: u64,
+    /// Stored bytes the disk reads per token from the compressed pack.
+    pub stored_bytes: u64,
+    /// Seconds per token reading a plain pack.
+    pub plain_s: f64,
+    /// Seconds per token reading and decoding the compressed pack.
+    pub compressed_s: f64,
+    /// Seconds per token of decoding alone.
+    pub decode_s: f64,
+}
+
+impl CodecRates {
+    /// The forecast for `decoded_bytes` per token: plain `D / B`; compressed `r·D / B + D /
+    /// (c·T)` read then decoded, `max(r·D / B, D / (c·T))` overlapped.
+    pub fn forecast(&self, decoded_bytes: u64) -> CodecForecast {
+        let d = decoded_bytes as f64;
+        let read = self.stored_ratio * d / self.disk_bytes_per_s.max(1.0);
+        let decode =
+            d / (self.decode_bytes_per_s_per_core * self.decoding_cores.max(1) as f64).max(1.0);
+        CodecForecast {
+            decoded_bytes,
+            stored_bytes: (self.stored_ratio * d).round() as u64,
+            plain_s: d / self.disk_bytes_per_s.max(1.0),
+            compressed_s: if self.overlapped {
+                read.max(decode)
+            } else {
+                read + decode
+            },
+            decode_s: decode,
+        }
+    }
+
+    /// The drive rate below which the compressed pack is faster: `(1 − r)·c·T` read then
+    /// decoded, `c·T` overlapped (bytes/s).
+    pub fn crossover_bytes_per_s(&self) -> f64 {
+        let ct = self.decode_bytes_per_s_per_core * self.decoding_cores.max(1) as f64;
+        if self.overlapped {
+            ct
+        } else {
+            (1.0 - self.stored_ratio) * ct
+        }
+    }
+
+    /// Whether the compressed pack streams faster than a plain one.
+    pub fn pays(&self) -> bool {
+        self.disk_bytes_per_s < self.crossover_bytes_per_s()
+    }
+
+    /// One line for `k3 plan`: the bytes read and decoded per token, the decode seconds, and
+    /// which pack to use.
+    pub fn verdict(&self, decoded_bytes: u64) -> String {
+        let f = self.forecast(decoded_bytes);
+        let rate = |b: f64| format!("{:.1} GB/s", b / 1e9);
+        let head = format!(
+            "compressed trunk: {} read + {} decoded per token, decode {:.2} s on {} cores ({:.2} s/token vs {:.2} s plain)",
+            fmt_bytes(f.stored_bytes),
+            fmt_bytes(f.decoded_bytes),
+            f.decode_s,
+            self.decoding_cores,
+            f.compressed_s,
+            f.plain_s
+        );
+        let why = format!(
+            "at {} with {} decoding cores (pays below {})",
+            rate(self.disk_bytes_per_s),
+            self.decoding_cores,
+            rate(self.crossover_bytes_per_s())
+        );
+        match self.pays() {
+            true => format!(
+                "{head}\ncompression pays {why}: use the compressed pack (k3 pack --compress)"
+            ),
+            false => format!("{head}\ncompression does not pay {why}: use a plain pack (k3 pack)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rates(disk_gb_s: f64, cores: usize, overlapped: bool) -> CodecRates {
+        CodecRates {
+            stored_ratio: 0.667,
+            disk_bytes_per_s: disk_gb_s * 1e9,
+            decode_bytes_per_s_per_core: 2e9,
+            decoding_cores: cores,
+            overlapped,
+        }
+    }
+
+    #[test]
+    fn crossover_is_one_minus_r_c_t_serial_and_c_t_overlapped() {
+        // 2 cores at 2 GB/s: serial pays below 0.333·4 = 1.33 GB/s, overlapped below 4 GB/s.
+        let serial = rates(2.4, 2, false);
+        assert!((serial.crossover_bytes_per_s() - 1.332e9).abs() < 1e6);
+        assert!(!serial.pays());
+        let overlapped = rates(2.4, 2, true);
+        assert_eq!(overlapped.crossover_bytes_per_s(), 4e9);
+        assert!(overlapped.pays());
+        // The forecast agrees with the crossover on both sides of it.
+        for (r, d) in [
+            (serial, 1.2),
+            (serial, 1.5),
+            (overlapped, 3.9),
+            (overlapped, 4.1),
+        ] {
+            let r = CodecRates {
+                disk_bytes_per_s: d * 1e9,
+                ..r
+            };
+            let f = r.forecast(4_000_000_000);
+            assert_eq!(f.compressed_s < f.plain_s, r.pays(), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn verdict_names_the_pack_to_use() {
+        let v = rates(2.4, 2, false).verdict(4_004_000_000);
+        assert!(
+            v.contains("compression does not pay at 2.4 GB/s with 2 decoding cores"),
+            "{v}"
+        );
+        assert!(v.contains("use a plain pack (k3 pack)"), "{v}");
+        assert!(
+            v.contains("2.67 GB read + 4.00 GB decoded per token"),
+            "{v}"
+        );
+        let v = rates(1.0, 2, false).verdict(4_004_000_000);
+        assert!(
+            v.contains("use the compressed pack (k3 pack --compress)"),
+            "{v}"
+        );
+    }
+}
