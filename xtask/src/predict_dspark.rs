@@ -118,7 +118,8 @@ fn predict(args: &PredictDsparkArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .remove(0);
     let p = preset(&args.preset)?;
-    let req = PlanRequest::new(Budget::Preset(p), args.ctx).with_block_draft(draft_held_bytes(args.ctx));
+    let req =
+        PlanRequest::new(Budget::Preset(p), args.ctx).with_block_draft(draft_held_bytes(args.ctx));
     let plan = make_plan(&sizes, &req).map_err(|e| e.to_string())?;
     let moe = (cfg.num_hidden_layers - cfg.first_k_dense_replace) as f64;
     let x = moe * f64::from(sizes.top_k) * sizes.expert_bytes as f64;
