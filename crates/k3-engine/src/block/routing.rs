@@ -145,7 +145,7 @@ mod tests {
             let mut last = f64::INFINITY;
             for rho in [0.0, 0.2, 0.5, 0.9, 1.0] {
                 let d = base.with_correlation(rho).distinct(mf);
-                assert!(d <= last + 1e-12 && d <= 32.0 && d >= 4.0 - 1e-12);
+                assert!(d <= last + 1e-12 && (4.0 - 1e-12..=32.0).contains(&d));
                 last = d;
             }
         }
