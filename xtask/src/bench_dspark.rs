@@ -213,8 +213,12 @@ fn bench(args: &BenchDsparkArgs) -> Result<(), String> {
     let rates = measure_rates(args)?;
     let engine = open(args, 64)?;
     let streamed = engine.plan().map_or(0, |p| p.trunk.streamed_per_token) as f64;
-    // the bytes a pass reads from disk: the streamed trunk, every routed expert of a position
-    let bytes = PassCost::bytes_only(streamed, engine.pass_cost().per_position);
+    // the bytes a pass reads from disk: the streamed trunk, the union of its positions'
+    // routed experts (the engine's routing geometry)
+    let bytes = PassCost {
+        shared: streamed,
+        ..engine.pass_cost()
+    };
     drop(engine);
     // the drafter chooses with the timed model, its disk terms from the first probe
     let chooser = bytes.with_rates(&with_disk(rates, &before));
@@ -242,10 +246,13 @@ fn bench(args: &BenchDsparkArgs) -> Result<(), String> {
         rates.draft
     );
     println!(
-        "model: pass = {:.1} MB streamed + {:.1} MB per position; {:.3} s + {:.3} s per position + {:.3} s draft",
+        "model: pass of m positions = {:.1} MB streamed + u(m) × {:.1} MB of experts (u: the union of m positions' experts in positions, u(2) = {:.3}, u(8) = {:.3}); {:.3} s + u(m) × {:.3} s + m × {:.3} s + {:.3} s draft",
         streamed / 1e6,
         cost.per_position / 1e6,
+        cost.expert_positions(2.0),
+        cost.expert_positions(8.0),
         t.shared,
+        t.experts,
         t.per_position,
         t.draft
     );

@@ -3,7 +3,8 @@
 //! at acceptance lengths 1–7 (docs/STREAMING.md#dspark-block-drafts).
 
 use crate::CliError;
-use k3_engine::planning::{forecast, model_sizes};
+use k3_engine::block::Routing;
+use k3_engine::planning::{forecast_block_draft, model_sizes};
 use k3_engine::Budget;
 use k3_format::{DsparkCheckpoint, K3Config};
 use k3_plan::plan::fmt_bytes;
@@ -26,7 +27,7 @@ pub fn plan(
     let kv_per_pos = (c.num_hidden_layers * c.kv_width() * 4) as u64;
     let kv = kv_per_pos * ctx as u64 * sessions as u64;
     let held = draft.weight_bytes() + kv;
-    let (plan, available, fits) = forecast(model_dir, budget, ctx, sessions, held)?;
+    let (plan, available, fits) = forecast_block_draft(model_dir, budget, ctx, sessions, held)?;
     println!("{}", plan.table(Some(&available)).trim_end());
     println!(
         "DSpark draft {}: {} of weights + {} of context KV ({} per position × {ctx} positions × {sessions} sessions), planned in the draft row",
@@ -44,7 +45,7 @@ pub fn plan(
     let x = sizes.top_k as u64 * moe * sizes.expert_bytes;
     let s = plan.trunk.streamed_per_token;
     println!(
-        "bytes read per generated token (trunk streamed {} per pass; routed experts at most {} per position, cache hits read less):",
+        "bytes read per generated token (trunk streamed {} per pass; routed experts at most {} per position and a pass reads the union of its positions' experts, cache hits read less):",
         fmt_bytes(s),
         fmt_bytes(x)
     );
@@ -54,11 +55,13 @@ pub fn plan(
         fmt_bytes(x)
     );
     let block = c.block_size as u64;
+    let routing = Routing::independent(cfg.num_experts, cfg.num_experts_per_token);
+    let union = x as f64 * routing.positions((block + 1) as f64);
     for tau in 1..=block {
         println!(
             "  acceptance length {tau}, {block} drafts verified: trunk {}, experts {}",
             fmt_bytes(s / tau),
-            fmt_bytes(x * (block + 1) / tau)
+            fmt_bytes((union / tau as f64) as u64)
         );
     }
     fits.map_err(CliError::from)

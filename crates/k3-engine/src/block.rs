@@ -2,9 +2,10 @@
 //! the draft proposes a whole block from the target's taps, and the exact speculative loop
 //! ([`Session::generate_speculative`]) verifies as many of them as the cost model says pays:
 //!
-//! A verifying pass with `n` drafts costs `S + (n+1)·X` bytes — `S` the trunk, read once
-//! whatever the number of positions (streamed from disk, or from memory), `X` the routed
-//! experts each position reads — and, when the disk and compute rates are known, the
+//! A verifying pass with `n` drafts costs `S + u(n+1)·X` bytes — `S` the trunk, read once
+//! whatever the number of positions (streamed from disk, or from memory), `X` one
+//! position's routed experts, `u(m)` the union of `m` positions' experts in units of one
+//! position's (`routing.rs`) — and, when the disk and compute rates are known, the
 //! seconds those bytes and the draft pass take (`cost.rs`); it yields on average
 //! `1 + Σ_{i≤n} Π_{j≤i} c_j` tokens, with `c_j` the confidence head's estimate that draft
 //! `j` is accepted given the ones before it were. The drafter verifies the
@@ -13,8 +14,10 @@
 //! only the passes change.
 
 mod cost;
+mod routing;
 
 pub use cost::{PassCost, PassSeconds, Rates};
+pub use routing::Routing;
 
 use crate::dspark::DsparkDraft;
 use crate::{EngineError, Session};

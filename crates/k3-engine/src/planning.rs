@@ -142,14 +142,37 @@ pub fn forecast_rank(
     draft_trunk_bytes: u64,
     group: (usize, usize),
 ) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
+    let req = PlanRequest::new(budget, ctx as u64)
+        .with_sessions(sessions as u64)
+        .with_draft(draft_trunk_bytes);
+    forecast_request(dir, &req, group)
+}
+
+/// [`forecast`] with a DSpark block draft holding `draft_bytes` (its weights and context KV;
+/// no session of its own, docs/STREAMING.md#dspark-block-drafts).
+pub fn forecast_block_draft(
+    dir: &std::path::Path,
+    budget: Budget,
+    ctx: usize,
+    sessions: usize,
+    draft_bytes: u64,
+) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
+    let req = PlanRequest::new(budget, ctx as u64)
+        .with_sessions(sessions as u64)
+        .with_block_draft(draft_bytes);
+    forecast_request(dir, &req, (0, 1))
+}
+
+fn forecast_request(
+    dir: &std::path::Path,
+    req: &PlanRequest,
+    group: (usize, usize),
+) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
     let cfg = K3Config::load(dir.join("config.json"))?;
     let ckpt = k3_format::Checkpoint::open(dir)?;
     let binding = k3_format::bind_model(&ckpt, &cfg)?;
     let sizes = rank_sizes(&cfg, &binding, group.0, group.1)?;
-    let req = PlanRequest::new(budget, ctx as u64)
-        .with_sessions(sessions as u64)
-        .with_draft(draft_trunk_bytes);
-    let plan = k3_plan::plan::plan(&sizes, &req)?;
+    let plan = k3_plan::plan::plan(&sizes, req)?;
     let available = available_memory();
     let fits = plan.check(&sizes, &available).map_err(EngineError::from);
     Ok((plan, available, fits))
@@ -320,14 +343,20 @@ pub fn decode_exchange(cfg: &K3Config, ranks: usize) -> Result<TokenExchange, En
 
 /// The block drafter's cost model (docs/STREAMING.md#dspark-block-drafts): a verifying pass
 /// reads the trunk once (every layer's run, streamed or in memory) whatever its positions,
-/// and each position its `top_k` routed experts in every MoE layer.
+/// and in every MoE layer the union of its positions' routed experts — `top_k` of
+/// `n_experts` each, routed independently (`block::Routing`), so `m` positions read
+/// `n_experts·(1 − (1 − top_k/n_experts)^m)` experts per layer, not `m·top_k`.
 pub fn pass_cost(cfg: &K3Config, b: &ModelBinding) -> Result<crate::block::PassCost, EngineError> {
     let sizes = model_sizes(cfg, b)?;
-    let moe_layers = (0..cfg.num_hidden_layers)
-        .filter(|&l| !cfg.is_dense(l))
-        .count();
+    let dims = k3_model::Dims::new(cfg)?;
+    let moe_layers = dims.dense.iter().filter(|&&d| !d).count();
+    let one_position = (dims.topk as u64 * moe_layers as u64 * sizes.expert_bytes) as f64;
     Ok(crate::block::PassCost::bytes_only(
         sizes.layer_run_bytes.iter().sum::<u64>() as f64,
-        (sizes.top_k as u64 * moe_layers as u64 * sizes.expert_bytes) as f64,
-    ))
+        one_position,
+    )
+    .with_routing(crate::block::Routing::independent(
+        dims.n_experts,
+        dims.topk,
+    )))
 }

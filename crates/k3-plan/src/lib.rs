@@ -26,7 +26,7 @@ pub mod sim;
 mod slots;
 
 pub use plan::{
-    Available, Budget, MemoryPlan, ModelSizes, PlanError, PlanRequest, Preset, TrunkPlan,
+    Available, Budget, DraftKind, MemoryPlan, ModelSizes, PlanError, PlanRequest, Preset, TrunkPlan,
 };
 pub use policy::{ExpertKey, KeySpace, PolicyKind, ReplacementPolicy};
 pub use slots::{CacheError, Lookup, SlotTable};

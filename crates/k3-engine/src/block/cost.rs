@@ -2,31 +2,41 @@
 //! pass of `n` drafts costs and what it is expected to yield. One model serves the drafter's
 //! rule ([`PassCost::choose`]) and the benchmark's prediction ([`PassCost::per_token`]).
 //!
-//! Bytes: a pass reads `S + (n+1)·X` — `S` the trunk, once whatever its positions, `X` the
-//! routed experts each position reads. Time, when the rates are known (measured by
-//! `cargo xtask bench-dspark`): `T_S + (n+1)·T_X + T_d` with `T_S = S / disk rate + the
-//! pass's shared compute`, `T_X = X / expert read rate + compute per position`, and `T_d`
-//! one DSpark block pass. Expected tokens: `1 + Σ_{i≤n} Π_{j≤i} c_j` for per-draft acceptance
+//! Bytes: a pass over `m = n+1` positions reads `S + u(m)·X` — `S` the trunk, once whatever
+//! its positions, `X` one position's routed experts, and `u(m)` the union of the positions'
+//! experts in units of one position's ([`Routing::positions`]: each expert a pass routes to
+//! is read once; `E·(1 − (1 − k/E)^m)/k` under independent routing, `m` when positions never
+//! share an expert). Time, when the rates are known (measured by `cargo xtask bench-dspark`):
+//! `T_S + u(m)·T_X + m·T_c + T_d` with `T_S = S / disk rate + the pass's shared compute`,
+//! `T_X = X / expert read rate`, `T_c` the compute each position adds, and `T_d` one DSpark
+//! block pass. Expected tokens: `1 + Σ_{i≤n} Π_{j≤i} c_j` for per-draft acceptance
 //! estimates `c_j`. The drafter verifies the `n` that maximises tokens per second when the
 //! time terms are known, else tokens per byte.
+
+use super::routing::Routing;
 
 /// The cost of one verifying pass.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PassCost {
     /// Bytes a pass reads whatever its positions (the trunk).
     pub shared: f64,
-    /// Bytes each position adds (its routed experts).
+    /// Bytes of one position's routed experts (`X`).
     pub per_position: f64,
+    /// How the positions' experts overlap (`None`: never — each position's read apart).
+    pub routing: Option<Routing>,
     /// The time terms, when the rates are known.
     pub seconds: Option<PassSeconds>,
 }
 
-/// Seconds of a verifying pass: `shared + positions·per_position + draft`.
+/// Seconds of a verifying pass over `m` positions: `shared + u(m)·experts + m·per_position
+/// + draft` (`u(m)`: [`PassCost::expert_positions`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PassSeconds {
     /// Seconds a pass takes whatever its positions (the trunk's reads and shared compute).
     pub shared: f64,
-    /// Seconds each position adds (its experts' reads and its compute).
+    /// Seconds of reading one position's experts (`X / expert read rate`).
+    pub experts: f64,
+    /// Compute seconds each position adds.
     pub per_position: f64,
     /// Seconds of the DSpark pass that proposes the block.
     pub draft: f64,
@@ -57,12 +67,30 @@ pub struct PerToken {
 }
 
 impl PassCost {
-    /// The byte model alone.
+    /// The byte model alone, each position's experts read apart (`u(m) = m`).
     pub fn bytes_only(shared: f64, per_position: f64) -> PassCost {
         PassCost {
             shared,
             per_position,
+            routing: None,
             seconds: None,
+        }
+    }
+
+    /// This model with a pass reading the union of its positions' experts under `routing`.
+    pub fn with_routing(self, routing: Routing) -> PassCost {
+        PassCost {
+            routing: Some(routing),
+            ..self
+        }
+    }
+
+    /// `u(m)`: the expert bytes of a pass over `m` positions in units of one position's
+    /// (`m` may be fractional, an average).
+    pub fn expert_positions(&self, m: f64) -> f64 {
+        match self.routing {
+            Some(r) => r.positions(m),
+            None => m.max(1.0),
         }
     }
 
@@ -73,23 +101,35 @@ impl PassCost {
         PassCost {
             seconds: Some(PassSeconds {
                 shared: per(self.shared, r.trunk_disk) + r.compute_shared,
-                per_position: per(self.per_position, r.expert_disk) + r.compute_per_position,
+                experts: per(self.per_position, r.expert_disk),
+                per_position: r.compute_per_position,
                 draft: r.draft,
             }),
             ..self
         }
     }
 
+    /// Bytes of a pass over `m` positions.
+    fn bytes_of(&self, m: f64) -> f64 {
+        self.shared + self.expert_positions(m) * self.per_position
+    }
+
+    /// Seconds of a pass over `m` positions (`drafted`: a DSpark pass proposed its drafts).
+    fn seconds_of(&self, m: f64, drafted: bool) -> Option<f64> {
+        let u = self.expert_positions(m);
+        self.seconds.map(|s| {
+            s.shared + u * s.experts + m * s.per_position + if drafted { s.draft } else { 0.0 }
+        })
+    }
+
     /// Bytes of a pass verifying `n` drafts.
     pub fn bytes(&self, n: usize) -> f64 {
-        self.shared + (n + 1) as f64 * self.per_position
+        self.bytes_of((n + 1) as f64)
     }
 
     /// Seconds of a pass verifying `n` drafts (`drafted`: a DSpark pass proposed them).
     pub fn seconds(&self, n: usize, drafted: bool) -> Option<f64> {
-        self.seconds.map(|s| {
-            s.shared + (n + 1) as f64 * s.per_position + if drafted { s.draft } else { 0.0 }
-        })
+        self.seconds_of((n + 1) as f64, drafted)
     }
 
     /// Expected tokens of a pass verifying `n` drafts with acceptance estimates `conf[..n]`.
@@ -133,15 +173,15 @@ impl PassCost {
 
     /// Bytes and seconds per generated token when passes verify `verified` drafts on average
     /// and yield `tau` tokens each (`drafted`: every pass runs the DSpark draft; plain
-    /// decoding is `tau = 1, verified = 0, drafted = false`).
+    /// decoding is `tau = 1, verified = 0, drafted = false`). The union is taken at the
+    /// average pass (`u(verified + 1)`); `u` is concave, so passes of unequal sizes read a
+    /// little less than this.
     pub fn per_token(&self, tau: f64, verified: f64, drafted: bool) -> PerToken {
         let tau = tau.max(f64::MIN_POSITIVE);
+        let m = verified.max(0.0) + 1.0;
         PerToken {
-            bytes: (self.shared + (verified + 1.0) * self.per_position) / tau,
-            seconds: self.seconds.map(|s| {
-                let draft = if drafted { s.draft } else { 0.0 };
-                (s.shared + (verified + 1.0) * s.per_position + draft) / tau
-            }),
+            bytes: self.bytes_of(m) / tau,
+            seconds: self.seconds_of(m, drafted).map(|s| s / tau),
         }
     }
 }
@@ -155,6 +195,7 @@ mod tests {
     const RELEASED: PassCost = PassCost {
         shared: 108.8e9,
         per_position: 25.8e9,
+        routing: None,
         seconds: None,
     };
 
@@ -188,20 +229,19 @@ mod tests {
         let timed = RELEASED.with_rates(&rates);
         let s = timed.seconds.unwrap();
         assert!((s.shared - (108.8e9 / 3e9 + 1.0)).abs() < 1e-9);
-        assert!((s.per_position - (25.8e9 / 3e9 + 0.5)).abs() < 1e-9);
-        assert_eq!(timed.seconds(0, false), Some(s.shared + s.per_position));
-        assert_eq!(
-            timed.seconds(2, true),
-            Some(s.shared + 3.0 * s.per_position + 0.2)
-        );
+        assert!((s.experts - 25.8e9 / 3e9).abs() < 1e-9);
+        assert_eq!(s.per_position, 0.5);
+        let pos = s.experts + s.per_position;
+        assert_eq!(timed.seconds(0, false), Some(s.shared + pos));
+        assert_eq!(timed.seconds(2, true), Some(s.shared + 3.0 * pos + 0.2));
         // plain decoding: one pass per token, no draft
         let plain = timed.per_token(1.0, 0.0, false);
         assert_eq!(plain.bytes, 108.8e9 + 25.8e9);
-        assert_eq!(plain.seconds, Some(s.shared + s.per_position));
+        assert_eq!(plain.seconds, Some(s.shared + pos));
         // τ = 3.3 with 7 verified: (S + 8X)/3.3 bytes, (T_S + 8 T_X + T_d)/3.3 seconds
         let block = timed.per_token(3.3, 7.0, true);
         assert!((block.bytes - (108.8e9 + 8.0 * 25.8e9) / 3.3).abs() < 1.0);
-        let want = (s.shared + 8.0 * s.per_position + 0.2) / 3.3;
+        let want = (s.shared + 8.0 * pos + 0.2) / 3.3;
         assert!((block.seconds.unwrap() - want).abs() < 1e-9);
         // the draft pass is paid whatever is verified: a dear one makes verifying more pay
         let dear = RELEASED.with_rates(&Rates {
@@ -218,5 +258,51 @@ mod tests {
         });
         assert_eq!(busy.choose(&[0.6; 7], 7), 0);
         assert!(PassCost::bytes_only(1e9, 1e6).choose(&[0.6; 7], 7) > 0);
+    }
+
+    #[test]
+    fn a_pass_reads_the_union_of_its_positions_experts() {
+        // the bench model's layer: 32 experts, top 16 — two positions read 24, not 32
+        let x = 1.0e9;
+        let union = PassCost::bytes_only(6.5e9, x).with_routing(Routing::independent(32, 16));
+        assert_eq!(union.bytes(0), 6.5e9 + x, "one position: its own experts");
+        assert!((union.bytes(1) - (6.5e9 + 1.5 * x)).abs() < 1e-3);
+        assert!((union.bytes(7) - (6.5e9 + 2.0 * (1.0 - 0.5f64.powi(8)) * x)).abs() < 1e-3);
+        // per_token takes the union at the average pass; plain decoding is unchanged
+        assert_eq!(union.per_token(1.0, 0.0, false).bytes, 6.5e9 + x);
+        let m = 3.4 + 1.0;
+        let want = (6.5e9 + 2.0 * (1.0 - 0.5f64.powf(m)) * x) / 2.2;
+        assert!((union.per_token(2.2, 3.4, true).bytes - want).abs() < 1e-3);
+        // the timed model: expert reads follow the union, compute every position
+        let rates = Rates {
+            trunk_disk: 1e9,
+            expert_disk: 1e9,
+            compute_shared: 1.0,
+            compute_per_position: 0.25,
+            draft: 2.0,
+        };
+        let timed = union.with_rates(&rates);
+        let want = 6.5 + 1.0 + 1.5 * 1.0 + 2.0 * 0.25 + 2.0;
+        assert!((timed.seconds(1, true).unwrap() - want).abs() < 1e-12);
+        // a draft's expert bytes fall as the union fills: verifying pays sooner than the
+        // per-position model says (a draft at 0.12: 1.12 tokens per 8.0 GB beats 1 per 7.5,
+        // while apart 8.5 GB it does not)
+        let apart = PassCost::bytes_only(6.5e9, x);
+        assert_eq!(apart.choose(&[0.12; 7], 7), 0);
+        assert!(union.choose(&[0.12; 7], 7) > 0);
+        // released geometry: 8 positions read 7.52 positions' experts
+        let released = RELEASED.with_routing(Routing::independent(896, 16));
+        let u = released.expert_positions(8.0);
+        assert!((u - 7.517).abs() < 0.001, "{u}");
+        assert!(released.bytes(7) < RELEASED.bytes(7));
+        // the rule's choices at the released geometry stay those of the docs' example
+        assert_eq!(released.choose(&[0.9, 0.8, 0.6, 0.3, 0.1, 0.1, 0.1], 7), 3);
+        assert_eq!(released.choose(&[0.9; 7], 7), 7);
+        assert_eq!(released.choose(&[0.05; 7], 7), 0);
+        // correlation ρ lowers it further, and ρ = 1 reads one position's experts
+        let rho = RELEASED.with_routing(Routing::independent(896, 16).with_correlation(0.3));
+        assert!(rho.bytes(7) < released.bytes(7));
+        let same = RELEASED.with_routing(Routing::independent(896, 16).with_correlation(1.0));
+        assert!((same.bytes(7) - RELEASED.bytes(0)).abs() < 1.0);
     }
 }

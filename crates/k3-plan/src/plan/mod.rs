@@ -228,8 +228,25 @@ pub struct PlanRequest {
     /// Bytes of a draft trunk held in memory for hybrid drafting (0: none). It is a fixed
     /// cost like the sessions' state — on top of a preset or `--trunk-gb/--cache-gb`, taken
     /// out of a `--mem-gb` total before the trunk pins — and the draft model's own state
-    /// (one more session) is reserved with it (docs/STREAMING.md#hybrid-drafting).
+    /// (one more session) is reserved with it (docs/STREAMING.md#hybrid-drafting). With
+    /// [`DraftKind::Block`] these are a DSpark draft's weights and context KV instead, and no
+    /// further session is reserved.
     pub draft_trunk_bytes: u64,
+    /// What the held draft is: a draft trunk (its own session state) or a DSpark block draft.
+    pub draft_kind: DraftKind,
+}
+
+/// The kind of draft a plan holds beside the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DraftKind {
+    /// A quantized copy of the trunk run as a second model: it carries its own KDA state
+    /// and latent KV, one more session (docs/STREAMING.md#hybrid-drafting).
+    #[default]
+    Trunk,
+    /// A DSpark block draft (docs/STREAMING.md#dspark-block-drafts): its weights and its
+    /// context KV (`layers × (kv_lora + rope) × 4` bytes per position) are all it holds; it
+    /// reads the target's hidden states and runs no session of its own.
+    Block,
 }
 
 impl PlanRequest {
@@ -241,18 +258,29 @@ impl PlanRequest {
             ring_slots: 2,
             sessions: 1,
             draft_trunk_bytes: 0,
+            draft_kind: DraftKind::Trunk,
         }
     }
 
     /// The same request with a draft trunk of `bytes` in memory (and its model's state).
     pub fn with_draft(mut self, bytes: u64) -> Self {
         self.draft_trunk_bytes = bytes;
+        self.draft_kind = DraftKind::Trunk;
         self
     }
 
-    /// Sessions whose state is reserved, counting the draft model's when there is one.
+    /// The same request with a DSpark block draft holding `bytes` (its weights and every
+    /// reserved session's context KV): a fixed cost like a draft trunk, but no session state.
+    pub fn with_block_draft(mut self, bytes: u64) -> Self {
+        self.draft_trunk_bytes = bytes;
+        self.draft_kind = DraftKind::Block;
+        self
+    }
+
+    /// Sessions whose state is reserved, counting a draft trunk's model when there is one.
     pub fn states(&self) -> u64 {
-        self.sessions.max(1) + u64::from(self.draft_trunk_bytes > 0)
+        let draft_session = self.draft_trunk_bytes > 0 && self.draft_kind == DraftKind::Trunk;
+        self.sessions.max(1) + u64::from(draft_session)
     }
 
     /// The same request reserving state for `n` sessions (at least 1).

@@ -1,6 +1,6 @@
 //! The printed plan (`k3 plan`, and the refusal message).
 
-use super::{Available, Budget, MemoryPlan, GB};
+use super::{Available, Budget, DraftKind, MemoryPlan, GB};
 use std::fmt::{self, Write as _};
 
 /// Human bytes in decimal units: `2.37 GB`, `626.25 MB`, `6.68 KB`, `12 B`.
@@ -91,7 +91,8 @@ impl MemoryPlan {
         );
         line(&mut s, "expert cache", self.expert_cache_bytes(), &slots);
         let draft = self.draft_trunk_bytes > 0;
-        let sessions = match (self.request.sessions, draft) {
+        let block = self.request.draft_kind == DraftKind::Block;
+        let sessions = match (self.request.sessions, draft && !block) {
             (0 | 1, false) => String::new(),
             (0 | 1, true) => "session + draft model".to_string(),
             (n, false) => format!("{n} sessions"),
@@ -113,12 +114,12 @@ impl MemoryPlan {
             &chunk,
         );
         if draft {
-            line(
-                &mut s,
-                "draft trunk",
-                self.draft_trunk_bytes,
-                "hybrid drafting",
-            );
+            let (name, what) = if block {
+                ("DSpark draft", "weights + context KV")
+            } else {
+                ("draft trunk", "hybrid drafting")
+            };
+            line(&mut s, name, self.draft_trunk_bytes, what);
         }
         line(&mut s, "TOTAL", self.total_bytes(), "");
         match available.and_then(|a| a.bytes().map(|b| (b, a.source()))) {
