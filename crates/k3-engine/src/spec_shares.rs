@@ -189,5 +189,8 @@ fn one_rank(
     sizes.n_routed_experts = owned * moe;
     sizes.kda_state_bytes =
         crate::planning::kda_state_share(cfg, whole.kda_state_bytes, rank, size);
+    // A rank's share of a layer is rows cut from several tensors, not one contiguous run, so
+    // it streams whole (as `planning::rank_sizes` finds from the share binding): no pieces.
+    sizes.layer_piece_bytes.clear();
     Ok(sizes)
 }
