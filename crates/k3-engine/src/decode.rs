@@ -1,14 +1,17 @@
 //! The compressed trunk's decoder (docs/STREAMING.md#compressed-trunk): a pack's layer runs
-//! decoded chunk by chunk in parallel on the compute pool. Called by the trunk store between a
-//! unit's read and its bind: by the reader thread for read-aheads (the chunks then run on the
-//! pool's threads between the forward pass's own work), inline for a synchronous read. A unit
-//! is a layer, or one piece of a layer (docs/STREAMING.md#trunk-pieces).
+//! decoded chunk by chunk in parallel. Called by the trunk store between a unit's read and its
+//! bind: inline on the compute pool for a synchronous read, and by the reader thread for
+//! read-aheads, whose chunks run on a decode pool of their own. Never on the compute pool from
+//! the reader: a compute thread that stole one of its chunks can later take the forward pass
+//! on top of it and block waiting for the very unit that chunk belongs to (a deadlock seen with
+//! the piece ring at 2 threads). A unit is a layer, or one piece of a layer
+//! (docs/STREAMING.md#trunk-pieces).
 
 use k3_format::pack::DecodeJob;
 use k3_format::TrunkPack;
 use rayon::prelude::*;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// One piece of a layer in a compressed pack: its bytes of the decoded run, and where its
 /// stored bytes start in the layer's stored run.
@@ -23,6 +26,9 @@ pub(crate) struct PieceSpan {
 pub(crate) struct PackDecoder {
     pack: TrunkPack,
     pool: Arc<rayon::ThreadPool>,
+    /// The reader thread's decode pool, as many threads as `pool`, built at the first
+    /// read-ahead (`None` if it could not be: the reader then decodes alone).
+    reader_pool: OnceLock<Option<rayon::ThreadPool>>,
     /// Units are these pieces (`None`: units are whole layers).
     pieces: Option<Vec<PieceSpan>>,
 }
@@ -32,6 +38,7 @@ impl PackDecoder {
         PackDecoder {
             pack,
             pool,
+            reader_pool: OnceLock::new(),
             pieces: None,
         }
     }
@@ -45,6 +52,7 @@ impl PackDecoder {
         PackDecoder {
             pack,
             pool,
+            reader_pool: OnceLock::new(),
             pieces: Some(pieces),
         }
     }
@@ -110,6 +118,25 @@ fn jobs_in<'o>(
     v
 }
 
+impl PackDecoder {
+    /// The read-ahead decode pool (see the module comment), `None` with one compute thread
+    /// (the reader decodes alone, as fast) or when no thread could be started.
+    fn reader_pool(&self) -> Option<&rayon::ThreadPool> {
+        let threads = self.pool.current_num_threads();
+        self.reader_pool
+            .get_or_init(|| {
+                (threads > 1).then(|| {
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .thread_name(|i| format!("k3-decode-{i}"))
+                        .build()
+                        .ok()
+                })?
+            })
+            .as_ref()
+    }
+}
+
 impl k3_store::RunDecoder for PackDecoder {
     fn decoded_len(&self, u: usize) -> u64 {
         self.unit(u).1.len() as u64
@@ -124,19 +151,24 @@ impl k3_store::RunDecoder for PackDecoder {
         let run = |job: &DecodeJob, dst: &mut [u8], scratch: &mut Vec<u8>| {
             self.pack.decode_job_in(l, job, stored, base, dst, scratch)
         };
-        if self.pool.current_num_threads() < 2 && self.pool.current_thread_index().is_none() {
-            // One compute thread may be the one blocked waiting for this layer: a job queued
-            // on its pool would never run. The reader thread decodes it alone instead.
-            let mut scratch = Vec::new();
-            return jobs
-                .into_iter()
-                .try_for_each(|(job, dst)| run(&job, dst, &mut scratch))
-                .map_err(|e| e.to_string());
+        // A synchronous read on a compute thread decodes on its own pool; the reader thread
+        // on its decode pool.
+        let pool = match self.pool.current_thread_index() {
+            Some(_) => Some(&*self.pool),
+            None => self.reader_pool(),
+        };
+        match pool {
+            Some(pool) => pool.install(|| {
+                jobs.into_par_iter()
+                    .try_for_each_init(Vec::new, |scratch, (job, dst)| run(&job, dst, scratch))
+                    .map_err(|e| e.to_string())
+            }),
+            None => {
+                let mut scratch = Vec::new();
+                jobs.into_iter()
+                    .try_for_each(|(job, dst)| run(&job, dst, &mut scratch))
+                    .map_err(|e| e.to_string())
+            }
         }
-        self.pool.install(|| {
-            jobs.into_par_iter()
-                .try_for_each_init(Vec::new, |scratch, (job, dst)| run(&job, dst, scratch))
-                .map_err(|e| e.to_string())
-        })
     }
 }
