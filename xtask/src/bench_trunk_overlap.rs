@@ -11,7 +11,6 @@
 use crate::bench_util::{self, gb, median};
 use k3_engine::{argmax, Budget, DecodeMode, Engine, EngineOptions};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 /// One timed configuration.
 struct Timed {
@@ -119,17 +118,7 @@ fn timed(
     let mut ids = vec![argmax(s.logits())];
     s.step(ids[0], DecodeMode::Incremental)
         .map_err(|e| e.to_string())?;
-    let before = engine.stats();
-    let mut times = Vec::new();
-    for _ in 0..tokens.max(1) {
-        let id = argmax(s.logits());
-        ids.push(id);
-        let t = Instant::now();
-        s.step(id, DecodeMode::Incremental)
-            .map_err(|e| e.to_string())?;
-        times.push(t.elapsed().as_secs_f64());
-    }
-    let d = engine.stats().since(&before);
+    let (times, d) = crate::bench_util::timed_greedy_steps(&engine, &mut s, tokens, &mut ids)?;
     let n = times.len() as f64;
     Ok(Timed {
         s_tok: median(&times),

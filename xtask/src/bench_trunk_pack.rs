@@ -9,10 +9,9 @@
 
 use crate::bench_util::{self, gb, median};
 use clap::Args;
-use k3_engine::{argmax, DecodeMode, Engine, EngineOptions};
+use k3_engine::{Engine, EngineOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 /// Flags of `bench-trunk-pack`.
 #[derive(Args, Debug)]
@@ -137,17 +136,8 @@ fn one_run(engine: &Engine, tokens: usize) -> Result<Run, String> {
     let prompt = bench_util::prompt_ids(4, vocab, 7);
     let mut s = engine.new_session(tokens + 16).map_err(|e| e.to_string())?;
     s.feed(&prompt).map_err(|e| e.to_string())?;
-    let before = engine.stats();
-    let (mut times, mut ids) = (Vec::new(), Vec::new());
-    for _ in 0..tokens.max(1) {
-        let id = argmax(s.logits());
-        ids.push(id);
-        let t = Instant::now();
-        s.step(id, DecodeMode::Incremental)
-            .map_err(|e| e.to_string())?;
-        times.push(t.elapsed().as_secs_f64());
-    }
-    let d = engine.stats().since(&before);
+    let mut ids = Vec::new();
+    let (times, d) = bench_util::timed_greedy_steps(engine, &mut s, tokens, &mut ids)?;
     let n = times.len() as f64;
     Ok(Run {
         s_tok: median(&times),

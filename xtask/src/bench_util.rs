@@ -243,6 +243,28 @@ pub fn oracle_right(p: usize, accept: f64) -> bool {
     ((h >> 11) as f64 / (1u64 << 53) as f64) < accept
 }
 
+/// `tokens` greedy decode steps (at least one) from `s`'s current logits, each timed alone:
+/// the seconds of each step, and the engine's counters over them. The ids fed are appended
+/// to `ids`.
+pub fn timed_greedy_steps(
+    engine: &k3_engine::Engine,
+    s: &mut k3_engine::Session<'_>,
+    tokens: usize,
+    ids: &mut Vec<u32>,
+) -> Result<(Vec<f64>, k3_engine::StoreStats), String> {
+    let before = engine.stats();
+    let mut times = Vec::new();
+    for _ in 0..tokens.max(1) {
+        let id = k3_engine::argmax(s.logits());
+        ids.push(id);
+        let t = Instant::now();
+        s.step(id, k3_engine::DecodeMode::Incremental)
+            .map_err(|e| e.to_string())?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    Ok((times, engine.stats().since(&before)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
