@@ -49,9 +49,39 @@ pub struct BenchDsparkArgs {
     #[arg(long, default_value_t = 2.0)]
     pub io_seconds: f64,
     /// Replacement probabilities (independent per position; with 7 verified drafts
-    /// τ = 1 + Σ_{i≤7} p^i: 0.33 → 1.5, 0.6 → 2.4, 0.74 → 3.5).
+    /// τ = 1 + Σ_{i≤7} p^i: 0.33 → 1.5, 0.6 → 2.4, 0.74 → 3.5). Ignored with `--verify`.
     #[arg(long, value_delimiter = ',', default_values_t = [0.33, 0.6, 0.74])]
     pub p: Vec<f64>,
+    /// Drafts every pass verifies, fixed (the cost model does not choose); each row's p is
+    /// then solved from its `--tau` target: τ = (1 − p^(n+1)) / (1 − p).
+    #[arg(long)]
+    pub verify: Option<usize>,
+    /// Acceptance-length targets of the `--verify` rows.
+    #[arg(long, value_delimiter = ',', default_values_t = [1.5, 2.5, 3.5])]
+    pub tau: Vec<f64>,
+}
+
+/// τ of `n` verified drafts each accepted independently with probability `p`.
+fn tau_of(p: f64, n: usize) -> f64 {
+    (0..=n).map(|i| p.powi(i as i32)).sum()
+}
+
+/// The `p` at which `n` verified drafts give acceptance length `tau` (bisection: τ rises
+/// with p from 1 to n+1); `None` when `tau` is outside that range.
+pub(crate) fn p_for_tau(tau: f64, n: usize) -> Option<f64> {
+    if !(1.0..n as f64 + 1.0).contains(&tau) {
+        return None;
+    }
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if tau_of(mid, n) < tau {
+            lo = mid
+        } else {
+            hi = mid
+        }
+    }
+    Some(0.5 * (lo + hi))
 }
 
 struct Row {
@@ -162,6 +192,9 @@ fn run_row(
         s.set_block_truth(truth.to_vec(), p, 9)
             .map_err(|e| e.to_string())?;
         s.set_pass_cost(cost).map_err(|e| e.to_string())?;
+        if let Some(n) = args.verify {
+            s.set_block_verify(n).map_err(|e| e.to_string())?;
+        }
     }
     s.feed(&prompt).map_err(|e| e.to_string())?;
     let mode = match p {
@@ -185,7 +218,7 @@ fn run_row(
     let spec = s.spec_stats();
     let passes = spec.passes.max(1) as f64;
     let row = Row {
-        label: p.map_or("plain".into(), |p| format!("block p={p}")),
+        label: p.map_or("plain".into(), |p| format!("block p={p:.3}")),
         ids: [prompt, g.ids].concat(),
         seconds_per_token: secs / decoded,
         tau: match p {
@@ -223,7 +256,17 @@ fn bench(args: &BenchDsparkArgs) -> Result<(), String> {
     // the drafter chooses with the timed model, its disk terms from the first probe
     let chooser = bytes.with_rates(&with_disk(rates, &before));
     let mut rows = vec![run_row(args, None, &[], chooser)?];
-    for &p in &args.p {
+    let ps = match args.verify {
+        None => args.p.clone(),
+        Some(n) => args
+            .tau
+            .iter()
+            .map(|&t| {
+                p_for_tau(t, n).ok_or(format!("τ {t} is outside 1..{} for --verify {n}", n + 1))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    for &p in &ps {
         let truth = rows[0].ids.clone();
         rows.push(run_row(args, Some(p), &truth, chooser)?);
     }
@@ -297,5 +340,23 @@ pub fn run(args: &BenchDsparkArgs) -> ExitCode {
             eprintln!("bench-dspark: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{p_for_tau, tau_of};
+
+    #[test]
+    fn p_for_tau_inverts_the_acceptance_length() {
+        for n in [3, 5, 7] {
+            for tau in [1.5, 2.5, 3.5] {
+                let p = p_for_tau(tau, n).unwrap();
+                assert!((tau_of(p, n) - tau).abs() < 1e-9, "n {n}, τ {tau}: p {p}");
+            }
+        }
+        // three verified drafts accepted with p = 0.5: 1 + 1/2 + 1/4 + 1/8
+        assert!((tau_of(0.5, 3) - 1.875).abs() < 1e-15);
+        assert_eq!(p_for_tau(4.5, 3), None);
     }
 }
