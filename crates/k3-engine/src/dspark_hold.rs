@@ -133,23 +133,56 @@ pub(crate) fn plan_block_draft(
             Err(e) => last = Some(e),
         }
     }
-    let gb = |b: u64| b as f64 / 1e9;
+    let fmt = k3_plan::plan::fmt_bytes;
     let forms: Vec<String> = DraftHold::ALL
         .iter()
-        .map(|h| {
-            format!(
-                "{} {:.3} GB",
-                h.name(),
-                gb(draft.held_weight_bytes(*h) + kv)
-            )
-        })
+        .map(|h| format!("{} {}", h.name(), fmt(draft.held_weight_bytes(*h) + kv)))
         .collect();
     Err(EngineError::Invalid(format!(
-        "the DSpark draft {} does not fit beside the model: it needs (weights + {:.3} GB of context KV for {} session(s) × {ctx} positions) {}; with mxfp4: {}; raise --mem-gb (or the budget), lower --ctx, or drop --draft-model",
+        "the DSpark draft {} does not fit beside the model: with {} of context KV ({} session(s) × {ctx} positions) it needs {}; with mxfp4: {}; raise --mem-gb (or the budget), lower --ctx, or drop --draft-model",
         draft.dir().display(),
-        gb(kv),
+        fmt(kv),
         sessions.max(1),
         forms.join(", "),
         last.map_or_else(String::new, |e| e.to_string()),
     )))
+}
+
+/// What `k3 plan --draft-model` prints: the plan with the DSpark draft `draft` in the first
+/// form that fits this machine (as the engine would hold it), else in the smallest form, with
+/// whether it fits (`Err` carries the refusal).
+#[allow(clippy::type_complexity)]
+pub fn forecast(
+    dir: &std::path::Path,
+    budget: k3_plan::plan::Budget,
+    ctx: usize,
+    sessions: usize,
+    draft: &crate::dspark::DsparkDraft,
+) -> Result<
+    (
+        k3_plan::plan::MemoryPlan,
+        k3_plan::Available,
+        Result<(), EngineError>,
+        DraftHold,
+    ),
+    EngineError,
+> {
+    let kv = draft.context_kv_bytes(ctx, sessions);
+    let mut last = None;
+    for hold in DraftHold::ALL {
+        let bytes = draft.held_weight_bytes(hold) + kv;
+        match crate::planning::forecast_block_draft_as(
+            dir,
+            budget,
+            ctx,
+            sessions,
+            bytes,
+            hold.name(),
+        ) {
+            Ok((plan, available, Ok(()))) => return Ok((plan, available, Ok(()), hold)),
+            Ok((plan, available, Err(e))) => last = Some(Ok((plan, available, Err(e), hold))),
+            Err(e) => last = Some(Err(e)),
+        }
+    }
+    last.unwrap_or_else(|| Err(EngineError::Invalid("no draft form to plan".into())))
 }

@@ -103,8 +103,6 @@ fn the_draft_is_held_in_the_form_the_budget_allows() {
     let msg = refused.to_string();
     assert!(msg.contains("does not fit beside the model"), "{msg}");
     assert!(msg.contains("raise --mem-gb"), "{msg}");
-    assert!(
-        msg.contains(&format!("q8 {:.3} GB", bytes[1] as f64 / 1e9)),
-        "{msg}"
-    );
+    let q8 = format!("q8 {}", k3_plan::plan::fmt_bytes(bytes[1]));
+    assert!(msg.contains(&q8), "{msg}");
 }
