@@ -150,8 +150,9 @@ def yarn_mscale(scale, m):
 class RopeTable:
     """docs/DSPARK.md#rope: inverse frequency per pair [d/2], the magnitude the rotated pair
     is scaled by, and the factor on the softmax scale. Plain: theta^(-2i/d), 1, 1. DeepSeek
-    YaRN: frequencies divided by `factor` below the correction band, kept above it, a linear
-    ramp across it (band ends from beta_fast / beta_slow turns over the original context);
+    YaRN: pairs before the correction band (fast turning) keep their frequency, pairs after
+    it are divided by `factor`, a linear ramp across it (band ends from beta_fast / beta_slow
+    turns over the original context);
     magnitude mscale(factor, mscale)/mscale(factor, mscale_all_dim)*attn_factor; softmax
     factor mscale(factor, mscale_all_dim)^2."""
 

@@ -31,8 +31,9 @@ fn correction_dim(rotations: f64, dim: f64, base: f64, max_pos: f64) -> f64 {
     dim * (max_pos / (rotations * 2.0 * PI)).ln() / (2.0 * base.ln())
 }
 
-/// YaRN inverse frequencies: interpolated (`/factor`) below the correction band, extrapolated
-/// (unchanged) above it, a linear ramp across it.
+/// YaRN inverse frequencies: pairs before the correction band (fast turning) keep theirs
+/// (extrapolated), pairs after it are divided by `factor` (interpolated), a linear ramp across
+/// the band.
 fn yarn_inv_freq(y: &Yarn, dim: usize, base: f64) -> Vec<f64> {
     let d = dim as f64;
     let low = correction_dim(y.beta_fast, d, base, y.original_max_position_embeddings)
