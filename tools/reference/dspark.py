@@ -45,6 +45,26 @@ class DSparkConfig:
         self.act = g("hidden_act", "silu")
         self.situ_b1 = g("activation_situ_beta", None)
         self.situ_b2 = g("activation_situ_linear_beta", None)
+        self.fc_norm = bool(g("fc_norm", False))
+        self.yarn = yarn_params(root)
+
+
+def yarn_params(root):
+    """docs/DSPARK.md#rope: None for plain RoPE, else the DeepSeek YaRN parameters with
+    vLLM's defaults (rope_scaling, else rope_parameters; rope_type or type)."""
+    d = root.get("rope_scaling") or root.get("rope_parameters")
+    if not d:
+        return None
+    kind = d.get("rope_type", d.get("type"))
+    if kind == "default":
+        return None
+    assert kind in ("yarn", "deepseek_yarn"), kind
+    ompe = d.get("original_max_position_embeddings", root.get("original_max_position_embeddings"))
+    return {"factor": float(d["factor"]), "ompe": float(ompe),
+            "beta_fast": float(d.get("beta_fast", 32)), "beta_slow": float(d.get("beta_slow", 1)),
+            "mscale": float(d.get("mscale", 1)), "mscale_all_dim": float(d.get("mscale_all_dim", 0)),
+            "extrapolation_factor": float(d.get("extrapolation_factor", 1)),
+            "attn_factor": float(d.get("attn_factor", 1))}
 
 
 LAYER_SHAPES = lambda c: {  # noqa: E731  (suffix under layers.{i}. -> shape)
@@ -64,21 +84,25 @@ LAYER_SHAPES = lambda c: {  # noqa: E731  (suffix under layers.{i}. -> shape)
 
 
 class DSparkModel:
-    """A DSpark checkpoint directory (config.json + model.safetensors), float64."""
+    """A DSpark checkpoint directory (config.json + every *.safetensors in it), float64."""
 
     def __init__(self, draft_dir):
         with open(os.path.join(draft_dir, "config.json")) as f:
             self.cfg = c = DSparkConfig(json.load(f))
-        st = SafeTensorsFile(os.path.join(draft_dir, "model.safetensors"))
+        shards = [SafeTensorsFile(os.path.join(draft_dir, f))
+                  for f in sorted(os.listdir(draft_dir)) if f.endswith(".safetensors")]
 
         def get(name, shape):
-            arr = st.get(name)
+            arr = next(st for st in shards if name in st.entries).get(name)
             assert list(arr.shape) == list(shape), (name, arr.shape, shape)
             return arr
 
         n_taps = len(c.target_layer_ids)
         self.context_proj = get("context_proj.weight", [c.hidden, n_taps * c.hidden])
         self.context_norm = get("context_norm.weight", [c.hidden])
+        self.fc_norm = ([get(f"fc_norm.{i}.weight", [c.hidden]) for i in range(n_taps)]
+                        if c.fc_norm else None)
+        self.rope = RopeTable(c)
         self.final_norm = get("final_norm.weight", [c.hidden])
         self.markov_w1 = get("markov_head.markov_w1.weight", [c.vocab, c.markov_rank])
         self.markov_w2 = get("markov_head.markov_w2.weight", [c.vocab, c.markov_rank])
@@ -118,13 +142,50 @@ def target_taps(target, ids, layer_ids, stream):
 
 # ------------------------------------------------------------- draft, docs/DSPARK.md#forward
 
-def rope(x, pos, theta):
-    """interleaved RoPE: pairs (x[2i], x[2i+1]) turn by pos * theta^(-2i/d). x [T, ..., d]."""
+def yarn_mscale(scale, m):
+    """0.1*m*ln(scale) + 1 for scale > 1, else 1 (the DeepSeek YaRN magnitude)."""
+    return 1.0 if scale <= 1 else 0.1 * m * np.log(scale) + 1.0
+
+
+class RopeTable:
+    """docs/DSPARK.md#rope: inverse frequency per pair [d/2], the magnitude the rotated pair
+    is scaled by, and the factor on the softmax scale. Plain: theta^(-2i/d), 1, 1. DeepSeek
+    YaRN: pairs before the correction band (fast turning) keep their frequency, pairs after
+    it are divided by `factor`, a linear ramp across it (band ends from beta_fast / beta_slow
+    turns over the original context);
+    magnitude mscale(factor, mscale)/mscale(factor, mscale_all_dim)*attn_factor; softmax
+    factor mscale(factor, mscale_all_dim)^2."""
+
+    def __init__(self, c):
+        d, base, y = c.rope, float(c.theta), c.yarn
+        if y is None:
+            self.inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+            self.magnitude = self.softmax_factor = 1.0
+            return
+
+        def corr(turns):
+            return d * np.log(y["ompe"] / (turns * 2 * np.pi)) / (2 * np.log(base))
+        low = max(np.floor(corr(y["beta_fast"])), 0.0)
+        high = min(np.ceil(corr(y["beta_slow"])), d - 1.0)
+        if low == high:
+            high += 0.001
+        pos_freq = base ** (np.arange(0, d, 2, dtype=np.float64) / d)
+        ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+        keep = (1.0 - ramp) * y["extrapolation_factor"]
+        self.inv = (1.0 / (y["factor"] * pos_freq)) * (1.0 - keep) + (1.0 / pos_freq) * keep
+        all_dim = yarn_mscale(y["factor"], y["mscale_all_dim"])
+        self.magnitude = yarn_mscale(y["factor"], y["mscale"]) / all_dim * y["attn_factor"]
+        self.softmax_factor = all_dim * all_dim
+
+
+def rope(x, pos, table):
+    """interleaved RoPE: pairs (x[2i], x[2i+1]) turn by pos * inv[i], scaled by the table's
+    magnitude. x [T, ..., d]."""
     d = x.shape[-1]
-    inv = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)          # [d/2]
-    ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]     # [T, d/2]
+    ang = np.asarray(pos, dtype=np.float64)[:, None] * table.inv[None, :]   # [T, d/2]
     shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (d // 2,)
-    cos, sin = np.cos(ang).reshape(shape), np.sin(ang).reshape(shape)
+    cos = (np.cos(ang) * table.magnitude).reshape(shape)
+    sin = (np.sin(ang) * table.magnitude).reshape(shape)
     a, b = x[..., 0::2], x[..., 1::2]
     out = np.empty_like(x)
     out[..., 0::2] = a * cos - b * sin
@@ -133,32 +194,36 @@ def rope(x, pos, theta):
 
 
 def context_states(draft, taps):
-    """taps: list of [T, E] in target_layer_ids order -> [T, E] context rows."""
+    """taps: list of [T, E] in target_layer_ids order -> [T, E] context rows (each tap
+    RMS-normed by its fc_norm gain first when the draft has them)."""
+    if draft.fc_norm is not None:
+        taps = [ops.rmsnorm(t, g, draft.cfg.eps) for t, g in zip(taps, draft.fc_norm)]
     x = np.concatenate(taps, axis=-1)                                   # [T, n_taps*E]
     return ops.rmsnorm(ops.linear(x, draft.context_proj), draft.context_norm, draft.cfg.eps)
 
 
-def latent_kv(c, lw, x, pos):
+def latent_kv(c, table, lw, x, pos):
     """a layer's latent KV rows of inputs x [T, E] at positions pos: ([T, c], [T, r])."""
     a = ops.linear(x, lw["self_attn.kv_a_proj_with_mqa.weight"])        # [T, c+r]
     latent = ops.rmsnorm(a[:, :c.kv_lora], lw["self_attn.kv_a_layernorm.weight"], c.eps)
-    return latent, rope(a[:, c.kv_lora:], pos, c.theta)
+    return latent, rope(a[:, c.kv_lora:], pos, table)
 
 
-def block_attention(c, lw, x, pos, ctx_kv):
+def block_attention(c, table, lw, x, pos, ctx_kv):
     """non-causal MLA of the block x [B, E] over context rows + the block's own rows."""
     B, H, n = x.shape[0], c.n_heads, c.nope
     cq = ops.rmsnorm(ops.linear(x, lw["self_attn.q_a_proj.weight"]),
                      lw["self_attn.q_a_layernorm.weight"], c.eps)
     q = ops.linear(cq, lw["self_attn.q_b_proj.weight"]).reshape(B, H, n + c.rope)
-    q_rope = rope(q[:, :, n:], pos, c.theta)                            # [B, H, r]
-    lat_b, kr_b = latent_kv(c, lw, x, pos)
+    q_rope = rope(q[:, :, n:], pos, table)                              # [B, H, r]
+    lat_b, kr_b = latent_kv(c, table, lw, x, pos)
     latent = np.concatenate([ctx_kv[0], lat_b])                         # [S, c]
     k_rope = np.concatenate([ctx_kv[1], kr_b])                          # [S, r]
     kv = ops.linear(latent, lw["self_attn.kv_b_proj.weight"]).reshape(-1, H, n + c.v_head)
     k_nope, v = kv[:, :, :n], kv[:, :, n:]
     sc = (np.einsum("bhi,shi->hbs", q[:, :, :n], k_nope)
-          + np.einsum("bhi,si->hbs", q_rope, k_rope)) / np.sqrt(n + c.rope)   # [H, B, S]
+          + np.einsum("bhi,si->hbs", q_rope, k_rope)) / np.sqrt(n + c.rope) \
+        * table.softmax_factor                                          # [H, B, S]
     p = ops.softmax(sc, axis=-1)                                        # no mask
     o = np.einsum("hbs,shj->bhj", p, v).reshape(B, H * c.v_head)
     return ops.linear(o, lw["self_attn.o_proj.weight"])
@@ -179,9 +244,9 @@ def draft_hidden(draft, embed, anchor, ctx_rows):
     ctx_pos = np.arange(T)
     r = embed[np.asarray([anchor] + [c.mask_id] * (c.block - 1), dtype=np.int64)]   # [B, E]
     for lw in draft.layers:
-        ctx_kv = latent_kv(c, lw, ctx_rows, ctx_pos)
-        r = r + block_attention(c, lw, ops.rmsnorm(r, lw["input_layernorm.weight"], c.eps),
-                                pos, ctx_kv)
+        ctx_kv = latent_kv(c, draft.rope, lw, ctx_rows, ctx_pos)
+        r = r + block_attention(c, draft.rope, lw,
+                                ops.rmsnorm(r, lw["input_layernorm.weight"], c.eps), pos, ctx_kv)
         r = r + mlp(c, lw, ops.rmsnorm(r, lw["post_attention_layernorm.weight"], c.eps))
     return ops.rmsnorm(r, draft.final_norm, c.eps)
 

@@ -1,6 +1,10 @@
 """Generate fixtures/tiny-k3-dspark: a tiny random DSpark draft checkpoint in the published
 layout (docs/DSPARK.md), matched to fixtures/tiny-k3, plus expected.json from the float64
-reference (tools/reference/dspark.py) reading back the written files.
+reference (tools/reference/dspark.py) reading back the written files. Then two variants that
+reuse its weights (a test assembles the base model.safetensors with a variant's files):
+fixtures/tiny-k3-dspark-yarn (config.json with DeepSeek YaRN rope_scaling) and
+fixtures/tiny-k3-dspark-fcnorm (config.json with fc_norm: true, fc_norm.safetensors holding
+the per-tap gains), each with the expected.json of its own stream.
 
     python3 tools/reference/make_dspark_fixture.py        # deterministic, byte-identical
 
@@ -12,6 +16,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 
 import numpy as np
 
@@ -105,6 +110,62 @@ def expectation(target, draft, stream):
             "logits": final.tolist()}, float(margins(final).min())
 
 
+# docs/DSPARK.md#rope; the correction band of the 8-wide rope slot is pairs 1..3, so the
+# variant has an extrapolated, a blended and an interpolated pair; mscale != mscale_all_dim
+# so both the cos/sin magnitude and the softmax factor differ from 1.
+YARN = {"type": "yarn", "factor": None, "original_max_position_embeddings": 4096,
+        "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 1.0}
+YARN_FACTORS = [8.0, 16.0, 4.0, 32.0, 40.0]
+FC_NORM_SEED = 4000
+
+
+def write_variant(name, config, extra_shard, target, base_dir, base_logits):
+    """fixtures/<name>: config.json (+ fc_norm.safetensors) and expected.json for the
+    config's stream, computed on a temporary copy holding the base weights. Returns the
+    smallest top1-top2 margin, or None if the variant's files were not kept."""
+    out = os.path.join(REPO, "fixtures", name)
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(os.path.join(base_dir, "model.safetensors"), tmp)
+        dump_json(os.path.join(tmp, "config.json"), config)
+        if extra_shard:
+            write_safetensors(os.path.join(tmp, "fc_norm.safetensors"), extra_shard,
+                              metadata={"format": "pt"})
+        case, m = expectation(target, DSparkModel(tmp), config["aux_hidden_stream"])
+        if m < MIN_MARGIN:
+            return None
+        if os.path.isdir(out):
+            shutil.rmtree(out)
+        os.makedirs(out)
+        for f in ("config.json", "fc_norm.safetensors"):
+            if os.path.exists(os.path.join(tmp, f)):
+                shutil.copy(os.path.join(tmp, f), out)
+    shift = float(np.max(np.abs(np.asarray(case["logits"]) - base_logits)))
+    dump_json(os.path.join(out, "expected.json"), {
+        "base": "fixtures/tiny-k3-dspark", "target": "fixtures/tiny-k3", "prompt": PROMPT,
+        "context": PROMPT[:-1], "anchor": PROMPT[-1],
+        "max_shift_from_base": shift, "streams": {config["aux_hidden_stream"]: case}})
+    print(f"{name}: min margin {m:.4f}, logits move up to {shift:.3f} from the base")
+    return m
+
+
+def variants(target, base_dir, base_logits):
+    for factor in YARN_FACTORS:
+        cfg = dict(CONFIG, rope_scaling=dict(YARN, factor=factor))
+        if write_variant("tiny-k3-dspark-yarn", cfg, None, target, base_dir, base_logits):
+            break
+    else:
+        sys.exit("no YaRN factor gave every margin >= MIN_MARGIN")
+    c = DSparkConfig(CONFIG)
+    for seed in range(FC_NORM_SEED, FC_NORM_SEED + 50):
+        rng = np.random.default_rng(seed)
+        gains = [bf16_t(f"fc_norm.{i}.weight", 1.0 + 0.3 * rng.standard_normal(c.hidden))
+                 for i in range(len(c.target_layer_ids))]
+        cfg = dict(CONFIG, fc_norm=True)
+        if write_variant("tiny-k3-dspark-fcnorm", cfg, gains, target, base_dir, base_logits):
+            return
+    sys.exit("no fc_norm seed gave every margin >= MIN_MARGIN")
+
+
 def main():
     out = os.path.join(REPO, "fixtures", "tiny-k3-dspark")
     target = K3Model(os.path.join(REPO, "fixtures", "tiny-k3"))
@@ -128,6 +189,7 @@ def main():
                 "positions": [len(PROMPT) - 1, len(PROMPT) - 1 + c.block],
                 "streams": cases})
             print(f"tiny-k3-dspark: seed {seed}, min margin {worst:.4f}")
+            variants(target, out, np.asarray(cases[CONFIG["aux_hidden_stream"]]["logits"]))
             return
     sys.exit("no seed gave every margin >= MIN_MARGIN")
 

@@ -126,20 +126,31 @@ def check_model(c, fixtures, name, quick):
 
 
 def check_dspark(c, fixtures):
-    """fixtures/tiny-k3-dspark: the reference re-run on the committed draft reproduces
-    expected.json (proposals exactly, logits and confidences to 1e-9)."""
+    """fixtures/tiny-k3-dspark and its variants (-yarn, -fcnorm: the base weights with the
+    variant's files): the reference re-run reproduces expected.json (proposals exactly,
+    logits and confidences to 1e-9)."""
+    import shutil
+    import tempfile
     from dspark import DSparkModel, draft_block
-    ddir = os.path.join(fixtures, "tiny-k3-dspark")
-    with open(os.path.join(ddir, "expected.json")) as f:
-        exp = json.load(f)
-    target, draft = K3Model(os.path.join(fixtures, "tiny-k3")), DSparkModel(ddir)
-    for stream, case in exp["streams"].items():
-        _, final, ids, conf = draft_block(target, draft, exp["prompt"], stream)
-        err = float(np.max(np.abs(final - np.asarray(case["logits"]))))
-        cerr = float(np.max(np.abs(np.asarray(conf) - np.asarray(case["confidence"]))))
-        c.check(f"tiny-k3-dspark {stream} proposals", ids == case["proposed"], str(ids))
-        c.check(f"tiny-k3-dspark {stream} logits", err <= 1e-9, f"max err {err:.1e}")
-        c.check(f"tiny-k3-dspark {stream} confidence", cerr <= 1e-9, f"max err {cerr:.1e}")
+    base = os.path.join(fixtures, "tiny-k3-dspark")
+    target = K3Model(os.path.join(fixtures, "tiny-k3"))
+    for name in ("tiny-k3-dspark", "tiny-k3-dspark-yarn", "tiny-k3-dspark-fcnorm"):
+        ddir = os.path.join(fixtures, name)
+        with open(os.path.join(ddir, "expected.json")) as f:
+            exp = json.load(f)
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(os.path.join(base, "model.safetensors"), tmp)
+            for f in os.listdir(ddir):
+                if f != "expected.json" and f != "model.safetensors":
+                    shutil.copy(os.path.join(ddir, f), tmp)
+            draft = DSparkModel(tmp)
+        for stream, case in exp["streams"].items():
+            _, final, ids, conf = draft_block(target, draft, exp["prompt"], stream)
+            err = float(np.max(np.abs(final - np.asarray(case["logits"]))))
+            cerr = float(np.max(np.abs(np.asarray(conf) - np.asarray(case["confidence"]))))
+            c.check(f"{name} {stream} proposals", ids == case["proposed"], str(ids))
+            c.check(f"{name} {stream} logits", err <= 1e-9, f"max err {err:.1e}")
+            c.check(f"{name} {stream} confidence", cerr <= 1e-9, f"max err {cerr:.1e}")
 
 
 def main():

@@ -7,15 +7,20 @@
 //!
 //! The same run measures the cost model's rates (`k3_engine::block::Rates`): the disk's
 //! trunk-run and expert-read rates on the model's shards (O_DIRECT; the better of a probe
-//! before and one after the rows, as bench-decode), the compute of a pass of 1 and of
-//! `block + 1` positions (wall minus the store's waits, in the streaming engine) and one
-//! DSpark block pass. The block rows draft with that timed model, and each row reports bytes
-//! and seconds per decoded token (the first generated token comes from the prompt's pass)
-//! measured, predicted by the model for the row's measured τ and verified drafts per pass,
-//! and their ratio. The default budget is the smallest legal one: one ring slot, so trunk
-//! reads do not overlap compute and the model's terms add.
+//! before and one after the rows, as bench-decode), the wall time of a one-position pass
+//! (the median of three) and the compute of a pass of 1 and of `block + 1` positions (wall
+//! minus the store's waits, in the streaming engine), and one DSpark block pass. The block
+//! rows draft with that timed model, and each row reports bytes and seconds per decoded
+//! token (the first generated token comes from the prompt's pass) measured, predicted by the
+//! model for the row's measured τ and verified drafts per pass, and their ratio. The default
+//! budget is the smallest legal one; its ring reads the next piece of a layer while the
+//! current one computes, so the model takes a pass's shared seconds from the measured
+//! one-position pass, not from the disk rate added to compute.
+//!
+//! `--verify N` fixes the drafts every pass verifies and solves each row's replacement
+//! probability from its `--tau` target, `τ = (1 − p^(N+1)) / (1 − p)`.
 
-use crate::bench_util::{self, phrase_prompt};
+use crate::bench_util::{self, median, phrase_prompt};
 use clap::Args;
 use k3_engine::block::{PassCost, Rates};
 use k3_engine::{Budget, DecodeMode, Engine, EngineOptions, Sampler, StopConditions};
@@ -49,9 +54,39 @@ pub struct BenchDsparkArgs {
     #[arg(long, default_value_t = 2.0)]
     pub io_seconds: f64,
     /// Replacement probabilities (independent per position; with 7 verified drafts
-    /// τ = 1 + Σ_{i≤7} p^i: 0.33 → 1.5, 0.6 → 2.4, 0.74 → 3.5).
+    /// τ = 1 + Σ_{i≤7} p^i: 0.33 → 1.5, 0.6 → 2.4, 0.74 → 3.5). Ignored with `--verify`.
     #[arg(long, value_delimiter = ',', default_values_t = [0.33, 0.6, 0.74])]
     pub p: Vec<f64>,
+    /// Drafts every pass verifies, fixed (the cost model does not choose); each row's p is
+    /// then solved from its `--tau` target: τ = (1 − p^(n+1)) / (1 − p).
+    #[arg(long)]
+    pub verify: Option<usize>,
+    /// Acceptance-length targets of the `--verify` rows.
+    #[arg(long, value_delimiter = ',', default_values_t = [1.5, 2.5, 3.5])]
+    pub tau: Vec<f64>,
+}
+
+/// τ of `n` verified drafts each accepted independently with probability `p`.
+fn tau_of(p: f64, n: usize) -> f64 {
+    (0..=n).map(|i| p.powi(i as i32)).sum()
+}
+
+/// The `p` at which `n` verified drafts give acceptance length `tau` (bisection: τ rises
+/// with p from 1 to n+1); `None` when `tau` is outside that range.
+pub(crate) fn p_for_tau(tau: f64, n: usize) -> Option<f64> {
+    if !(1.0..n as f64 + 1.0).contains(&tau) {
+        return None;
+    }
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if tau_of(mid, n) < tau {
+            lo = mid
+        } else {
+            hi = mid
+        }
+    }
+    Some(0.5 * (lo + hi))
 }
 
 struct Row {
@@ -60,6 +95,9 @@ struct Row {
     seconds_per_token: f64,
     tau: f64,
     verified_per_pass: f64,
+    /// Positions a verifying pass carries: its token, its drafts, and the drafts a rolled
+    /// back pass before it had accepted (fed again).
+    positions_per_pass: f64,
     trunk_per_token: f64,
     experts_per_token: f64,
 }
@@ -88,13 +126,21 @@ fn open(args: &BenchDsparkArgs, ctx: usize) -> Result<Engine, String> {
     Engine::open(&args.model_dir, options).map_err(|e| e.to_string())
 }
 
-/// Compute seconds of one pass of `ids` on `s`: wall minus the store's waits.
-fn compute_of(engine: &Engine, s: &mut k3_engine::Session<'_>, ids: &[u32]) -> Result<f64, String> {
+/// `(wall, compute)` seconds of one pass of `ids` on `s`; compute is the wall minus the
+/// store's waits.
+fn timed_pass(
+    engine: &Engine,
+    s: &mut k3_engine::Session<'_>,
+    ids: &[u32],
+) -> Result<(f64, f64), String> {
     let (before, t) = (engine.stats(), Instant::now());
     s.feed(ids).map_err(|e| e.to_string())?;
     let wall = t.elapsed().as_secs_f64();
     let d = engine.stats().since(&before);
-    Ok((wall - d.trunk_wait_seconds - d.expert_wait_seconds).max(0.0))
+    Ok((
+        wall,
+        (wall - d.trunk_wait_seconds - d.expert_wait_seconds).max(0.0),
+    ))
 }
 
 /// The disk's rates on the model's shards (O_DIRECT).
@@ -134,15 +180,29 @@ fn measure_rates(args: &BenchDsparkArgs) -> Result<Rates, String> {
     let t = Instant::now();
     s.dspark_block(prompt[1]).map_err(|e| e.to_string())?;
     let draft = t.elapsed().as_secs_f64();
-    let one = compute_of(&engine, &mut s, &prompt[..1])?;
-    let many = compute_of(&engine, &mut s, &prompt[..(block + 1).min(prompt.len())])?;
-    let extra = (many - one).max(0.0) / block as f64;
+    // one-position passes, three of them: the median wall (the plain pass as the engine
+    // runs it, reads overlapped or cached) and the median compute
+    let mut ones = Vec::new();
+    for &id in &prompt[..3] {
+        ones.push(timed_pass(&engine, &mut s, &[id])?);
+    }
+    let pass_wall = median(&ones.iter().map(|o| o.0).collect::<Vec<_>>());
+    let one = median(&ones.iter().map(|o| o.1).collect::<Vec<_>>());
+    // a verifying pass computes the target's logits row at every position: time the
+    // `block + 1`-position pass with all its rows (the one-position pass has its one row)
+    let many_ids = &prompt[..(block + 1).min(prompt.len())];
+    let (before, t) = (engine.stats(), Instant::now());
+    s.feed_all_logits(many_ids).map_err(|e| e.to_string())?;
+    let d = engine.stats().since(&before);
+    let many = (t.elapsed().as_secs_f64() - d.trunk_wait_seconds - d.expert_wait_seconds).max(0.0);
+    let extra = (many - one).max(0.0) / (many_ids.len() - 1).max(1) as f64;
     Ok(Rates {
         trunk_disk: 0.0,
         expert_disk: 0.0,
         compute_shared: (one - extra).max(0.0),
         compute_per_position: extra,
         draft,
+        pass_wall,
     })
 }
 
@@ -162,6 +222,9 @@ fn run_row(
         s.set_block_truth(truth.to_vec(), p, 9)
             .map_err(|e| e.to_string())?;
         s.set_pass_cost(cost).map_err(|e| e.to_string())?;
+        if let Some(n) = args.verify {
+            s.set_block_verify(n).map_err(|e| e.to_string())?;
+        }
     }
     s.feed(&prompt).map_err(|e| e.to_string())?;
     let mode = match p {
@@ -184,8 +247,15 @@ fn run_row(
     let decoded = n.saturating_sub(1).max(1) as f64;
     let spec = s.spec_stats();
     let passes = spec.passes.max(1) as f64;
+    // drafts fed again: those a rolled-back pass had accepted ride with the next pass
+    let refed: usize = s.block_passes().map_or(0, |ps| {
+        ps.iter()
+            .filter(|p| p.kept < p.verified)
+            .map(|p| p.kept)
+            .sum()
+    });
     let row = Row {
-        label: p.map_or("plain".into(), |p| format!("block p={p}")),
+        label: p.map_or("plain".into(), |p| format!("block p={p:.3}")),
         ids: [prompt, g.ids].concat(),
         seconds_per_token: secs / decoded,
         tau: match p {
@@ -193,15 +263,20 @@ fn run_row(
             None => 1.0,
         },
         verified_per_pass: spec.drafted as f64 / passes,
+        positions_per_pass: match p {
+            Some(_) => (spec.passes + spec.drafted + refed as u64) as f64 / passes,
+            None => 1.0,
+        },
         trunk_per_token: io.trunk_bytes_read as f64 / decoded,
         experts_per_token: io.expert_bytes_read as f64 / decoded,
     };
     eprintln!(
-        "bench-dspark: {}: {:.3} s/token, τ {:.2}, {:.2} verified/pass, trunk {:.1} + experts {:.1} MB/token",
+        "bench-dspark: {}: {:.3} s/token, τ {:.2}, {:.2} verified/pass, {:.2} positions/pass, trunk {:.1} + experts {:.1} MB/token",
         row.label,
         row.seconds_per_token,
         row.tau,
         row.verified_per_pass,
+        row.positions_per_pass,
         row.trunk_per_token / 1e6,
         row.experts_per_token / 1e6
     );
@@ -223,7 +298,17 @@ fn bench(args: &BenchDsparkArgs) -> Result<(), String> {
     // the drafter chooses with the timed model, its disk terms from the first probe
     let chooser = bytes.with_rates(&with_disk(rates, &before));
     let mut rows = vec![run_row(args, None, &[], chooser)?];
-    for &p in &args.p {
+    let ps = match args.verify {
+        None => args.p.clone(),
+        Some(n) => args
+            .tau
+            .iter()
+            .map(|&t| {
+                p_for_tau(t, n).ok_or(format!("τ {t} is outside 1..{} for --verify {n}", n + 1))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    for &p in &ps {
         let truth = rows[0].ids.clone();
         rows.push(run_row(args, Some(p), &truth, chooser)?);
     }
@@ -238,12 +323,13 @@ fn bench(args: &BenchDsparkArgs) -> Result<(), String> {
         bench_util::machine_facts()
     );
     println!(
-        "rates: trunk {:.0} MB/s, experts {:.0} MB/s, compute {:.3} s/pass + {:.3} s/position, DSpark pass {:.3} s",
+        "rates: trunk {:.0} MB/s, experts {:.0} MB/s, compute {:.3} s/pass + {:.3} s/position, DSpark pass {:.3} s, one-position pass {:.3} s wall",
         rates.trunk_disk / 1e6,
         rates.expert_disk / 1e6,
         rates.compute_shared,
         rates.compute_per_position,
-        rates.draft
+        rates.draft,
+        rates.pass_wall
     );
     println!(
         "model: pass of m positions = {:.1} MB streamed + u(m) × {:.1} MB of experts (u: the union of m positions' experts in positions, u(2) = {:.3}, u(8) = {:.3}); {:.3} s + u(m) × {:.3} s + m × {:.3} s + {:.3} s draft",
@@ -262,22 +348,23 @@ fn bench(args: &BenchDsparkArgs) -> Result<(), String> {
 fn print_table(rows: &[Row], cost: &PassCost) -> Result<(), String> {
     println!("(per decoded token: the first generated token comes from the prompt's pass)");
     println!(
-        "\n| row | τ | verified/pass | MB/token measured | predicted | ratio | s/token measured | predicted | ratio |"
+        "\n| row | τ | verified/pass | positions/pass | MB/token measured | predicted | ratio | s/token measured | predicted | ratio |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         if r.ids != rows[0].ids {
             return Err(format!("{}: ids differ from plain decoding", r.label));
         }
         let drafted = r.label != "plain";
-        let want = cost.per_token(r.tau, r.verified_per_pass, drafted);
+        let want = cost.per_token_at(r.tau, r.positions_per_pass, drafted);
         let bytes = r.trunk_per_token + r.experts_per_token;
         let secs = want.seconds.unwrap_or(0.0);
         println!(
-            "| {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.3} | {:.3} | {:.2} |",
+            "| {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.3} | {:.3} | {:.2} |",
             r.label,
             r.tau,
             r.verified_per_pass,
+            r.positions_per_pass,
             bytes / 1e6,
             want.bytes / 1e6,
             bytes / want.bytes.max(1.0),
@@ -297,5 +384,23 @@ pub fn run(args: &BenchDsparkArgs) -> ExitCode {
             eprintln!("bench-dspark: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{p_for_tau, tau_of};
+
+    #[test]
+    fn p_for_tau_inverts_the_acceptance_length() {
+        for n in [3, 5, 7] {
+            for tau in [1.5, 2.5, 3.5] {
+                let p = p_for_tau(tau, n).unwrap();
+                assert!((tau_of(p, n) - tau).abs() < 1e-9, "n {n}, τ {tau}: p {p}");
+            }
+        }
+        // three verified drafts accepted with p = 0.5: 1 + 1/2 + 1/4 + 1/8
+        assert!((tau_of(0.5, 3) - 1.875).abs() < 1e-15);
+        assert_eq!(p_for_tau(4.5, 3), None);
     }
 }

@@ -15,7 +15,7 @@
 use crate::bench_util::{self, median};
 use clap::Args;
 use half::bf16;
-use k3_format::dspark::{DraftAct, DsparkConfig, TapStream};
+use k3_format::dspark::{DraftAct, DraftRope, DsparkConfig, TapStream};
 use k3_kernels::Matrix;
 use k3_model::dspark::{DraftContext, Dspark, DsparkLayer, DsparkWeights};
 use k3_model::weights::{HeadWeights, LayerHold, SourceError, WeightProvider};
@@ -54,6 +54,8 @@ fn config() -> DsparkConfig {
         vocab_size: 163_840,
         rms_norm_eps: 1e-5,
         rope_theta: 50_000.0,
+        rope: DraftRope::Plain,
+        fc_norm: false,
         target_layer_ids: vec![7, 31, 47, 63, 87],
         stream: TapStream::Prefix,
         mask_token_id: 163_837,
@@ -235,6 +237,7 @@ fn bench(args: &BenchDsparkStepArgs) -> Result<(), String> {
         let w = DsparkWeights {
             context_proj: ctx_proj.matrix(e, taps),
             context_norm: &ones[..e],
+            fc_norm: None,
             layers: vec![layer],
             final_norm: &ones[..e],
             markov_w1: w1.matrix(v, r),

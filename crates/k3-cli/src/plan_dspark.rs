@@ -4,9 +4,10 @@
 
 use crate::CliError;
 use k3_engine::block::Routing;
-use k3_engine::planning::{forecast_block_draft, model_sizes};
+use k3_engine::dspark::DsparkDraft;
+use k3_engine::planning::model_sizes;
 use k3_engine::Budget;
-use k3_format::{DsparkCheckpoint, K3Config};
+use k3_format::K3Config;
 use k3_plan::plan::fmt_bytes;
 use std::path::Path;
 
@@ -21,18 +22,20 @@ pub fn plan(
 ) -> Result<(), CliError> {
     let usage = |e: &dyn std::fmt::Display| CliError::usage(e.to_string());
     let cfg = K3Config::load(model_dir.join("config.json")).map_err(|e| usage(&e))?;
-    let draft = DsparkCheckpoint::open(draft_dir, &cfg).map_err(|e| usage(&e))?;
-    let c = draft.config();
+    let held = DsparkDraft::open(draft_dir, &cfg).map_err(|e| usage(&e))?;
+    let c = held.graph().config();
     // every layer's latent row per verified position, f32
     let kv_per_pos = (c.num_hidden_layers * c.kv_width() * 4) as u64;
-    let kv = kv_per_pos * ctx as u64 * sessions as u64;
-    let held = draft.weight_bytes() + kv;
-    let (plan, available, fits) = forecast_block_draft(model_dir, budget, ctx, sessions, held)?;
+    let kv = held.context_kv_bytes(ctx, sessions);
+    // the form `k3 run` would hold the draft in: the first that fits (docs/DSPARK.md#memory)
+    let (plan, available, fits, hold) =
+        k3_engine::dspark_hold::forecast(model_dir, budget, ctx, sessions, &held)?;
     println!("{}", plan.table(Some(&available)).trim_end());
     println!(
-        "DSpark draft {}: {} of weights + {} of context KV ({} per position × {ctx} positions × {sessions} sessions), planned in the draft row",
+        "DSpark draft {}: {} of weights held as {} + {} of context KV ({} per position × {ctx} positions × {sessions} sessions), planned in the draft row",
         draft_dir.display(),
-        fmt_bytes(draft.weight_bytes()),
+        fmt_bytes(held.held_weight_bytes(hold)),
+        hold.name(),
         fmt_bytes(kv),
         fmt_bytes(kv_per_pos)
     );

@@ -50,6 +50,8 @@ pub struct BlockDrafter {
     pub seconds: f64,
     failure: Option<String>,
     truth: Option<Truth>,
+    /// Drafts verified per pass, fixed (benchmarks): the cost model is not consulted.
+    verify: Option<usize>,
 }
 
 /// Controlled acceptance (benchmarks and tests): each proposal is replaced by the true
@@ -90,6 +92,7 @@ impl BlockDrafter {
             seconds: 0.0,
             failure: None,
             truth: None,
+            verify: None,
         }
     }
 
@@ -172,10 +175,11 @@ impl BlockDrafter {
             .truth
             .as_ref()
             .map(|t| vec![t.p as f32; block.ids.len()]);
-        let verified = match (&truth_rate, block.confidence.is_empty()) {
-            (Some(rate), _) => self.cost.choose(rate, cap),
-            (None, true) => cap.min(block.ids.len()),
-            (None, false) => self.cost.choose(&block.confidence, cap),
+        let verified = match (self.verify, &truth_rate, block.confidence.is_empty()) {
+            (Some(n), _, _) => n.min(cap).min(block.ids.len()),
+            (None, Some(rate), _) => self.cost.choose(rate, cap),
+            (None, None, true) => cap.min(block.ids.len()),
+            (None, None, false) => self.cost.choose(&block.confidence, cap),
         };
         let mut proposed = block.ids;
         if let Some(truth) = self.truth.as_mut() {
@@ -223,6 +227,17 @@ impl Session<'_> {
         self.ensure_block_drafter(usize::MAX)?;
         if let Some(b) = self.block.as_mut() {
             b.set_cost(cost);
+        }
+        Ok(())
+    }
+
+    /// Benchmarks: every pass verifies `n` drafts (fewer only where the block or the
+    /// context ends), whatever the cost model would choose; the acceptance length of drafts
+    /// accepted independently with probability `p` is then `(1 − p^(n+1)) / (1 − p)`.
+    pub fn set_block_verify(&mut self, n: usize) -> Result<(), EngineError> {
+        self.ensure_block_drafter(usize::MAX)?;
+        if let Some(b) = self.block.as_mut() {
+            b.verify = Some(n);
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! for [`k3_model::dspark`], and the log of the target's hidden-state taps a session keeps
 //! for it.
 
+use crate::dspark_hold::{DraftHold, HeldMatrix};
 use crate::EngineError;
 use k3_format::{DsparkCheckpoint, K3Config, TensorView};
 use k3_kernels::Matrix;
@@ -11,11 +12,20 @@ use std::collections::HashMap;
 use std::path::Path;
 
 /// An opened DSpark draft: the mapped checkpoint (matrices used in place, BF16 as
-/// published) and its norm gains and confidence head widened to f32 once.
+/// published, or quantized copies, [`DraftHold`]) and its norm gains and confidence head
+/// widened to f32 once.
 pub struct DsparkDraft {
     ck: DsparkCheckpoint,
     graph: Dspark,
     vectors: HashMap<String, Vec<f32>>,
+    hold: DraftHold,
+    held: HashMap<String, HeldMatrix>,
+}
+
+/// Whether `name` (of `shape`) is one of the draft's matrices (the confidence head, `[1, n]`,
+/// is a vector to the forward).
+fn is_matrix(name: &str, shape: &[usize]) -> bool {
+    shape.len() == 2 && !name.starts_with("confidence_head.")
 }
 
 impl DsparkDraft {
@@ -30,7 +40,55 @@ impl DsparkDraft {
                 vectors.insert(name.clone(), ck.tensor(&name)?.to_f32_vec()?);
             }
         }
-        Ok(DsparkDraft { ck, graph, vectors })
+        Ok(DsparkDraft {
+            ck,
+            graph,
+            vectors,
+            hold: DraftHold::Bf16,
+            held: HashMap::new(),
+        })
+    }
+
+    /// Bytes of the draft's weights held in `hold` (vectors as published).
+    pub fn held_weight_bytes(&self, hold: DraftHold) -> u64 {
+        k3_format::dspark::expected_tensors(self.graph.config())
+            .iter()
+            .map(|(name, shape)| match is_matrix(name, shape) {
+                true => hold.matrix_bytes(shape[0], shape[1]),
+                false => self.ck.tensor(name).map_or(0, |v| v.nbytes()),
+            })
+            .sum()
+    }
+
+    /// Bytes of the context KV the draft keeps for `sessions` sessions of `ctx` positions:
+    /// every layer's latent row per position, f32 (docs/DSPARK.md#memory).
+    pub fn context_kv_bytes(&self, ctx: usize, sessions: usize) -> u64 {
+        let c = self.graph.config();
+        (c.num_hidden_layers * c.kv_width() * 4) as u64 * ctx as u64 * sessions.max(1) as u64
+    }
+
+    /// Holds the matrices in `hold` (quantizing them once; BF16 drops any copies).
+    pub fn hold_as(&mut self, hold: DraftHold) -> Result<(), EngineError> {
+        self.held.clear();
+        self.hold = hold;
+        let DraftHold::Quant(quant) = hold else {
+            return Ok(());
+        };
+        for (name, shape) in k3_format::dspark::expected_tensors(self.graph.config()) {
+            if !is_matrix(&name, &shape) {
+                continue;
+            }
+            let floats = self.ck.tensor(&name)?.to_f32_vec()?;
+            if let Some(m) = HeldMatrix::quantize(&name, &floats, shape[0], shape[1], quant)? {
+                self.held.insert(name, m);
+            }
+        }
+        Ok(())
+    }
+
+    /// The form the matrices are held in.
+    pub fn hold(&self) -> DraftHold {
+        self.hold
     }
 
     /// The graph.
@@ -43,9 +101,10 @@ impl DsparkDraft {
         self.ck.dir()
     }
 
-    /// Bytes of the draft's weights (mapped; the widened vectors are a few KB more).
+    /// Bytes of the draft's weights as held (mapped BF16 or quantized copies; the widened
+    /// vectors are a few KB more).
     pub fn weight_bytes(&self) -> u64 {
-        self.ck.weight_bytes()
+        self.held_weight_bytes(self.hold)
     }
 
     /// A fresh tap set for the target's forward.
@@ -71,6 +130,11 @@ impl DsparkDraft {
                 )))
             }
         };
+        if let Some(held) = self.held.get(name) {
+            return held.view(rows, cols).ok_or_else(|| {
+                EngineError::Invalid(format!("dspark: {name}: held copy is not {rows}×{cols}"))
+            });
+        }
         Matrix::bf16(rows, cols, v.as_bf16()?).ok_or_else(|| {
             EngineError::Invalid(format!("dspark: {name}: data does not fill {rows}×{cols}"))
         })
@@ -105,9 +169,18 @@ impl DsparkDraft {
             }
             false => None,
         };
+        let fc_norm = match c.fc_norm {
+            true => Some(
+                (0..c.target_layer_ids.len())
+                    .map(|i| self.vector(&format!("fc_norm.{i}.weight")))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            false => None,
+        };
         Ok(DsparkWeights {
             context_proj: self.matrix("context_proj.weight")?,
             context_norm: self.vector("context_norm.weight")?,
+            fc_norm,
             layers,
             final_norm: self.vector("final_norm.weight")?,
             markov_w1: self.matrix("markov_head.markov_w1.weight")?,

@@ -37,6 +37,7 @@ pub mod constraint;
 mod decode;
 pub mod draft;
 pub mod dspark;
+pub mod dspark_hold;
 mod emit;
 mod error;
 mod gather;

@@ -4,8 +4,8 @@
 use crate::resident::ResidentStore;
 use crate::streaming::StreamingStore;
 use crate::{
-    draft, dspark, group, planning, rank_share, streaming, CountingComm, DraftPolicy, Engine,
-    EngineError, EngineOptions, Stores, Tokenizer,
+    draft, dspark, dspark_hold, group, planning, rank_share, streaming, CountingComm, DraftPolicy,
+    Engine, EngineError, EngineOptions, Stores, Tokenizer,
 };
 use k3_format::{bind_model, Checkpoint, K3Config};
 use k3_model::Model;
@@ -63,12 +63,18 @@ impl Engine {
             (Some(d), DraftPolicy::Auto | DraftPolicy::On) => Some(k3_format::TrunkPack::open(d)?),
             _ => None,
         };
-        let (stores, plan, ckpt, draft_choice) =
-            open_stores(dir, &config, &mut options, &pool, draft_pack.as_ref())?;
-        let dspark = match &options.draft_model {
+        let mut dspark = match &options.draft_model {
             Some(d) => Some(dspark::DsparkDraft::open(d, &config)?),
             None => None,
         };
+        let (stores, plan, ckpt, draft_choice) = open_stores(
+            dir,
+            &config,
+            &mut options,
+            &pool,
+            draft_pack.as_ref(),
+            dspark.as_mut(),
+        )?;
         let pass_cost = match &stores {
             Stores::Resident(s) => planning::pass_cost(&config, s.binding())?,
             Stores::Streaming(s) => planning::pass_cost(&config, s.binding())?,
@@ -143,6 +149,7 @@ fn open_stores(
     options: &mut EngineOptions,
     pool: &Arc<rayon::ThreadPool>,
     draft_pack: Option<&k3_format::TrunkPack>,
+    dspark: Option<&mut dspark::DsparkDraft>,
 ) -> Result<OpenedStores, EngineError> {
     match options.budget {
         None if options.trunk_dir.is_some() => Err(EngineError::Invalid(
@@ -156,7 +163,7 @@ fn open_stores(
             let store = ResidentStore::open(dir, config)?;
             Ok((Stores::Resident(store), None, None, choice))
         }
-        Some(budget) => open_streaming(dir, config, budget, options, pool, draft_pack),
+        Some(budget) => open_streaming(dir, config, budget, options, pool, draft_pack, dspark),
     }
 }
 
@@ -170,6 +177,7 @@ fn open_streaming(
     options: &mut EngineOptions,
     pool: &Arc<rayon::ThreadPool>,
     draft_pack: Option<&k3_format::TrunkPack>,
+    dspark: Option<&mut dspark::DsparkDraft>,
 ) -> Result<OpenedStores, EngineError> {
     let ckpt = Checkpoint::open(dir)?;
     let whole = bind_model(&ckpt, config)?;
@@ -188,7 +196,17 @@ fn open_streaming(
     if let Some(p) = pack.as_ref().filter(|p| p.is_compressed()) {
         sizes.scratch_bytes += p.max_stored_bytes().div_ceil(4096) * 4096 + 4096;
     }
-    let (plan, choice) = plan_with_draft(&sizes, budget, options, draft_pack)?;
+    let (plan, choice) = match (dspark, draft_pack) {
+        // A DSpark draft is planned in the form that fits (docs/DSPARK.md#memory); with a
+        // draft trunk as well, the trunk's plan is kept and the DSpark draft stays BF16.
+        (Some(d), None) => {
+            let (plan, hold) =
+                dspark_hold::plan_block_draft(&sizes, budget, options.ctx, options.sessions, d)?;
+            d.hold_as(hold)?;
+            (plan, None)
+        }
+        _ => plan_with_draft(&sizes, budget, options, draft_pack)?,
+    };
     let mut files = match options.readers.take() {
         Some(r) => r,
         None => streaming::open_files(&ckpt, options.direct_io)?,

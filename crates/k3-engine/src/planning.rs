@@ -157,9 +157,22 @@ pub fn forecast_block_draft(
     sessions: usize,
     draft_bytes: u64,
 ) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
+    forecast_block_draft_as(dir, budget, ctx, sessions, draft_bytes, "bf16")
+}
+
+/// [`forecast_block_draft`] with the draft's weights held in `form` (`bf16`, `q8`, `mxfp4`;
+/// named in the plan's draft row).
+pub fn forecast_block_draft_as(
+    dir: &std::path::Path,
+    budget: Budget,
+    ctx: usize,
+    sessions: usize,
+    draft_bytes: u64,
+    form: &'static str,
+) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
     let req = PlanRequest::new(budget, ctx as u64)
         .with_sessions(sessions as u64)
-        .with_block_draft(draft_bytes);
+        .with_block_draft_as(draft_bytes, form);
     forecast_request(dir, &req, (0, 1))
 }
 

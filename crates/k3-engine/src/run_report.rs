@@ -194,6 +194,7 @@ fn block_json(
         "draft_model": engine.dspark().map(|d| serde_json::json!({
             "dir": d.dir().display().to_string(),
             "bytes": d.weight_bytes(),
+            "form": d.hold().name(),
             "block_size": d.graph().config().block_size,
         })),
     })

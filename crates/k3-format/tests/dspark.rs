@@ -1,6 +1,6 @@
 //! DSpark checkpoint refusals (docs/DSPARK.md): each names the file and the key or tensor.
 
-use k3_format::dspark::{expected_tensors, TapStream};
+use k3_format::dspark::{expected_tensors, DraftRope, TapStream, Yarn};
 use k3_format::writer::{write_shard, TensorSpec};
 use k3_format::{Checkpoint, DsparkCheckpoint, Dtype, K3Config};
 use std::path::{Path, PathBuf};
@@ -99,13 +99,23 @@ fn target_mismatches_are_refused_naming_the_key() {
 
 #[test]
 fn malformed_or_unsupported_config_keys_are_refused() {
-    let cases: [(&str, Option<serde_json::Value>, &str); 6] = [
+    let yarn = |extra: serde_json::Value| {
+        let mut m = serde_json::json!({"rope_type": "yarn", "factor": 8, "original_max_position_embeddings": 4096});
+        for (k, v) in extra.as_object().unwrap() {
+            m.as_object_mut().unwrap().insert(k.clone(), v.clone());
+        }
+        Some(m)
+    };
+    let cases: [(&str, Option<serde_json::Value>, &str); 9] = [
         ("markov_rank", None, "DIR/config.json: key `markov_rank`: missing"),
         ("block_size", Some(0.into()), "DIR/config.json: key `block_size`: must be at least 1"),
         ("aux_hidden_stream", Some("final".into()), "DIR/config.json: key `aux_hidden_stream`: \"final\" is not \"prefix\" or \"attn_res\""),
-        ("fc_norm", Some(true.into()), "DIR/config.json: key `fc_norm`: true (per-tap norms before context_proj) is not supported"),
-        ("mla_use_output_gate", Some(true.into()), "DIR/config.json: key `mla_use_output_gate`: true is not supported: the published K3 DSpark layers have no output gate"),
-        ("rope_scaling", Some(serde_json::json!({"rope_type": "yarn", "factor": 32})), "DIR/config.json: key `rope_scaling`: rope_type \"yarn\" is not supported (only plain RoPE: null or rope_type \"default\")"),
+        ("rope_scaling", Some(serde_json::json!({"rope_type": "linear", "factor": 2})), "DIR/config.json: key `rope_scaling`: rope_type \"linear\" is not supported (plain RoPE: null or \"default\"; YaRN: \"yarn\" or \"deepseek_yarn\")"),
+        ("rope_scaling", Some(serde_json::json!({"type": "yarn", "original_max_position_embeddings": 4096})), "DIR/config.json: key `rope_scaling`: factor is missing"),
+        ("rope_scaling", Some(serde_json::json!({"rope_type": "deepseek_yarn", "factor": 8})), "DIR/config.json: key `rope_scaling`: original_max_position_embeddings is missing (YaRN needs it)"),
+        ("rope_scaling", yarn(serde_json::json!({"type": "linear"})), "DIR/config.json: key `rope_scaling`: rope_type \"yarn\" and type \"linear\" disagree: give one of them"),
+        ("rope_scaling", yarn(serde_json::json!({"apply_yarn_scaling": false})), "DIR/config.json: key `rope_scaling`: apply_yarn_scaling is not supported (vLLM's K3 paths disagree on it)"),
+        ("rope_parameters", yarn(serde_json::json!({"rope_theta": 10000.0})), "DIR/config.json: key `rope_theta`: 50000.0 but rope_parameters.rope_theta is 10000.0: give one value"),
     ];
     for (key, value, want) in cases {
         let dir = with_config(|c| match value {
@@ -118,6 +128,75 @@ fn malformed_or_unsupported_config_keys_are_refused() {
         });
         assert_eq!(refusal(dir.path()), want, "{key}");
     }
+}
+
+/// `rope_parameters` (or `rope_scaling`) YaRN with vLLM's defaults filled in; `rope_theta`
+/// may live in the dictionary; `original_max_position_embeddings` at the top level.
+#[test]
+fn yarn_rope_is_read_with_vllm_defaults() {
+    let dir = with_config(|c| {
+        c.remove("rope_theta");
+        c.insert("original_max_position_embeddings".into(), 4096.into());
+        c.insert(
+            "rope_parameters".into(),
+            serde_json::json!({"rope_type": "deepseek_yarn", "factor": 32, "rope_theta": 50000.0, "mscale_all_dim": 1.0}),
+        );
+    });
+    let ck = DsparkCheckpoint::open(dir.path(), &target()).unwrap();
+    let want = Yarn {
+        factor: 32.0,
+        original_max_position_embeddings: 4096.0,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        mscale: 1.0,
+        mscale_all_dim: 1.0,
+        extrapolation_factor: 1.0,
+        attn_factor: 1.0,
+    };
+    assert_eq!(ck.config().rope, DraftRope::Yarn(want));
+    assert_eq!(ck.config().rope_theta, 50000.0);
+    let plain = DsparkCheckpoint::open(&fixtures().join("tiny-k3-dspark"), &target()).unwrap();
+    assert_eq!(plain.config().rope, DraftRope::Plain);
+}
+
+/// vLLM's K3 DSpark layer builds its MLA with RoPE and no output gate whatever
+/// `mla_use_output_gate` / `mla_use_nope` say (a config copied from the target carries both
+/// `true`): accepted; a `g_proj` tensor stays unexpected.
+#[test]
+fn output_gate_and_nope_flags_are_accepted_but_a_gate_tensor_is_not() {
+    let dir = with_config(|c| {
+        c.insert("mla_use_output_gate".into(), true.into());
+        c.insert("mla_use_nope".into(), true.into());
+    });
+    DsparkCheckpoint::open(dir.path(), &target()).unwrap();
+    let dir = with_tensors(|t| {
+        t.push(TensorSpec::new(
+            "layers.0.self_attn.g_proj.weight",
+            Dtype::BF16,
+            &[64, 64],
+        ))
+    });
+    assert_eq!(
+        refusal(dir.path()),
+        "DIR/model.safetensors: unexpected tensor `layers.0.self_attn.g_proj.weight`: not part of a DSpark checkpoint with this config"
+    );
+}
+
+/// `fc_norm: true` calls for one `[E]` gain per tap (`fc_norm.{i}.weight`).
+#[test]
+fn fc_norm_needs_its_per_tap_gains() {
+    let dir = with_config(|c| {
+        c.insert("fc_norm".into(), true.into());
+    });
+    assert_eq!(
+        refusal(dir.path()),
+        "DIR: tensor `fc_norm.0.weight` is missing: not a complete DSpark checkpoint for this config"
+    );
+    let ck = DsparkCheckpoint::open(&fixtures().join("tiny-k3-dspark"), &target()).unwrap();
+    assert!(!ck.config().fc_norm);
+    let mut with = ck.config().clone();
+    with.fc_norm = true;
+    assert_eq!(expected_tensors(&with)["fc_norm.2.weight"], [64]);
 }
 
 #[test]

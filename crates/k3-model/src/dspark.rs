@@ -5,9 +5,10 @@
 //!
 //! Numerics: every matrix product is a k3-kernels `matmul` (thread-count-free); attention is
 //! the latent (absorbed) form of [`crate::mla`] — per head, f64 scores in a fixed order,
-//! softmax, f32 latent context, `W_vb` row dots — without a mask; RoPE angles and rotations
-//! in f64, rounded once.
+//! softmax, f32 latent context, `W_vb` row dots — without a mask; RoPE (plain or YaRN,
+//! docs/DSPARK.md#rope) angles and rotations in f64, rounded once.
 
+use crate::dspark_rope::RopeTable;
 use crate::error::{check_len, ModelError};
 use crate::forward::argmax;
 use crate::weights::WeightProvider;
@@ -54,6 +55,8 @@ pub struct DsparkWeights<'a> {
     pub context_proj: Matrix<'a>,
     /// `[E]`
     pub context_norm: &'a [f32],
+    /// Per-tap norms `[taps][E]` applied before `context_proj` (`fc_norm: true`).
+    pub fc_norm: Option<Vec<&'a [f32]>>,
     /// The draft layers.
     pub layers: Vec<DsparkLayer<'a>>,
     /// `[E]`
@@ -114,18 +117,6 @@ pub struct BlockDraft {
     pub logits: Vec<f32>,
 }
 
-/// Rotates interleaved pairs of `x` (`[rope]`) by `pos · theta^(−2i/rope)` (f64, rounded once).
-fn rope(x: &mut [f32], pos: usize, theta: f64) {
-    let d = x.len() as f64;
-    for (i, pair) in x.chunks_exact_mut(2).enumerate() {
-        let ang = pos as f64 * theta.powf(-((2 * i) as f64) / d);
-        let (sin, cos) = ang.sin_cos();
-        let (a, b) = (pair[0] as f64, pair[1] as f64);
-        pair[0] = (a * cos - b * sin) as f32;
-        pair[1] = (a * sin + b * cos) as f32;
-    }
-}
-
 fn norm_rows(x: &mut [f32], width: usize, w: &[f32], eps: f64) {
     x.par_chunks_mut(width)
         .for_each(|r| rmsnorm_inplace(r, w, eps));
@@ -135,12 +126,14 @@ fn norm_rows(x: &mut [f32], width: usize, w: &[f32], eps: f64) {
 #[derive(Clone, Debug)]
 pub struct Dspark {
     c: DsparkConfig,
+    rope: RopeTable,
 }
 
 impl Dspark {
     /// The graph of `c` (already checked against the target by k3-format).
     pub fn new(c: DsparkConfig) -> Dspark {
-        Dspark { c }
+        let rope = RopeTable::new(&c);
+        Dspark { c, rope }
     }
     /// The config.
     pub fn config(&self) -> &DsparkConfig {
@@ -155,14 +148,15 @@ impl Dspark {
         for (i, row) in a.chunks_mut(w).enumerate() {
             let (latent, k_rope) = row.split_at_mut(kl);
             rmsnorm_inplace(latent, l.kv_a_norm, self.c.rms_norm_eps);
-            rope(k_rope, pos0 + i, self.c.rope_theta);
+            self.rope.rotate(k_rope, pos0 + i);
         }
         a
     }
 
     /// Appends context positions `ctx.len()..` from their taps (`[n][taps·E]`, in
-    /// `target_layer_ids` order): `ctx_t = RMSNorm(context_proj · taps_t)`, then each layer's
-    /// latent KV rows of `ctx_t`.
+    /// `target_layer_ids` order): `ctx_t = RMSNorm(context_proj · taps_t)` (each tap first
+    /// RMS-normed by its `fc_norm` gain when the draft has them), then each layer's latent KV
+    /// rows of `ctx_t`.
     pub fn extend_context(
         &self,
         w: &DsparkWeights,
@@ -183,6 +177,18 @@ impl Dspark {
         if n == 0 {
             return Ok(());
         }
+        let normed;
+        let taps = match &w.fc_norm {
+            None => taps,
+            Some(gains) => {
+                let mut t = taps.to_vec(); // [n][taps][E]
+                t.par_chunks_mut(e).enumerate().for_each(|(j, row)| {
+                    rmsnorm_inplace(row, gains[j % gains.len()], self.c.rms_norm_eps)
+                });
+                normed = t;
+                &normed[..]
+            }
+        };
         let mut x = vec![0f32; n * e];
         matmul(&mut x, &w.context_proj, taps, n);
         norm_rows(&mut x, e, w.context_norm, self.c.rms_norm_eps);
@@ -248,7 +254,7 @@ impl Dspark {
         matmul(&mut q, &l.q_b_proj, &cq, b);
         for (i, row) in q.chunks_mut(h * qh).enumerate() {
             for head in row.chunks_mut(qh) {
-                rope(&mut head[nope..], t + i, c.rope_theta);
+                self.rope.rotate(&mut head[nope..], t + i);
             }
         }
         let mut rows = ctx_rows.to_vec();
@@ -271,7 +277,8 @@ impl Dspark {
             c.qk_nope_head_dim,
             c.v_head_dim,
         );
-        let scale = 1.0 / ((nope + c.qk_rope_head_dim) as f32).sqrt();
+        let qk = (nope + c.qk_rope_head_dim) as f64;
+        let scale = (self.rope.softmax_factor / qk.sqrt()) as f32;
         let kv0 = head * (nope + vh);
         let mut q_lat = vec![0f64; kl];
         matvec_t_f64(&mut q_lat, kv_b, kv0, &q[..nope]);

@@ -28,6 +28,7 @@ pub mod dims;
 pub mod dist;
 pub mod dist_cost;
 pub mod dspark;
+mod dspark_rope;
 pub mod error;
 pub mod forward;
 pub mod kda;

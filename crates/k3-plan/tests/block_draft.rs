@@ -43,7 +43,7 @@ fn a_block_draft_holds_its_weights_and_context_kv_and_no_second_session() {
     // the table names it as what it is
     let table = block.table(None);
     assert!(table.contains("DSpark draft"), "{table}");
-    assert!(table.contains("weights + context KV"), "{table}");
+    assert!(table.contains("weights (bf16) + context KV"), "{table}");
     assert!(!table.contains("draft trunk"), "{table}");
     assert!(!table.contains("session + draft model"), "{table}");
 }

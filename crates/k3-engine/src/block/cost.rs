@@ -7,9 +7,12 @@
 //! experts in units of one position's ([`Routing::positions`]: each expert a pass routes to
 //! is read once; `E·(1 − (1 − k/E)^m)/k` under independent routing, `m` when positions never
 //! share an expert). Time, when the rates are known (measured by `cargo xtask bench-dspark`):
-//! `T_S + u(m)·T_X + m·T_c + T_d` with `T_S = S / disk rate + the pass's shared compute`,
-//! `T_X = X / expert read rate`, `T_c` the compute each position adds, and `T_d` one DSpark
-//! block pass. Expected tokens: `1 + Σ_{i≤n} Π_{j≤i} c_j` for per-draft acceptance
+//! `T_S + u(m)·T_X + m·T_c + T_d` with `T_X = X / expert read rate`, `T_c` the compute each
+//! position adds, `T_d` one DSpark block pass, and `T_S` the rest of a pass: measured as a
+//! one-position pass's wall time less its expert and position terms when known
+//! ([`Rates::pass_wall`]) — the trunk's reads overlap compute (read-ahead of the next piece)
+//! and may come from a cache, so they are not `S / disk rate` added to compute — else
+//! `S / disk rate + the pass's shared compute`. Expected tokens: `1 + Σ_{i≤n} Π_{j≤i} c_j` for per-draft acceptance
 //! estimates `c_j`. The drafter verifies the `n` that maximises tokens per second when the
 //! time terms are known, else tokens per byte.
 
@@ -55,6 +58,9 @@ pub struct Rates {
     pub compute_per_position: f64,
     /// Seconds of one DSpark block pass.
     pub draft: f64,
+    /// Wall seconds of a one-position pass as the engine runs it (trunk reads however they
+    /// overlap compute or hit a cache, its experts, its compute); 0 when not measured.
+    pub pass_wall: f64,
 }
 
 /// What the model predicts per generated token.
@@ -98,10 +104,16 @@ impl PassCost {
     /// read from disk).
     pub fn with_rates(self, r: &Rates) -> PassCost {
         let per = |bytes: f64, rate: f64| if rate > 0.0 { bytes / rate } else { 0.0 };
+        let experts = per(self.per_position, r.expert_disk);
+        let shared = match r.pass_wall > 0.0 {
+            // a one-position pass reads u(1) = 1 position's experts
+            true => (r.pass_wall - experts - r.compute_per_position).max(r.compute_shared),
+            false => per(self.shared, r.trunk_disk) + r.compute_shared,
+        };
         PassCost {
             seconds: Some(PassSeconds {
-                shared: per(self.shared, r.trunk_disk) + r.compute_shared,
-                experts: per(self.per_position, r.expert_disk),
+                shared,
+                experts,
                 per_position: r.compute_per_position,
                 draft: r.draft,
             }),
@@ -173,12 +185,21 @@ impl PassCost {
 
     /// Bytes and seconds per generated token when passes verify `verified` drafts on average
     /// and yield `tau` tokens each (`drafted`: every pass runs the DSpark draft; plain
-    /// decoding is `tau = 1, verified = 0, drafted = false`). The union is taken at the
-    /// average pass (`u(verified + 1)`); `u` is concave, so passes of unequal sizes read a
-    /// little less than this.
+    /// decoding is `tau = 1, verified = 0, drafted = false`): [`Self::per_token_at`] with
+    /// `verified + 1` positions per pass.
     pub fn per_token(&self, tau: f64, verified: f64, drafted: bool) -> PerToken {
+        self.per_token_at(tau, verified.max(0.0) + 1.0, drafted)
+    }
+
+    /// Bytes and seconds per generated token when passes carry `positions` positions on
+    /// average and yield `tau` tokens each. A pass carries its own token, its verified drafts
+    /// and, after a rejection, the drafts the previous pass accepted (the state is rolled
+    /// back to before that pass, so they are fed again with this one). The union is taken at
+    /// the average pass (`u(positions)`); `u` is concave, so passes of unequal sizes read a
+    /// little less than this.
+    pub fn per_token_at(&self, tau: f64, positions: f64, drafted: bool) -> PerToken {
         let tau = tau.max(f64::MIN_POSITIVE);
-        let m = verified.max(0.0) + 1.0;
+        let m = positions.max(1.0);
         PerToken {
             bytes: self.bytes_of(m) / tau,
             seconds: self.seconds_of(m, drafted).map(|s| s / tau),
@@ -225,6 +246,7 @@ mod tests {
             compute_shared: 1.0,
             compute_per_position: 0.5,
             draft: 0.2,
+            pass_wall: 0.0,
         };
         let timed = RELEASED.with_rates(&rates);
         let s = timed.seconds.unwrap();
@@ -260,6 +282,34 @@ mod tests {
         assert!(PassCost::bytes_only(1e9, 1e6).choose(&[0.6; 7], 7) > 0);
     }
 
+    /// A measured one-position pass replaces `S / disk + shared compute`: plain decoding is
+    /// predicted at that wall time, and a longer pass adds its experts, positions and draft.
+    #[test]
+    fn a_measured_pass_sets_the_shared_term() {
+        let rates = Rates {
+            trunk_disk: 1e9,
+            expert_disk: 1e9,
+            compute_shared: 0.25,
+            compute_per_position: 0.15,
+            draft: 0.5,
+            pass_wall: 1.8,
+        };
+        let union = PassCost::bytes_only(6.5e9, 0.25e9).with_routing(Routing::independent(32, 16));
+        let timed = union.with_rates(&rates);
+        let s = timed.seconds.unwrap();
+        assert!((s.shared - (1.8 - 0.25 - 0.15)).abs() < 1e-12);
+        let plain = timed.per_token(1.0, 0.0, false).seconds.unwrap();
+        assert!((plain - 1.8).abs() < 1e-12);
+        let two = timed.seconds(1, true).unwrap();
+        assert!((two - (1.8 + 0.5 * 0.25 + 0.15 + 0.5)).abs() < 1e-12);
+        // a wall below the pass's own compute keeps the compute
+        let fast = union.with_rates(&Rates {
+            pass_wall: 0.1,
+            ..rates
+        });
+        assert_eq!(fast.seconds.unwrap().shared, 0.25);
+    }
+
     #[test]
     fn a_pass_reads_the_union_of_its_positions_experts() {
         // the bench model's layer: 32 experts, top 16 — two positions read 24, not 32
@@ -280,6 +330,7 @@ mod tests {
             compute_shared: 1.0,
             compute_per_position: 0.25,
             draft: 2.0,
+            pass_wall: 0.0,
         };
         let timed = union.with_rates(&rates);
         let want = 6.5 + 1.0 + 1.5 * 1.0 + 2.0 * 0.25 + 2.0;

@@ -1,5 +1,6 @@
 //! A DSpark draft's `config.json` (docs/DSPARK.md#configjson), checked against the target.
 
+use super::rope::{self, DraftRope};
 use super::DsparkError;
 use crate::K3Config;
 use serde_json::{Map, Value};
@@ -55,6 +56,10 @@ pub struct DsparkConfig {
     pub rms_norm_eps: f64,
     /// RoPE base.
     pub rope_theta: f64,
+    /// Plain RoPE or DeepSeek YaRN (docs/DSPARK.md#rope).
+    pub rope: DraftRope,
+    /// Per-tap RMSNorm (`fc_norm.{i}.weight`) before `context_proj`.
+    pub fc_norm: bool,
     /// Tapped target layers (0-based), in concatenation order.
     pub target_layer_ids: Vec<usize>,
     /// Which hidden stream is tapped.
@@ -78,13 +83,13 @@ pub struct DsparkConfig {
 pub const MAX_BLOCK: usize = 16;
 
 /// Reads keys of one JSON object, each error naming the file and the key.
-struct Keys<'a> {
+pub(super) struct Keys<'a> {
     file: &'a Path,
-    root: &'a Map<String, Value>,
+    pub(super) root: &'a Map<String, Value>,
 }
 
 impl Keys<'_> {
-    fn err(&self, key: &str, detail: impl Into<String>) -> DsparkError {
+    pub(super) fn err(&self, key: &str, detail: impl Into<String>) -> DsparkError {
         DsparkError::Config {
             file: self.file.to_path_buf(),
             key: key.to_string(),
@@ -106,7 +111,7 @@ impl Keys<'_> {
             n => Ok(n),
         }
     }
-    fn float(&self, key: &str) -> Result<f64, DsparkError> {
+    pub(super) fn float(&self, key: &str) -> Result<f64, DsparkError> {
         let v = self.root.get(key).ok_or_else(|| self.err(key, "missing"))?;
         v.as_f64()
             .filter(|x| x.is_finite() && *x > 0.0)
@@ -195,6 +200,7 @@ impl DsparkConfig {
             ));
         }
         let confidence_head = k.flag("enable_confidence_head")?;
+        let (rope_kind, rope_theta) = rope::parse(k)?;
         Ok(DsparkConfig {
             hidden_size: k.positive("hidden_size")?,
             intermediate_size: k.positive("intermediate_size")?,
@@ -207,7 +213,9 @@ impl DsparkConfig {
             v_head_dim: k.positive("v_head_dim")?,
             vocab_size: k.positive("vocab_size")?,
             rms_norm_eps: k.float("rms_norm_eps")?,
-            rope_theta: k.float("rope_theta")?,
+            rope_theta,
+            rope: rope_kind,
+            fc_norm: k.flag("fc_norm")?,
             target_layer_ids: ids,
             stream,
             mask_token_id: u32::try_from(k.uint("mask_token_id")?)
@@ -320,19 +328,14 @@ impl DsparkConfig {
 }
 
 /// Published fields whose non-default values k3 does not run (each refused by name).
+///
+/// `mla_use_output_gate` and `mla_use_nope` are accepted whatever their value: vLLM's K3
+/// DSpark layer (NVIDIA, AMD and the common module) builds its MLA with RoPE and without the
+/// output gate regardless, and a draft config copied from the target carries both as `true`
+/// (a `g_proj` tensor is still refused as unexpected).
 fn refuse_unsupported(k: &Keys<'_>) -> Result<(), DsparkError> {
-    if k.flag("mla_use_output_gate")? {
-        return Err(k.err(
-            "mla_use_output_gate",
-            "true is not supported: the published K3 DSpark layers have no output gate",
-        ));
-    }
-    if k.flag("fc_norm")? {
-        return Err(k.err(
-            "fc_norm",
-            "true (per-tap norms before context_proj) is not supported",
-        ));
-    }
+    k.flag("mla_use_output_gate")?;
+    k.flag("mla_use_nope")?;
     if let Some(t) = k.text("markov_head_type")? {
         if t != "vanilla" {
             return Err(k.err(
@@ -341,23 +344,7 @@ fn refuse_unsupported(k: &Keys<'_>) -> Result<(), DsparkError> {
             ));
         }
     }
-    match k.root.get("rope_scaling") {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::Object(o)) if o.get("rope_type").and_then(Value::as_str) == Some("default") => {
-            Ok(())
-        }
-        Some(v) => {
-            // the type alone: the map's key order depends on serde_json's features
-            let kind = v
-                .get("rope_type")
-                .or_else(|| v.get("type"))
-                .map_or_else(|| v.to_string(), Value::to_string);
-            Err(k.err(
-                "rope_scaling",
-                format!("rope_type {kind} is not supported (only plain RoPE: null or rope_type \"default\")"),
-            ))
-        }
-    }
+    Ok(())
 }
 
 /// `dir/config.json`.

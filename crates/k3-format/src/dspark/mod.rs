@@ -7,8 +7,10 @@
 //! `embed_tokens.weight` copy is optional and ignored (the target's embedding is used).
 
 mod config;
+mod rope;
 
 pub use config::{config_path, DraftAct, DsparkConfig, TapStream, MAX_BLOCK};
+pub use rope::{DraftRope, Yarn};
 
 use crate::{Checkpoint, Dtype, FormatError, K3Config, TensorView};
 use std::collections::BTreeMap;
@@ -153,6 +155,11 @@ pub fn expected_tensors(c: &DsparkConfig) -> BTreeMap<String, Vec<usize>> {
         vec![e, c.target_layer_ids.len() * e],
     );
     m.insert("context_norm.weight".into(), vec![e]);
+    if c.fc_norm {
+        for i in 0..c.target_layer_ids.len() {
+            m.insert(format!("fc_norm.{i}.weight"), vec![e]);
+        }
+    }
     for i in 0..c.num_hidden_layers {
         for (suffix, shape) in layer_tensors(c) {
             m.insert(format!("layers.{i}.{suffix}"), shape);

@@ -234,6 +234,9 @@ pub struct PlanRequest {
     pub draft_trunk_bytes: u64,
     /// What the held draft is: a draft trunk (its own session state) or a DSpark block draft.
     pub draft_kind: DraftKind,
+    /// The form a DSpark block draft's weights are held in (`bf16`, `q8`, `mxfp4`), shown
+    /// in the plan's draft row.
+    pub draft_form: &'static str,
 }
 
 /// The kind of draft a plan holds beside the model.
@@ -259,6 +262,7 @@ impl PlanRequest {
             sessions: 1,
             draft_trunk_bytes: 0,
             draft_kind: DraftKind::Trunk,
+            draft_form: "bf16",
         }
     }
 
@@ -275,6 +279,13 @@ impl PlanRequest {
         self.draft_trunk_bytes = bytes;
         self.draft_kind = DraftKind::Block;
         self
+    }
+
+    /// [`Self::with_block_draft`] with the weights held in `form` (`bf16`, `q8`, `mxfp4`).
+    pub fn with_block_draft_as(self, bytes: u64, form: &'static str) -> Self {
+        let mut req = self.with_block_draft(bytes);
+        req.draft_form = form;
+        req
     }
 
     /// Sessions whose state is reserved, counting a draft trunk's model when there is one.

@@ -115,11 +115,12 @@ impl MemoryPlan {
         );
         if draft {
             let (name, what) = if block {
-                ("DSpark draft", "weights + context KV")
+                let form = self.request.draft_form;
+                ("DSpark draft", format!("weights ({form}) + context KV"))
             } else {
-                ("draft trunk", "hybrid drafting")
+                ("draft trunk", "hybrid drafting".to_string())
             };
-            line(&mut s, name, self.draft_trunk_bytes, what);
+            line(&mut s, name, self.draft_trunk_bytes, &what);
         }
         line(&mut s, "TOTAL", self.total_bytes(), "");
         match available.and_then(|a| a.bytes().map(|b| (b, a.source()))) {
