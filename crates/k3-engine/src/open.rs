@@ -183,10 +183,11 @@ fn open_streaming(
         }
         None => None,
     };
-    // A compressed trunk is read through one staging buffer (the largest stored
-    // run) before it is decoded into its slot; the slots hold decoded runs.
+    // A compressed trunk is read through two staging buffers (each the largest stored run:
+    // the next run is read into one while the other decodes) before it is decoded into its
+    // slot; the slots hold decoded runs (docs/STREAMING.md#overlapped-decode).
     if let Some(p) = pack.as_ref().filter(|p| p.is_compressed()) {
-        sizes.scratch_bytes += p.max_stored_bytes().div_ceil(4096) * 4096 + 4096;
+        sizes.scratch_bytes += 2 * (p.max_stored_bytes().div_ceil(4096) * 4096 + 4096);
     }
     let (plan, choice) = plan_with_draft(&sizes, budget, options, draft_pack)?;
     let mut files = match options.readers.take() {
@@ -323,7 +324,7 @@ fn plan_with_draft(
 /// Default compute threads: the physical cores, but no more than this process may use
 /// (affinity, cgroup quota). Hyper-threads share a core's FMA pipes and its cache, which the
 /// mat-vec kernels already saturate per core (docs/PERFORMANCE.md "Kernels").
-fn default_threads() -> usize {
+pub(crate) fn default_threads() -> usize {
     let usable = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
