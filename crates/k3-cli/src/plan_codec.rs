@@ -33,12 +33,9 @@ pub fn codec_plan(
         return Ok(None);
     }
     let cores = args.threads.unwrap_or_else(default_decoding_cores);
-    Ok(Some(TrunkCodecPlan::new(
-        packs,
-        read,
-        cores,
-        plan.trunk.reads_ahead(),
-    )))
+    // Overlapped with any ring: the trunk store's stager reads the next stored run while the
+    // current one decodes, a ring of one slot included (docs/STREAMING.md#overlapped-decode).
+    Ok(Some(TrunkCodecPlan::new(packs, read, cores, true)))
 }
 
 /// The forecast's lines, under the table.

@@ -108,7 +108,7 @@ pub struct TrunkCodecPlan {
 impl TrunkCodecPlan {
     /// The forecast for `packs` with `decoding_cores` cores: the drive rate `read_bytes_per_s`
     /// when given, else measured on a pack's file (the plain one first), else assumed;
-    /// `overlapped` when the next read overlaps the current decode (a ring that reads ahead).
+    /// `overlapped` when the next read overlaps the current decode (the engine: always).
     pub fn new(
         packs: TrunkPacks,
         read_bytes_per_s: Option<f64>,
@@ -248,23 +248,32 @@ pub fn default_decoding_cores() -> usize {
     crate::open::default_threads()
 }
 
-/// The O_DIRECT rate of sequential 64 MiB reads from `file`'s start (bytes/s).
+/// The O_DIRECT rate of sequential 64 MiB reads from `file`'s start (bytes/s); a smaller file
+/// is read whole, again and again (O_DIRECT reads do not come from the page cache), so the
+/// probe's buffer and threads do not dominate its few milliseconds.
 pub fn probe_read_rate(file: &Path) -> Result<f64, String> {
     let f = ShardFile::open(file, true).map_err(|e| format!("{}: {e}", file.display()))?;
     let len = std::fs::metadata(file)
         .map_err(|e| format!("{}: {e}", file.display()))?
         .len();
+    let read = PROBE_READ.min(len / 4096 * 4096);
+    if read == 0 {
+        return Err(format!(
+            "{}: under 4096 bytes, nothing to time",
+            file.display()
+        ));
+    }
     let test = ReadTest {
         depths: &[1],
         secs: PROBE_SECS,
         cap: PROBE_CAP,
-        max_read: PROBE_READ,
+        max_read: read,
     };
+    let slots = len / read;
     let next = |i: u64| {
-        let off = i * PROBE_READ;
-        (off < len).then(|| TestRead {
+        Some(TestRead {
             file: 0,
-            pieces: vec![(off, PROBE_READ.min(len - off))],
+            pieces: vec![((i % slots) * read, read)],
         })
     };
     read_rates(std::slice::from_ref(&f), test, &next)?
