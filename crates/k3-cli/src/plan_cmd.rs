@@ -4,7 +4,7 @@
 use crate::budget::BudgetArgs;
 use crate::CliError;
 use clap::Args;
-use k3_engine::planning::{choose_draft, forecast, model_sizes};
+use k3_engine::planning::{choose_draft, forecast, forecast_pack, model_sizes};
 use k3_engine::{Budget, Preset};
 use k3_plan::plan::{fmt_bytes, plan as make_plan};
 use k3_plan::PlanRequest;
@@ -109,8 +109,11 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
         return crate::plan_dspark::plan(&model_dir, dm, budget, args.ctx, args.sessions);
     }
     let Some(draft) = &args.draft_trunk else {
-        let (plan, available, fits) = forecast(&model_dir, budget, args.ctx, args.sessions, 0)?;
-        let codec = crate::plan_codec::codec_plan(&model_dir, &plan, &args)?;
+        let codec = crate::plan_codec::codec_plan(&model_dir, &args)?;
+        let pack = crate::plan_codec::chosen_pack(&codec)?;
+        let (plan, available, fits) =
+            forecast_pack(&model_dir, budget, args.ctx, args.sessions, pack.as_ref())?;
+        let codec = (plan.trunk.streamed_per_token > 0).then_some(codec);
         match args.json {
             true => crate::plan_codec::print_json(&plan, codec.as_ref(), fits.is_ok()),
             false => {

@@ -4,16 +4,12 @@
 use crate::plan_cmd::PlanArgs;
 use crate::CliError;
 use k3_engine::trunk_choice::{default_decoding_cores, TrunkCodecPlan, TrunkPacks};
+use k3_format::TrunkPack;
 use k3_plan::MemoryPlan;
 use std::path::Path;
 
-/// The forecast for `plan` of `model_dir`, `None` when no trunk byte streams (every layer
-/// pinned, or no budget).
-pub fn codec_plan(
-    model_dir: &Path,
-    plan: &MemoryPlan,
-    args: &PlanArgs,
-) -> Result<Option<TrunkCodecPlan>, CliError> {
+/// The forecast for `model_dir` (its packs, or `--trunk`), with the rates `args` give.
+pub fn codec_plan(model_dir: &Path, args: &PlanArgs) -> Result<TrunkCodecPlan, CliError> {
     let read = match args.read_gbps {
         Some(r) if !(r.is_finite() && r > 0.0) => {
             return Err(CliError::usage(format!(
@@ -29,13 +25,19 @@ pub fn codec_plan(
         Some(d) => TrunkPacks::given(d).map_err(|e| CliError::usage(e.to_string()))?,
         None => TrunkPacks::in_model_dir(model_dir),
     };
-    if plan.trunk.streamed_per_token == 0 {
-        return Ok(None);
-    }
     let cores = args.threads.unwrap_or_else(default_decoding_cores);
     // Overlapped with any ring: the trunk store's stager reads the next stored run while the
     // current one decodes, a ring of one slot included (docs/STREAMING.md#overlapped-decode).
-    Ok(Some(TrunkCodecPlan::new(packs, read, cores, true)))
+    Ok(TrunkCodecPlan::new(packs, read, cores, true))
+}
+
+/// The pack the forecast chooses, opened (its staging buffers are planned).
+pub fn chosen_pack(codec: &TrunkCodecPlan) -> Result<Option<TrunkPack>, CliError> {
+    codec
+        .chosen()
+        .map(TrunkPack::open)
+        .transpose()
+        .map_err(|e| CliError::usage(e.to_string()))
 }
 
 /// The forecast's lines, under the table.
@@ -51,6 +53,7 @@ pub fn print_json(plan: &MemoryPlan, codec: Option<&TrunkCodecPlan>, fits: bool)
     let v = serde_json::json!({
         "total_bytes": plan.total_bytes(),
         "fits": fits,
+        "scratch_bytes": plan.scratch_bytes,
         "trunk": {
             "pinned_layers": t.pinned.len(),
             "pinned_bytes": t.pinned_bytes,

@@ -103,6 +103,18 @@ fn a_model_dir_with_both_packs_runs_from_the_chosen_one() {
         out.contains(&format!("use the plain pack {plain}")),
         "{out}"
     );
+    // The compressed pack's two staging buffers are planned with the scratch (at the
+    // smallest plain budget they do not fit: the budget must hold them too).
+    let scratch = |pack: &str| {
+        let o = k3(&["plan", d, "--mem-gb", "0.01", "--trunk", pack, "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+        v["scratch_bytes"].as_u64().unwrap()
+    };
+    let extra = scratch(&comp) - scratch(&plain);
+    assert!(extra >= 2 * 8192 && extra % 8192 == 0, "{extra}");
+    let o = k3(&["plan", d, "--mem-gb", SMALLEST, "--trunk", &comp]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let resident = k3(&["run", d, "--ids", PROMPT, "-n", "8"]);
     assert!(resident.status.success(), "{}", stderr(&resident));
     let streamed = k3(&["run", d, "--ids", PROMPT, "-n", "8", "--mem-gb", SMALLEST]);

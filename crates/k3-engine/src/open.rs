@@ -186,9 +186,7 @@ fn open_streaming(
     // A compressed trunk is read through two staging buffers (each the largest stored run:
     // the next run is read into one while the other decodes) before it is decoded into its
     // slot; the slots hold decoded runs (docs/STREAMING.md#overlapped-decode).
-    if let Some(p) = pack.as_ref().filter(|p| p.is_compressed()) {
-        sizes.scratch_bytes += 2 * (p.max_stored_bytes().div_ceil(4096) * 4096 + 4096);
-    }
+    sizes.scratch_bytes += pack.as_ref().map_or(0, planning::staging_bytes);
     let (plan, choice) = plan_with_draft(&sizes, budget, options, draft_pack)?;
     let mut files = match options.readers.take() {
         Some(r) => r,
