@@ -4,11 +4,15 @@
 //! (docs/FORMATS.md#compressed-trunk) at the smallest budget (nothing pinned: every layer is
 //! streamed every token, O_DIRECT), same run, alternating plain / compressed R times: s/token
 //! (median), trunk bytes read and decoded per token, decode seconds per token, the compute
-//! thread's trunk wait. The ids must be identical (checked). Results:
+//! thread's trunk wait. The ids must be identical (checked). Beside each pack's measurement
+//! it prints what `k3_plan::CodecRates` predicts for its trunk (reads and decode, no compute)
+//! from the drive rate measured here on the plain pack, the compressed pack's stored ratio,
+//! and the decode rate per core both as documented and as measured in the run. Results:
 //! docs/PERFORMANCE.md#trunk-compression.
 
 use crate::bench_util::{self, gb, median};
 use clap::Args;
+use k3_engine::trunk_choice::{probe_read_rate, TrunkCodecPlan, TrunkPacks};
 use k3_engine::{Engine, EngineOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -69,6 +73,8 @@ struct Run {
     decode_s_tok: f64,
     wait_s_tok: f64,
     ids: Vec<u32>,
+    /// Compute threads (the decoding cores).
+    threads: usize,
 }
 
 fn bench(args: &BenchTrunkPackArgs) -> Result<(), String> {
@@ -79,6 +85,11 @@ fn bench(args: &BenchTrunkPackArgs) -> Result<(), String> {
     println!("machine: {}", bench_util::machine_facts());
     let (smallest, _) = k3_engine::planning::budget_extremes(dir).map_err(|e| e.to_string())?;
     println!("budget: {smallest:?} (smallest legal: every trunk layer streams)");
+    let disk = disk_rate(plain)?;
+    println!(
+        "O_DIRECT read rate of the plain pack: {:.2} GB/s (median of 3 probes of 0.3 s)",
+        gb(disk)
+    );
     let mut rows: Vec<(&str, Run)> = Vec::new();
     for _ in 0..args.rounds.max(1) {
         for (name, pack) in [("plain", plain), ("compressed", compressed)] {
@@ -109,8 +120,9 @@ fn bench(args: &BenchTrunkPackArgs) -> Result<(), String> {
     }
     println!("greedy ids (identical from both packs): {ids:?}");
     println!();
-    println!("| pack | s/token (median of runs) | trunk GB read/token | GB decoded/token | decode s/token | trunk wait s/token |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| pack | s/token (median of runs) | trunk GB read/token | GB decoded/token | decode s/token | trunk wait s/token | predicted trunk s/token (documented decode rate) | predicted (measured decode rate) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let packs = TrunkPacks::given(compressed).map_err(|e| e.to_string())?;
     for name in ["plain", "compressed"] {
         let runs: Vec<&Run> = rows
             .iter()
@@ -118,16 +130,54 @@ fn bench(args: &BenchTrunkPackArgs) -> Result<(), String> {
             .map(|(_, r)| r)
             .collect();
         let med = |f: fn(&Run) -> f64| median(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
+        // Overlapped: the store reads the next stored run while the current one decodes.
+        let threads = runs[0].threads;
+        let mut codec = TrunkCodecPlan::new(packs.clone(), Some(disk), threads, true);
+        let decoded = match name {
+            "plain" => med(|r| r.read_tok),
+            _ => med(|r| r.decoded_tok),
+        };
+        let predict = |c: &TrunkCodecPlan| {
+            let f = c.forecast(decoded as u64);
+            if name == "plain" {
+                f.plain_s
+            } else {
+                f.compressed_s
+            }
+        };
+        let documented = predict(&codec);
+        let decode_s = med(|r| r.decode_s_tok);
+        if decode_s > 0.0 {
+            codec.rates.decode_bytes_per_s_per_core = decoded / decode_s / threads as f64;
+        }
         println!(
-            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {documented:.3} | {:.3} |",
             med(|r| r.s_tok),
             gb(med(|r| r.read_tok)),
             gb(med(|r| r.decoded_tok)),
-            med(|r| r.decode_s_tok),
-            med(|r| r.wait_s_tok)
+            decode_s,
+            med(|r| r.wait_s_tok),
+            predict(&codec)
         );
+        if name == "compressed" {
+            println!();
+            println!(
+                "forecast ({} GB/s per core measured): {}",
+                format_args!("{:.2}", gb(codec.rates.decode_bytes_per_s_per_core)),
+                codec.rates.decision()
+            );
+        }
     }
     Ok(())
+}
+
+/// The drive's O_DIRECT rate reading the plain pack's `trunk.bin` (median of 3 probes).
+fn disk_rate(plain: &std::path::Path) -> Result<f64, String> {
+    let bin = plain.join("trunk.bin");
+    let rates = (0..3)
+        .map(|_| probe_read_rate(&bin))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(median(&rates))
 }
 
 /// Prefills 4 ids, then times `tokens` greedy steps (per-token medians; counters per token).
@@ -146,5 +196,6 @@ fn one_run(engine: &Engine, tokens: usize) -> Result<Run, String> {
         decode_s_tok: d.trunk_decode_seconds / n,
         wait_s_tok: d.trunk_wait_seconds / n,
         ids,
+        threads: engine.threads(),
     })
 }

@@ -216,34 +216,56 @@ pub fn open_engine(
 }
 
 /// A streaming run of a model whose directory holds a packed trunk (`k3 pull` packs one into
-/// `NAME/trunk`) reads the trunk from it without `--trunk` (contiguous layer runs instead of
-/// scattered shard reads, docs/MODELS.md#names-stand-for-directories), when the pack matches
-/// these very shards and this config; otherwise the shards, saying why on stderr.
+/// `NAME/trunk`; `NAME/trunk-compressed` may hold a compressed one) reads the trunk from it
+/// without `--trunk` (contiguous layer runs instead of scattered shard reads,
+/// docs/MODELS.md#names-stand-for-directories), when the pack matches these very shards and
+/// this config; otherwise the shards, saying why on stderr. With both a plain and a
+/// compressed pack, the one `k3_engine::trunk_choice` forecasts faster is tried first
+/// (docs/PERFORMANCE.md#trunk-compression).
 fn use_stored_trunk(dir: &std::path::Path, options: &mut EngineOptions, progress: bool) {
-    let pack_dir = dir.join(k3_hub::store::TRUNK_SUBDIR);
-    if options.trunk_dir.is_some()
-        || options.budget.is_none()
-        || !pack_dir.join("trunk.json").is_file()
-    {
+    use k3_engine::trunk_choice::{default_decoding_cores, TrunkCodecPlan, TrunkPacks};
+    if options.trunk_dir.is_some() || options.budget.is_none() {
         return;
     }
-    match stored_trunk_matches(dir, &pack_dir) {
-        Ok(()) => {
-            if progress {
-                eprintln!(
-                    "reading the trunk from the packed trunk {} (as --trunk)",
-                    pack_dir.display()
-                );
-            }
-            options.trunk_dir = Some(pack_dir);
-        }
-        Err(why) if progress => eprintln!(
-            "k3: note: not using the packed trunk {}: {why}; reading the shards (repack with `k3 pack {} {}`)",
+    let packs = TrunkPacks::in_model_dir(dir);
+    for (pack_dir, why) in packs.unreadable.iter().filter(|_| progress) {
+        eprintln!(
+            "k3: note: not using the packed trunk {}: {why}; repack with `k3 pack {} {}`",
             pack_dir.display(),
             dir.display(),
             pack_dir.display()
-        ),
-        Err(_) => {}
+        );
+    }
+    let both = packs.plain.is_some() && packs.compressed.is_some();
+    let cores = options.threads.unwrap_or_else(default_decoding_cores);
+    // Only a choice between two packs needs the drive's rate (a 0.3 s read).
+    let codec = TrunkCodecPlan::new(packs, (!both).then_some(1.0), cores, true);
+    for pack_dir in codec.candidates() {
+        match stored_trunk_matches(dir, pack_dir) {
+            Ok(()) => {
+                if progress && both {
+                    eprintln!(
+                        "k3: reading the trunk from {} (as --trunk): {}",
+                        pack_dir.display(),
+                        codec.rates.decision()
+                    );
+                } else if progress {
+                    eprintln!(
+                        "reading the trunk from the packed trunk {} (as --trunk)",
+                        pack_dir.display()
+                    );
+                }
+                options.trunk_dir = Some(pack_dir.to_path_buf());
+                return;
+            }
+            Err(why) if progress => eprintln!(
+                "k3: note: not using the packed trunk {}: {why}; reading the shards (repack with `k3 pack {} {}`)",
+                pack_dir.display(),
+                dir.display(),
+                pack_dir.display()
+            ),
+            Err(_) => {}
+        }
     }
 }
 

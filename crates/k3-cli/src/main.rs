@@ -22,6 +22,7 @@ mod interrupt;
 mod mpi_comm; // `--features mpi` (docs/DISTRIBUTED.md)
 mod pack;
 mod plan_cmd;
+mod plan_codec;
 mod plan_dspark;
 mod plan_ranks;
 mod ps;

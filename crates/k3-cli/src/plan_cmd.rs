@@ -4,7 +4,7 @@
 use crate::budget::BudgetArgs;
 use crate::CliError;
 use clap::Args;
-use k3_engine::planning::{choose_draft, forecast, model_sizes};
+use k3_engine::planning::{choose_draft, forecast, forecast_pack, model_sizes};
 use k3_engine::{Budget, Preset};
 use k3_plan::plan::{fmt_bytes, plan as make_plan};
 use k3_plan::PlanRequest;
@@ -40,9 +40,21 @@ pub struct PlanArgs {
     /// collectives and bytes the ranks exchange per token.
     #[arg(long, value_name = "N")]
     pub ranks: Option<usize>,
-    /// With --ranks: print JSON instead of the table.
-    #[arg(long, requires = "ranks")]
+    /// Print JSON instead of the table (each rank's with --ranks; else the plan's totals and
+    /// the trunk compression forecast).
+    #[arg(long)]
     pub json: bool,
+    /// Drive read rate for the trunk compression forecast, GB/s (default: measured on the
+    /// model's packed trunk, else 2 GB/s assumed; docs/PERFORMANCE.md#trunk-compression).
+    #[arg(long, value_name = "R")]
+    pub read_gbps: Option<f64>,
+    /// The packed trunk (`k3 pack`, plain or `--compress`) to forecast, as `k3 run --trunk`
+    /// (default: the packs in MODEL/trunk and MODEL/trunk-compressed).
+    #[arg(long, value_name = "DIR")]
+    pub trunk: Option<PathBuf>,
+    /// Compute threads, which decode a compressed trunk (default: the physical cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
 }
 
 /// Prints the plan table; exits 2 (after printing it) when it does not fit this machine.
@@ -53,6 +65,14 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
         .unwrap_or(Budget::Preset(Preset::Laptop));
     if args.sessions == 0 {
         return Err(CliError::usage("--sessions must be at least 1"));
+    }
+    if args.json
+        && args.ranks.is_none()
+        && (args.draft_trunk.is_some() || args.draft_model.is_some())
+    {
+        return Err(CliError::usage(
+            "--json prints the plan of MODEL alone or of --ranks N; leave out --draft-trunk/--draft-model",
+        ));
     }
     if let Some(ranks) = args.ranks {
         if ranks == 0 {
@@ -82,15 +102,27 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
                 "--draft-trunk needs the model directory it was packed from: k3 plan MODEL --draft-trunk DIR",
             ));
         }
-        return plan_released(budget, args.ctx, args.sessions);
+        return plan_released(budget, args.ctx, args.sessions, args.json);
     };
     let model_dir = k3_hub::store::resolve_model(model_dir)?;
     if let Some(dm) = &args.draft_model {
         return crate::plan_dspark::plan(&model_dir, dm, budget, args.ctx, args.sessions);
     }
     let Some(draft) = &args.draft_trunk else {
-        let (plan, available, fits) = forecast(&model_dir, budget, args.ctx, args.sessions, 0)?;
-        println!("{}", plan.table(Some(&available)).trim_end());
+        let codec = crate::plan_codec::codec_plan(&model_dir, &args)?;
+        let pack = crate::plan_codec::chosen_pack(&codec)?;
+        let (plan, available, fits) =
+            forecast_pack(&model_dir, budget, args.ctx, args.sessions, pack.as_ref())?;
+        let codec = (plan.trunk.streamed_per_token > 0).then_some(codec);
+        match args.json {
+            true => crate::plan_codec::print_json(&plan, codec.as_ref(), fits.is_ok()),
+            false => {
+                println!("{}", plan.table(Some(&available)).trim_end());
+                if let Some(c) = &codec {
+                    crate::plan_codec::print_lines(&model_dir, &plan, c);
+                }
+            }
+        }
         return fits.map_err(CliError::from);
     };
     let bytes = k3_format::TrunkPack::open(draft)
@@ -127,15 +159,19 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
 
 /// `k3 plan` without a model: the release's shapes (docs/MODELS.md#sizing-the-release), the
 /// same planner and the same fit check against this machine as with a directory.
-fn plan_released(budget: Budget, ctx: usize, sessions: usize) -> Result<(), CliError> {
+fn plan_released(budget: Budget, ctx: usize, sessions: usize, json: bool) -> Result<(), CliError> {
     let (sizes, _) = k3_engine::release_sizes::released_sizes();
     let req = PlanRequest::new(budget, ctx as u64).with_sessions(sessions as u64);
     let plan = make_plan(&sizes, &req).map_err(|e| CliError::usage(e.to_string()))?;
     let available = k3_store::available_memory();
-    println!("Kimi K3 as released (from its tensor shapes; no model directory given)");
-    println!("{}", plan.table(Some(&available)).trim_end());
-    plan.check(&sizes, &available)
-        .map_err(|e| CliError::usage(e.to_string()))
+    let fits = plan.check(&sizes, &available);
+    if json {
+        crate::plan_codec::print_json(&plan, None, fits.is_ok());
+    } else {
+        println!("Kimi K3 as released (from its tensor shapes; no model directory given)");
+        println!("{}", plan.table(Some(&available)).trim_end());
+    }
+    fits.map_err(|e| CliError::usage(e.to_string()))
 }
 
 #[derive(Args)]

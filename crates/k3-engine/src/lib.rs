@@ -63,6 +63,7 @@ pub mod speculate;
 pub mod stats;
 mod stop;
 mod streaming;
+pub mod trunk_choice;
 
 pub use batch::BatchFeed;
 pub use block::{BlockDrafter, BlockPass, PassCost};

@@ -191,11 +191,10 @@ fn open_streaming(
         }
         None => None,
     };
-    // A compressed trunk is read through one staging buffer (the largest stored
-    // run) before it is decoded into its slot; the slots hold decoded runs.
-    if let Some(p) = pack.as_ref().filter(|p| p.is_compressed()) {
-        sizes.scratch_bytes += p.max_stored_bytes().div_ceil(4096) * 4096 + 4096;
-    }
+    // A compressed trunk is read through two staging buffers (each the largest stored run:
+    // the next run is read into one while the other decodes) before it is decoded into its
+    // slot; the slots hold decoded runs (docs/STREAMING.md#overlapped-decode).
+    sizes.scratch_bytes += pack.as_ref().map_or(0, planning::staging_bytes);
     let (plan, choice) = match (dspark, draft_pack) {
         // A DSpark draft is planned in the form that fits (docs/DSPARK.md#memory); with a
         // draft trunk as well, the trunk's plan is kept and the DSpark draft stays BF16.
@@ -341,7 +340,7 @@ fn plan_with_draft(
 /// Default compute threads: the physical cores, but no more than this process may use
 /// (affinity, cgroup quota). Hyper-threads share a core's FMA pipes and its cache, which the
 /// mat-vec kernels already saturate per core (docs/PERFORMANCE.md "Kernels").
-fn default_threads() -> usize {
+pub(crate) fn default_threads() -> usize {
     let usable = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);

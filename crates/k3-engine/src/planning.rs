@@ -176,15 +176,50 @@ pub fn forecast_block_draft_as(
     forecast_request(dir, &req, (0, 1))
 }
 
+/// [`forecast`] of a run streaming its trunk from `pack`: a compressed pack's staging
+/// buffers are counted with the scratch, as the engine counts them.
+pub fn forecast_pack(
+    dir: &std::path::Path,
+    budget: Budget,
+    ctx: usize,
+    sessions: usize,
+    pack: Option<&k3_format::TrunkPack>,
+) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
+    let req = PlanRequest::new(budget, ctx as u64).with_sessions(sessions as u64);
+    let staging = pack.map_or(0, staging_bytes);
+    forecast_sized(dir, &req, (0, 1), staging)
+}
+
+/// Bytes of a compressed pack's two staging buffers (each the largest stored run, aligned:
+/// the next run is read into one while the other decodes, docs/STREAMING.md#overlapped-decode);
+/// 0 for a plain pack.
+pub fn staging_bytes(pack: &k3_format::TrunkPack) -> u64 {
+    match pack.is_compressed() {
+        true => 2 * (pack.max_stored_bytes().div_ceil(4096) * 4096 + 4096),
+        false => 0,
+    }
+}
+
 fn forecast_request(
     dir: &std::path::Path,
     req: &PlanRequest,
     group: (usize, usize),
 ) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
+    forecast_sized(dir, req, group, 0)
+}
+
+/// [`forecast_request`] with `extra_scratch` bytes more scratch.
+fn forecast_sized(
+    dir: &std::path::Path,
+    req: &PlanRequest,
+    group: (usize, usize),
+    extra_scratch: u64,
+) -> Result<(MemoryPlan, k3_plan::Available, Result<(), EngineError>), EngineError> {
     let cfg = K3Config::load(dir.join("config.json"))?;
     let ckpt = k3_format::Checkpoint::open(dir)?;
     let binding = k3_format::bind_model(&ckpt, &cfg)?;
-    let sizes = rank_sizes(&cfg, &binding, group.0, group.1)?;
+    let mut sizes = rank_sizes(&cfg, &binding, group.0, group.1)?;
+    sizes.scratch_bytes += extra_scratch;
     let plan = k3_plan::plan::plan(&sizes, req)?;
     let available = available_memory();
     let fits = plan.check(&sizes, &available).map_err(EngineError::from);

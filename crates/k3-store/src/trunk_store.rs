@@ -87,7 +87,7 @@ pub struct TrunkStats {
     pub bytes_decoded: u64,
     /// Seconds spent decoding (on any thread).
     pub decode_seconds: f64,
-    /// Bytes of the staging buffer compressed runs are read into (0 for a plain trunk).
+    /// Bytes of the two staging buffers compressed runs are read into (0 for a plain trunk).
     pub staging_bytes: u64,
 }
 
@@ -173,7 +173,7 @@ impl TrunkStore {
 
     /// [`TrunkStore::new_with_progress`] over runs that `decoder` (when given) turns into the
     /// layers' bytes: every buffer holds a DECODED run (its length from the decoder, starting
-    /// at offset 0), reads land in one staging buffer and are decoded between the read and
+    /// at offset 0), reads land in a staging buffer and are decoded between the read and
     /// the bind — by the reader thread for read-aheads, so decoding overlaps compute as reads
     /// do; pinned layers are decoded once, here.
     pub fn new_decoding(
@@ -504,7 +504,8 @@ fn read_pinned(
         let (_, decoded, bytes) = placement(decoding, u, run);
         let mut buf = AlignedBuf::new(bytes);
         let t = Instant::now();
-        let decode_s = load_with(files, decoding, pieces, u, run, &mut buf)?;
+        let next = (u + 1..runs.len()).find(|&k| pinned[k]);
+        let decode_s = load_with(files, decoding, (pieces, runs), u, &mut buf, next)?;
         stats.io_seconds += t.elapsed().as_secs_f64() - decode_s;
         stats.decode_seconds += decode_s;
         stats.bytes_decoded += decoding.map_or(0, |_| decoded as u64);

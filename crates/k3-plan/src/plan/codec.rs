@@ -66,37 +66,56 @@ impl CodecRates {
         }
     }
 
-    /// Whether the compressed pack streams faster than a plain one.
+    /// Whether the compressed pack streams faster than a plain one (never when it stores
+    /// no fewer bytes: a pack of small tensors, kept raw, has a ratio of 1).
     pub fn pays(&self) -> bool {
-        self.disk_bytes_per_s < self.crossover_bytes_per_s()
+        self.stored_ratio < 1.0 && self.disk_bytes_per_s < self.crossover_bytes_per_s()
     }
 
-    /// One line for `k3 plan`: the bytes read and decoded per token, the decode seconds, and
-    /// which pack to use.
-    pub fn verdict(&self, decoded_bytes: u64) -> String {
+    /// The first line for `k3 plan`: the bytes read and decoded per token, the decode
+    /// seconds, and both packs' seconds per token.
+    pub fn summary(&self, decoded_bytes: u64) -> String {
         let f = self.forecast(decoded_bytes);
-        let rate = |b: f64| format!("{:.1} GB/s", b / 1e9);
-        let head = format!(
-            "compressed trunk: {} read + {} decoded per token, decode {:.2} s on {} cores ({:.2} s/token vs {:.2} s plain)",
+        format!(
+            "compressed trunk: {} read + {} decoded per token, decode {:.2} s on {} cores ({:.2} s/token vs {:.2} s plain{})",
             fmt_bytes(f.stored_bytes),
             fmt_bytes(f.decoded_bytes),
             f.decode_s,
             self.decoding_cores,
             f.compressed_s,
-            f.plain_s
-        );
-        let why = format!(
-            "at {} with {} decoding cores (pays below {})",
-            rate(self.disk_bytes_per_s),
+            f.plain_s,
+            if self.overlapped { ", read overlapping decode" } else { "" }
+        )
+    }
+
+    /// Whether compression pays, and why: `compression pays at R GB/s with N decoding cores
+    /// (crossover X GB/s per core)`, or `does not pay`.
+    pub fn decision(&self) -> String {
+        let per_core = self.crossover_bytes_per_s() / self.decoding_cores.max(1) as f64;
+        let gbps = self.disk_bytes_per_s / 1e9;
+        let rate = match gbps >= 1.0 {
+            true => format!("{gbps:.1}"),
+            false => format!("{gbps:.2}"),
+        };
+        format!(
+            "compression {} at {rate} GB/s with {} decoding cores (crossover {:.2} GB/s per core)",
+            if self.pays() { "pays" } else { "does not pay" },
             self.decoding_cores,
-            rate(self.crossover_bytes_per_s())
-        );
-        match self.pays() {
-            true => format!(
-                "{head}\ncompression pays {why}: use the compressed pack (k3 pack --compress)"
-            ),
-            false => format!("{head}\ncompression does not pay {why}: use a plain pack (k3 pack)"),
-        }
+            per_core / 1e9
+        )
+    }
+
+    /// [`Self::summary`] and [`Self::decision`] with the pack to make: two lines.
+    pub fn verdict(&self, decoded_bytes: u64) -> String {
+        let advice = match self.pays() {
+            true => "use the compressed pack (`k3 pack --compress MODEL DIR`)",
+            false => "use a plain pack (`k3 pack MODEL DIR`)",
+        };
+        format!(
+            "{}\n{}: {advice}",
+            self.summary(decoded_bytes),
+            self.decision()
+        )
     }
 }
 
@@ -140,20 +159,34 @@ mod tests {
     }
 
     #[test]
+    fn a_pack_that_stores_every_byte_never_pays() {
+        for overlapped in [false, true] {
+            let r = CodecRates {
+                stored_ratio: 1.0,
+                ..rates(0.01, 2, overlapped)
+            };
+            assert!(!r.pays(), "{r:?}");
+            let f = r.forecast(1_000_000);
+            assert!(f.compressed_s >= f.plain_s, "{f:?}");
+        }
+    }
+
+    #[test]
     fn verdict_names_the_pack_to_use() {
         let v = rates(2.4, 2, false).verdict(4_004_000_000);
         assert!(
-            v.contains("compression does not pay at 2.4 GB/s with 2 decoding cores"),
+            v.contains("compression does not pay at 2.4 GB/s with 2 decoding cores (crossover 0.67 GB/s per core)"),
             "{v}"
         );
-        assert!(v.contains("use a plain pack (k3 pack)"), "{v}");
+        assert!(v.contains("use a plain pack (`k3 pack MODEL DIR`)"), "{v}");
         assert!(
             v.contains("2.67 GB read + 4.00 GB decoded per token"),
             "{v}"
         );
         let v = rates(1.0, 2, false).verdict(4_004_000_000);
+        assert!(v.contains("compression pays at 1.0 GB/s"), "{v}");
         assert!(
-            v.contains("use the compressed pack (k3 pack --compress)"),
+            v.contains("use the compressed pack (`k3 pack --compress MODEL DIR`)"),
             "{v}"
         );
     }

@@ -84,8 +84,7 @@ impl Shared {
             // is only taken on a `Ready` slot. Were that ever wrong, the write lock would
             // wait for the reader of the old bytes rather than overwrite them.
             let mut buf = self.ring[slot].write().unwrap_or_else(|e| e.into_inner());
-            let run = &self.runs[unit];
-            load(self, unit, run, &mut buf)
+            load(self, unit, &mut buf)
         };
         let mut st = self.lock();
         let decode_s = *result.as_ref().unwrap_or(&0.0);
@@ -142,37 +141,40 @@ pub(super) fn placement(
     }
 }
 
-/// Reads unit `u`'s run into `buf` — directly, or through the staging buffer and the
-/// decoder; returns the seconds spent decoding.
-pub(super) fn load(
-    shared: &Shared,
-    u: usize,
-    run: &RunLoc,
-    buf: &mut AlignedBuf,
-) -> Result<f64, StoreError> {
+/// Reads unit `u`'s run into `buf` — directly, or through a staging buffer and the decoder,
+/// staging the next streamed unit meanwhile; returns the seconds spent decoding.
+pub(super) fn load(shared: &Shared, u: usize, buf: &mut AlignedBuf) -> Result<f64, StoreError> {
+    let n = shared.runs.len();
+    let next = (1..n)
+        .map(|d| (u + d) % n)
+        .find(|&k| shared.pinned[k].is_none());
     load_with(
         &shared.files,
         shared.decoding.as_ref(),
-        shared.pieces,
+        (shared.pieces, &shared.runs),
         u,
-        run,
         buf,
+        next,
     )
 }
 
-/// [`load`] before the store exists (pinned units at construction).
+/// [`load`] before the store exists (pinned units at construction): unit `u` of `runs`
+/// (`pieces` per layer); a compressed trunk stages unit `next` while `u` decodes.
 pub(super) fn load_with(
     files: &[Arc<dyn ReadAt>],
     decoding: Option<&decode::Decoding>,
-    pieces: usize,
+    (pieces, runs): (usize, &[RunLoc]),
     u: usize,
-    run: &RunLoc,
     buf: &mut AlignedBuf,
+    next: Option<usize>,
 ) -> Result<f64, StoreError> {
     let what = || unit_name(u, pieces);
     match decoding {
-        None => read_run(files, &what(), run, buf).map(|()| 0.0),
-        Some(d) => d.load(files, u, &what(), run, buf),
+        None => read_run(files, &what(), &runs[u], buf).map(|()| 0.0),
+        Some(d) => {
+            let next = next.map(|k| (k, runs[k], unit_name(k, pieces)));
+            d.load(files, u, &what(), &runs[u], buf, next)
+        }
     }
 }
 

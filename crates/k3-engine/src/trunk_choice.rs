@@ -1,0 +1,348 @@
+//! Plain or compressed trunk pack (docs/PERFORMANCE.md#trunk-compression): `k3_plan::CodecRates`
+//! fed with the drive's read rate, the compressed pack's stored ratio, the measured decode
+//! rate per core and the decoding cores (the compute threads); `k3 plan` prints the forecast
+//! and a streaming engine opens the pack it names when a model directory holds both.
+
+use crate::EngineError;
+use k3_format::TrunkPack;
+use k3_plan::plan::{CodecForecast, CodecRates};
+use k3_store::probe::{read_rates, ReadTest, TestRead};
+use k3_store::ShardFile;
+use std::path::{Path, PathBuf};
+
+/// Decoded bytes one core produces per second: k3-codec decodes 1.62 GB/s of bf16 per core
+/// (thread CPU time on the 2-core VM, docs/PERFORMANCE.md#trunk-compression).
+pub const DECODE_BYTES_PER_S_PER_CORE: f64 = 1.6e9;
+/// Stored ÷ decoded bytes when no compressed pack is at hand: 0.667 measured on trained-like
+/// BF16 weights (docs/PERFORMANCE.md#trunk-compression).
+pub const MEASURED_STORED_RATIO: f64 = 0.667;
+/// The drive rate assumed when none is given and no pack can be read: 2 GB/s, within the
+/// 1.2–2.4 GB/s O_DIRECT measured on the 2-core VM (docs/PERFORMANCE.md#trunk-read-ahead).
+pub const ASSUMED_READ_BYTES_PER_S: f64 = 2.0e9;
+/// Where a model directory keeps its plain pack (`k3_hub::store::TRUNK_SUBDIR`, where
+/// `k3 pull` packs one).
+pub const PLAIN_SUBDIR: &str = "trunk";
+/// Where a model directory keeps a compressed pack, beside the plain one (either kind is
+/// recognised in either directory).
+pub const COMPRESSED_SUBDIR: &str = "trunk-compressed";
+/// The read probe: one 64 MiB O_DIRECT read at a time from the pack's start, for 0.3 s or
+/// 1 GiB at most (about the size of a streamed piece, read as the ring reads it).
+const PROBE_READ: u64 = 64 << 20;
+const PROBE_SECS: f64 = 0.3;
+const PROBE_CAP: u64 = 1 << 30;
+
+/// Where the drive rate came from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReadRateSource {
+    /// `--read-gbps`.
+    Given,
+    /// Read from this pack file just now.
+    Measured(PathBuf),
+    /// [`ASSUMED_READ_BYTES_PER_S`]: nothing given, no pack to read.
+    Assumed,
+}
+
+/// The packs a run could stream its trunk from.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TrunkPacks {
+    /// A plain pack's directory.
+    pub plain: Option<PathBuf>,
+    /// A compressed pack's directory and its stored ÷ decoded bytes.
+    pub compressed: Option<(PathBuf, f64)>,
+    /// Directories holding a `trunk.json` that does not open, and why.
+    pub unreadable: Vec<(PathBuf, String)>,
+}
+
+impl TrunkPacks {
+    /// The packs kept in `model_dir` (`trunk`, `trunk-compressed`); a directory without a
+    /// `trunk.json` is skipped, one whose `trunk.json` does not open is listed as unreadable.
+    pub fn in_model_dir(model_dir: &Path) -> TrunkPacks {
+        let mut packs = TrunkPacks::default();
+        for sub in [PLAIN_SUBDIR, COMPRESSED_SUBDIR] {
+            let dir = model_dir.join(sub);
+            if !dir.join("trunk.json").is_file() {
+                continue;
+            }
+            match TrunkPack::open(&dir) {
+                Ok(pack) => packs.add(dir, &pack),
+                Err(e) => packs.unreadable.push((dir, e.to_string())),
+            }
+        }
+        packs
+    }
+
+    /// The one pack given with `--trunk DIR`.
+    pub fn given(dir: &Path) -> Result<TrunkPacks, EngineError> {
+        let mut packs = TrunkPacks::default();
+        packs.add(dir.to_path_buf(), &TrunkPack::open(dir)?);
+        Ok(packs)
+    }
+
+    fn add(&mut self, dir: PathBuf, pack: &TrunkPack) {
+        if !pack.is_compressed() {
+            self.plain.get_or_insert(dir);
+            return;
+        }
+        let decoded: u64 = (0..pack.num_layers()).map(|l| pack.decoded_bytes(l)).sum();
+        let ratio = pack.stored_total_bytes() as f64 / decoded.max(1) as f64;
+        self.compressed.get_or_insert((dir, ratio));
+    }
+
+    /// No pack at all.
+    pub fn is_empty(&self) -> bool {
+        self.plain.is_none() && self.compressed.is_none()
+    }
+}
+
+/// The compression forecast of one machine and model directory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrunkCodecPlan {
+    /// What the forecast is computed from.
+    pub rates: CodecRates,
+    /// Where `rates.disk_bytes_per_s` came from.
+    pub read_source: ReadRateSource,
+    /// The packs at hand.
+    pub packs: TrunkPacks,
+}
+
+impl TrunkCodecPlan {
+    /// The forecast for `packs` with `decoding_cores` cores: the drive rate `read_bytes_per_s`
+    /// when given, else measured on a pack's file (the plain one first), else assumed;
+    /// `overlapped` when the next read overlaps the current decode (the engine: always).
+    pub fn new(
+        packs: TrunkPacks,
+        read_bytes_per_s: Option<f64>,
+        decoding_cores: usize,
+        overlapped: bool,
+    ) -> TrunkCodecPlan {
+        let probe_file = packs
+            .plain
+            .as_ref()
+            .or(packs.compressed.as_ref().map(|c| &c.0))
+            .map(|d| d.join("trunk.bin"));
+        let (disk, read_source) = match (read_bytes_per_s, probe_file) {
+            (Some(r), _) => (r, ReadRateSource::Given),
+            (None, Some(f)) => match probe_read_rate(&f) {
+                Ok(r) => (r, ReadRateSource::Measured(f)),
+                Err(_) => (ASSUMED_READ_BYTES_PER_S, ReadRateSource::Assumed),
+            },
+            (None, None) => (ASSUMED_READ_BYTES_PER_S, ReadRateSource::Assumed),
+        };
+        let stored_ratio = packs
+            .compressed
+            .as_ref()
+            .map_or(MEASURED_STORED_RATIO, |c| c.1);
+        TrunkCodecPlan {
+            rates: CodecRates {
+                stored_ratio,
+                disk_bytes_per_s: disk,
+                decode_bytes_per_s_per_core: DECODE_BYTES_PER_S_PER_CORE,
+                decoding_cores: decoding_cores.max(1),
+                overlapped,
+            },
+            read_source,
+            packs,
+        }
+    }
+
+    /// Seconds per token for `decoded_bytes` of trunk streamed per token.
+    pub fn forecast(&self, decoded_bytes: u64) -> CodecForecast {
+        self.rates.forecast(decoded_bytes)
+    }
+
+    /// The pack a run should open: the one the forecast names when both are at hand, else
+    /// the only one (a compressed pack that does not pay still beats the shards' scattered
+    /// reads only in bytes, and it is what the user made), `None` without a pack.
+    pub fn chosen(&self) -> Option<&Path> {
+        self.candidates().first().copied()
+    }
+
+    /// Every pack at hand, the chosen one first.
+    pub fn candidates(&self) -> Vec<&Path> {
+        let plain = self.packs.plain.as_deref();
+        let compressed = self.packs.compressed.as_ref().map(|c| c.0.as_path());
+        let order = match self.rates.pays() {
+            true => [compressed, plain],
+            false => [plain, compressed],
+        };
+        order.into_iter().flatten().collect()
+    }
+
+    /// What `k3 plan` prints for `decoded_bytes` streamed per token from `model_dir`: the
+    /// forecast, whether compression pays, and which pack to use or to make.
+    pub fn lines(&self, model_dir: &Path, decoded_bytes: u64) -> Vec<String> {
+        let r = &self.rates;
+        let rate = match &self.read_source {
+            ReadRateSource::Given => "given".to_string(),
+            ReadRateSource::Measured(f) => format!("measured on {}", f.display()),
+            ReadRateSource::Assumed => "assumed; give --read-gbps R for your drive".to_string(),
+        };
+        let ratio = match &self.packs.compressed {
+            Some((d, _)) => format!("of {}", d.display()),
+            None => "measured on trained-like weights".to_string(),
+        };
+        let mut lines = vec![
+            format!(
+                "trunk codec rates: drive {:.2} GB/s ({rate}), stored ratio {:.3} ({ratio}), decode {:.1} GB/s per core (docs/PERFORMANCE.md#trunk-compression) on {} cores",
+                r.disk_bytes_per_s / 1e9,
+                r.stored_ratio,
+                r.decode_bytes_per_s_per_core / 1e9,
+                r.decoding_cores
+            ),
+            r.summary(decoded_bytes),
+        ];
+        lines.push(format!("{}: {}", r.decision(), self.advice(model_dir)));
+        lines
+    }
+
+    /// Which pack to use, naming the one at hand or the command that makes it.
+    fn advice(&self, model_dir: &Path) -> String {
+        let m = model_dir.display();
+        match (self.rates.pays(), &self.packs.plain, &self.packs.compressed) {
+            (true, _, Some((d, _))) => format!("use the compressed pack {}", d.display()),
+            (true, _, None) => format!(
+                "make a compressed pack (`k3 pack --compress {m} {}`)",
+                model_dir.join(COMPRESSED_SUBDIR).display()
+            ),
+            (false, Some(d), _) => format!("use the plain pack {}", d.display()),
+            (false, None, Some(_)) => format!(
+                "use a plain pack, not the compressed one (`k3 pack {m} {}`)",
+                model_dir.join(PLAIN_SUBDIR).display()
+            ),
+            (false, None, None) => format!(
+                "use a plain pack (`k3 pack {m} {}`)",
+                model_dir.join(PLAIN_SUBDIR).display()
+            ),
+        }
+    }
+
+    /// The forecast as JSON (`k3 plan --json`).
+    pub fn json(&self, decoded_bytes: u64) -> serde_json::Value {
+        let f = self.forecast(decoded_bytes);
+        let r = &self.rates;
+        serde_json::json!({
+            "read_bytes_per_s": r.disk_bytes_per_s,
+            "read_rate_source": match &self.read_source {
+                ReadRateSource::Given => "given",
+                ReadRateSource::Measured(_) => "measured",
+                ReadRateSource::Assumed => "assumed",
+            },
+            "stored_ratio": r.stored_ratio,
+            "decode_bytes_per_s_per_core": r.decode_bytes_per_s_per_core,
+            "decoding_cores": r.decoding_cores,
+            "overlapped": r.overlapped,
+            "stored_bytes_per_token": f.stored_bytes,
+            "decoded_bytes_per_token": f.decoded_bytes,
+            "decode_seconds_per_token": f.decode_s,
+            "plain_seconds_per_token": f.plain_s,
+            "compressed_seconds_per_token": f.compressed_s,
+            "crossover_bytes_per_s_per_core": r.crossover_bytes_per_s() / r.decoding_cores as f64,
+            "compression_pays": r.pays(),
+            "pack": self.chosen().map(|p| p.display().to_string()),
+        })
+    }
+}
+
+/// Decoding cores by default: the compute threads a run would start (the physical cores).
+pub fn default_decoding_cores() -> usize {
+    crate::open::default_threads()
+}
+
+/// The O_DIRECT rate of sequential 64 MiB reads from `file`'s start (bytes/s); a smaller file
+/// is read whole, again and again (O_DIRECT reads do not come from the page cache), so the
+/// probe's buffer and threads do not dominate its few milliseconds.
+pub fn probe_read_rate(file: &Path) -> Result<f64, String> {
+    let f = ShardFile::open(file, true).map_err(|e| format!("{}: {e}", file.display()))?;
+    let len = std::fs::metadata(file)
+        .map_err(|e| format!("{}: {e}", file.display()))?
+        .len();
+    let read = PROBE_READ.min(len / 4096 * 4096);
+    if read == 0 {
+        return Err(format!(
+            "{}: under 4096 bytes, nothing to time",
+            file.display()
+        ));
+    }
+    let test = ReadTest {
+        depths: &[1],
+        secs: PROBE_SECS,
+        cap: PROBE_CAP,
+        max_read: read,
+    };
+    let slots = len / read;
+    let next = |i: u64| {
+        Some(TestRead {
+            file: 0,
+            pieces: vec![((i % slots) * read, read)],
+        })
+    };
+    read_rates(std::slice::from_ref(&f), test, &next)?
+        .at(1)
+        .ok_or_else(|| format!("{}: nothing read", file.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(packs: TrunkPacks, gbps: f64, cores: usize, overlapped: bool) -> TrunkCodecPlan {
+        TrunkCodecPlan::new(packs, Some(gbps * 1e9), cores, overlapped)
+    }
+
+    #[test]
+    fn chooses_the_pack_the_forecast_names() {
+        let both = TrunkPacks {
+            plain: Some("m/trunk".into()),
+            compressed: Some(("m/trunk-compressed".into(), 0.665)),
+            unreadable: Vec::new(),
+        };
+        // 2 cores at 1.6 GB/s: serial pays below 0.335 · 3.2 = 1.07 GB/s, overlapped below 3.2.
+        let slow = plan(both.clone(), 0.8, 2, false);
+        assert_eq!(slow.chosen(), Some(Path::new("m/trunk-compressed")));
+        let fast = plan(both.clone(), 2.4, 2, false);
+        assert_eq!(fast.chosen(), Some(Path::new("m/trunk")));
+        let overlapped = plan(both, 2.4, 2, true);
+        assert_eq!(
+            overlapped.candidates(),
+            [Path::new("m/trunk-compressed"), Path::new("m/trunk")]
+        );
+        assert_eq!(overlapped.rates.stored_ratio, 0.665);
+    }
+
+    #[test]
+    fn names_the_command_for_the_missing_pack() {
+        let only_compressed = TrunkPacks {
+            plain: None,
+            compressed: Some(("m/trunk".into(), 0.667)),
+            unreadable: Vec::new(),
+        };
+        let p = plan(only_compressed, 2.4, 2, false);
+        assert_eq!(p.chosen(), Some(Path::new("m/trunk")), "the only pack");
+        let lines = p.lines(Path::new("m"), 4_000_000_000).join("\n");
+        assert!(
+            lines.contains("compression does not pay at 2.4 GB/s with 2 decoding cores (crossover 0.53 GB/s per core): use a plain pack, not the compressed one (`k3 pack m m/trunk`)"),
+            "{lines}"
+        );
+        assert!(lines.contains("drive 2.40 GB/s (given)"), "{lines}");
+        let none = plan(TrunkPacks::default(), 0.5, 2, false);
+        assert!(none.chosen().is_none());
+        let lines = none.lines(Path::new("m"), 4_000_000_000).join("\n");
+        assert!(
+            lines.contains("make a compressed pack (`k3 pack --compress m m/trunk-compressed`)"),
+            "{lines}"
+        );
+        assert!(lines.contains("stored ratio 0.667 (measured"), "{lines}");
+    }
+
+    #[test]
+    fn json_carries_the_forecast() {
+        let p = plan(TrunkPacks::default(), 2.0, 2, true);
+        let v = p.json(3_200_000_000);
+        assert_eq!(v["decoded_bytes_per_token"], 3_200_000_000u64);
+        assert_eq!(v["compression_pays"], true);
+        // Overlapped: max(0.667 · 3.2 / 2, 3.2 / 3.2) = 1.067 s against 1.6 s plain.
+        let c = v["compressed_seconds_per_token"].as_f64().unwrap_or(0.0);
+        assert!((c - 1.0672).abs() < 1e-3, "{v}");
+        assert_eq!(v["plain_seconds_per_token"], 1.6);
+    }
+}
