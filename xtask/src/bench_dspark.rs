@@ -270,15 +270,23 @@ fn run_row(
         trunk_per_token: io.trunk_bytes_read as f64 / decoded,
         experts_per_token: io.expert_bytes_read as f64 / decoded,
     };
+    let drafting = s.block_drafting().map_or(0.0, |(secs, _)| secs);
+    // plain decoding runs one pass per decoded token
+    let passes = if p.is_some() { passes } else { decoded };
     eprintln!(
-        "bench-dspark: {}: {:.3} s/token, τ {:.2}, {:.2} verified/pass, {:.2} positions/pass, trunk {:.1} + experts {:.1} MB/token",
+        "bench-dspark: {}: {:.3} s/token, τ {:.2}, {:.2} verified/pass, {:.2} positions/pass, trunk {:.1} + experts {:.1} MB/token; per pass: {:.3} s, trunk wait {:.3} s, expert wait {:.3} s, draft {:.3} s, {:.2} rollbacks",
         row.label,
         row.seconds_per_token,
         row.tau,
         row.verified_per_pass,
         row.positions_per_pass,
         row.trunk_per_token / 1e6,
-        row.experts_per_token / 1e6
+        row.experts_per_token / 1e6,
+        secs / passes,
+        io.trunk_wait_seconds / passes,
+        io.expert_wait_seconds / passes,
+        drafting / passes,
+        spec.rollbacks as f64 / passes
     );
     Ok(row)
 }
