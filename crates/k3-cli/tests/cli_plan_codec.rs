@@ -40,10 +40,20 @@ fn plan_says_whether_compression_pays() {
         "{out}"
     );
     assert!(out.contains("use a plain pack (`k3 pack "), "{out}");
-    for bad in ["0", "-1", "nan"] {
-        let o = plan(&["--read-gbps", bad]);
+    for (bad, shown) in [("0", "0"), ("-1", "-1"), ("nan", "NaN")] {
+        let arg = format!("--read-gbps={bad}");
+        let o = plan(&[arg.as_str()]);
         assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        let want = format!("--read-gbps must be positive, got {shown}");
+        assert!(stderr(&o).contains(&want), "{bad}: {}", stderr(&o));
     }
+    let o = plan(&["-t", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--threads must be at least 1"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

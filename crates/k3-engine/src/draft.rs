@@ -306,15 +306,8 @@ impl DraftQuantizer for KernelQuantizer {
                 Ok(Some(out))
             }
             DraftQuant::Mxfp4 => {
-                let mut packed = vec![0u8; rows * cols / 2];
-                let mut scales = vec![0u8; rows * cols / 32];
-                let results = packed
-                    .par_chunks_mut(cols / 2)
-                    .zip(scales.par_chunks_mut(cols / 32))
-                    .zip(floats.par_chunks(cols))
-                    .map(|((p, s), row)| k3_kernels::quant::quantize_mxfp4_row(row, p, s))
-                    .collect();
-                first_error(results)?;
+                let (mut packed, scales) = crate::dspark_hold::mxfp4_rows(&floats, cols)
+                    .map_err(|(r, e)| format!("row {r}: {e}"))?;
                 packed.extend_from_slice(&scales);
                 Ok(Some(packed))
             }

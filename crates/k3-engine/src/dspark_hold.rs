@@ -35,16 +35,15 @@ impl DraftHold {
         }
     }
 
-    /// Bytes of a `[rows][cols]` BF16 matrix held in this form.
+    /// Bytes of a `[rows][cols]` BF16 matrix held in this form (the draft trunk's sizes,
+    /// [`k3_format::pack::quantized_bytes`]; a matrix MXFP4 cannot hold stays BF16).
     pub fn matrix_bytes(self, rows: usize, cols: usize) -> u64 {
-        let (r, c) = (rows as u64, cols as u64);
+        let bf16 = rows as u64 * cols as u64 * 2;
         match self {
-            DraftHold::Bf16 => r * c * 2,
-            DraftHold::Quant(DraftQuant::Q8) => r * (c + 4),
-            DraftHold::Quant(DraftQuant::Mxfp4) if cols.is_multiple_of(32) => {
-                r * c / 2 + r * c / 32
+            DraftHold::Bf16 => bf16,
+            DraftHold::Quant(q) => {
+                k3_format::pack::quantized_bytes(q.dtype(), &[rows, cols]).unwrap_or(bf16)
             }
-            DraftHold::Quant(DraftQuant::Mxfp4) => r * c * 2,
         }
     }
 }
@@ -86,14 +85,7 @@ impl HeldMatrix {
             }
             DraftQuant::Mxfp4 if !cols.is_multiple_of(32) => Ok(None),
             DraftQuant::Mxfp4 => {
-                let mut packed = vec![0u8; rows * cols / 2];
-                let mut scales = vec![0u8; rows * cols / 32];
-                packed
-                    .par_chunks_mut(cols / 2)
-                    .zip(scales.par_chunks_mut(cols / 32))
-                    .zip(floats.par_chunks(cols))
-                    .try_for_each(|((p, s), row)| k3_kernels::quant::quantize_mxfp4_row(row, p, s))
-                    .map_err(fail)?;
+                let (packed, scales) = mxfp4_rows(floats, cols).map_err(|(_, e)| fail(e))?;
                 Ok(Some(HeldMatrix::Mxfp4 { packed, scales }))
             }
         }
@@ -105,6 +97,29 @@ impl HeldMatrix {
             HeldMatrix::Q8 { values, scales } => Matrix::q8(rows, cols, values, scales),
             HeldMatrix::Mxfp4 { packed, scales } => Matrix::mxfp4(rows, cols, packed, scales),
         }
+    }
+}
+
+/// `floats` (`[rows][cols]`, `cols` a multiple of 32) as MXFP4: `[rows][cols/2]` packed
+/// nibbles and `[rows][cols/32]` E8M0 scales. Rows are independent and each is quantized by
+/// the same pure function, so splitting them across threads changes no byte. `Err` names the
+/// first row that failed.
+pub(crate) fn mxfp4_rows(
+    floats: &[f32],
+    cols: usize,
+) -> Result<(Vec<u8>, Vec<u8>), (usize, k3_kernels::quant::QuantError)> {
+    let rows = floats.len() / cols;
+    let mut packed = vec![0u8; rows * cols / 2];
+    let mut scales = vec![0u8; rows * cols / 32];
+    let results: Vec<_> = packed
+        .par_chunks_mut(cols / 2)
+        .zip(scales.par_chunks_mut(cols / 32))
+        .zip(floats.par_chunks(cols))
+        .map(|((p, s), row)| k3_kernels::quant::quantize_mxfp4_row(row, p, s))
+        .collect();
+    match results.into_iter().enumerate().find(|(_, r)| r.is_err()) {
+        Some((r, Err(e))) => Err((r, e)),
+        _ => Ok((packed, scales)),
     }
 }
 

@@ -11,7 +11,9 @@ use k3_store::ShardFile;
 use std::path::{Path, PathBuf};
 
 /// Decoded bytes one core produces per second: k3-codec decodes 1.62 GB/s of bf16 per core
-/// (thread CPU time on the 2-core VM, docs/PERFORMANCE.md#trunk-compression).
+/// in thread CPU time on a Zen 4 VM, but 1.15 on an EPYC without AVX-512, and 1.12 end to end
+/// there beside the forward pass (docs/PERFORMANCE.md#trunk-compression): on such a CPU this
+/// forecast is optimistic, and `--read-gbps` near the crossover should be read with that.
 pub const DECODE_BYTES_PER_S_PER_CORE: f64 = 1.6e9;
 /// Stored ÷ decoded bytes when no compressed pack is at hand: 0.667 measured on trained-like
 /// BF16 weights (docs/PERFORMANCE.md#trunk-compression).
