@@ -173,7 +173,7 @@ pub fn open_engine(
         }
         options.budget = choice.budget;
     }
-    use_stored_trunk(dir, &mut options, progress);
+    let other_packs = use_stored_trunk(dir, &mut options, progress);
     let bar =
         (progress && options.budget.is_some() && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::new(0);
@@ -193,7 +193,7 @@ pub fn open_engine(
             b.set_position(done);
         }));
     }
-    let engine = Engine::open(dir, options);
+    let engine = open_with_fallback(dir, options, other_packs, progress);
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -215,17 +215,52 @@ pub fn open_engine(
     Ok(engine)
 }
 
+/// Opens the engine; when the plan refuses the budget with the pack chosen from the model
+/// directory (a compressed pack's two staging buffers do not fit), opens it again with each
+/// other matching pack in turn (the plain one needs no staging), saying so on stderr.
+fn open_with_fallback(
+    dir: &std::path::Path,
+    options: EngineOptions,
+    other_packs: Vec<std::path::PathBuf>,
+    progress: bool,
+) -> Result<Engine, k3_engine::EngineError> {
+    let mut refused = match Engine::open(dir, options.clone()) {
+        Err(e @ k3_engine::EngineError::Plan(_)) => e,
+        done => return done,
+    };
+    for pack_dir in other_packs {
+        if progress {
+            eprintln!(
+                "k3: note: {refused}; reading the trunk from {} instead",
+                pack_dir.display()
+            );
+        }
+        let mut retry = options.clone();
+        retry.trunk_dir = Some(pack_dir);
+        refused = match Engine::open(dir, retry) {
+            Err(e @ k3_engine::EngineError::Plan(_)) => e,
+            done => return done,
+        };
+    }
+    Err(refused)
+}
+
 /// A streaming run of a model whose directory holds a packed trunk (`k3 pull` packs one into
 /// `NAME/trunk`; `NAME/trunk-compressed` may hold a compressed one) reads the trunk from it
 /// without `--trunk` (contiguous layer runs instead of scattered shard reads,
 /// docs/MODELS.md#names-stand-for-directories), when the pack matches these very shards and
 /// this config; otherwise the shards, saying why on stderr. With both a plain and a
 /// compressed pack, the one `k3_engine::trunk_choice` forecasts faster is tried first
-/// (docs/PERFORMANCE.md#trunk-compression).
-fn use_stored_trunk(dir: &std::path::Path, options: &mut EngineOptions, progress: bool) {
+/// (docs/PERFORMANCE.md#trunk-compression). Returns the other packs that match, in order,
+/// for [`open_with_fallback`].
+fn use_stored_trunk(
+    dir: &std::path::Path,
+    options: &mut EngineOptions,
+    progress: bool,
+) -> Vec<std::path::PathBuf> {
     use k3_engine::trunk_choice::{default_decoding_cores, TrunkCodecPlan, TrunkPacks};
     if options.trunk_dir.is_some() || options.budget.is_none() {
-        return;
+        return Vec::new();
     }
     let packs = TrunkPacks::in_model_dir(dir);
     for (pack_dir, why) in packs.unreadable.iter().filter(|_| progress) {
@@ -240,9 +275,12 @@ fn use_stored_trunk(dir: &std::path::Path, options: &mut EngineOptions, progress
     let cores = options.threads.unwrap_or_else(default_decoding_cores);
     // Only a choice between two packs needs the drive's rate (a 0.3 s read).
     let codec = TrunkCodecPlan::new(packs, (!both).then_some(1.0), cores, true);
+    let mut matching = Vec::new();
     for pack_dir in codec.candidates() {
         match stored_trunk_matches(dir, pack_dir) {
+            Ok(()) if !matching.is_empty() => matching.push(pack_dir.to_path_buf()),
             Ok(()) => {
+                matching.push(pack_dir.to_path_buf());
                 if progress && both {
                     eprintln!(
                         "k3: reading the trunk from {} (as --trunk): {}",
@@ -256,7 +294,6 @@ fn use_stored_trunk(dir: &std::path::Path, options: &mut EngineOptions, progress
                     );
                 }
                 options.trunk_dir = Some(pack_dir.to_path_buf());
-                return;
             }
             Err(why) if progress => eprintln!(
                 "k3: note: not using the packed trunk {}: {why}; reading the shards (repack with `k3 pack {} {}`)",
@@ -267,6 +304,7 @@ fn use_stored_trunk(dir: &std::path::Path, options: &mut EngineOptions, progress
             Err(_) => {}
         }
     }
+    matching.into_iter().skip(1).collect()
 }
 
 /// Whether the pack in `pack_dir` was made from `dir`'s shards for its config.
@@ -297,6 +335,59 @@ pub fn print_plan(engine: &Engine) {
         eprintln!(
             "{}",
             plan.table(Some(&k3_store::available_memory())).trim_end()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k3_engine::{Budget, EngineError};
+    use k3_format::pack::{write_compressed_pack, PackOptions};
+    use k3_format::{bind_model, write_trunk_pack, Checkpoint, K3Config};
+
+    /// The tiny model copied into a scratch directory with a plain and a compressed pack.
+    fn tiny_with_both_packs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3");
+        let dir = tempfile::tempdir().expect("scratch dir");
+        for entry in std::fs::read_dir(&tiny).expect("fixtures/tiny-k3") {
+            let p = entry.expect("entry").path();
+            std::fs::copy(&p, dir.path().join(p.file_name().expect("name"))).expect("copy");
+        }
+        let ck = Checkpoint::open(dir.path()).expect("open");
+        let cfg = K3Config::load(dir.path().join("config.json")).expect("config");
+        let binding = bind_model(&ck, &cfg).expect("bind");
+        let (plain, comp) = (
+            dir.path().join("trunk"),
+            dir.path().join("trunk-compressed"),
+        );
+        let opts = PackOptions::default();
+        write_trunk_pack(&ck, &binding, &cfg, &plain, &opts, &mut |_, _| {}).expect("pack");
+        write_compressed_pack(&ck, &binding, &cfg, &comp, &opts, &mut |_, _| {}).expect("pack");
+        (dir, plain, comp)
+    }
+
+    #[test]
+    fn a_refused_compressed_pack_falls_back_to_the_plain_one() {
+        let (dir, plain, comp) = tiny_with_both_packs();
+        // The smallest budget of the plain pack: the compressed pack's staging does not fit.
+        let options = EngineOptions {
+            budget: Some(Budget::Total(3_000_000)),
+            trunk_dir: Some(comp),
+            ..EngineOptions::default()
+        };
+        let alone = open_with_fallback(dir.path(), options.clone(), Vec::new(), false);
+        assert!(matches!(alone, Err(EngineError::Plan(_))), "refused alone");
+        let engine = open_with_fallback(dir.path(), options.clone(), vec![plain.clone()], false)
+            .expect("the plain pack fits");
+        let mut by_plain = options;
+        by_plain.trunk_dir = Some(plain);
+        let direct = Engine::open(dir.path(), by_plain).expect("the plain pack");
+        let scratch = |e: &Engine| e.plan().map(|p| p.scratch_bytes);
+        assert_eq!(
+            scratch(&engine),
+            scratch(&direct),
+            "planned as the plain pack"
         );
     }
 }

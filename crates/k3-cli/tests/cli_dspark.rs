@@ -63,6 +63,14 @@ fn run_with_a_draft_model_gives_the_plain_ids_and_reports_every_pass() {
     assert_eq!(off["mode"], "incremental");
     assert_eq!(off["generated_ids"], plain["generated_ids"]);
     assert_eq!(off["draft"], serde_json::Value::Null);
+    // Under a budget, `--draft off` leaves the draft out of the plan (checked, not held).
+    let budget = ["--trunk-gb", "0.001", "--cache-gb", "0.01"];
+    let (o, _) = common::run_tiny_json(16, &[&["-md", d][..], &budget[..]].concat(), &json);
+    assert!(stderr(&o).contains("DSpark draft"), "{}", stderr(&o));
+    let flags = [&["-md", d, "--draft", "off"][..], &budget[..]].concat();
+    let (o, off) = common::run_tiny_json(16, &flags, &json);
+    assert!(!stderr(&o).contains("DSpark draft"), "{}", stderr(&o));
+    assert_eq!(off["generated_ids"], plain["generated_ids"]);
 }
 
 #[test]

@@ -174,12 +174,16 @@ fn huffman_lengths(counts: &[u64; 256]) -> [u8; 256] {
 /// One decode-table entry: `symbol | len << 8`; len 0 marks a bit pattern no code starts.
 pub type Entry = u16;
 
+/// Most symbols one [`DecodeTable::runs`] entry yields.
+pub const RUN: usize = 4;
+
 /// The `2^MAX_LEN`-entry lookup tables of a code: one symbol per lookup (`entries`), and up
-/// to two (`pairs`: `sym0 | sym1 << 8 | bits << 16 | count << 24`, count 0 = no code starts
-/// here) for the fast loop, which so decodes two short codes per dependent lookup.
+/// to [`RUN`] (`runs`: symbols in bytes 0–3, then `bits << 32 | count << 40`, count 0 = no
+/// code starts here) for the fast loop, which so decodes every code that fits in the next
+/// `MAX_LEN` bits with one dependent lookup.
 pub struct DecodeTable {
     pub(crate) entries: Box<[Entry; 1 << MAX_LEN]>,
-    pub(crate) pairs: Box<[u32; 1 << MAX_LEN]>,
+    pub(crate) runs: Box<[u64; 1 << MAX_LEN]>,
 }
 
 impl DecodeTable {
@@ -198,23 +202,29 @@ impl DecodeTable {
                 i += step;
             }
         }
-        let mut pairs = Box::new([0u32; 1 << MAX_LEN]);
-        for (idx, p) in pairs.iter_mut().enumerate() {
-            let first = entries[idx];
-            let l0 = u32::from(first >> 8);
-            if l0 == 0 {
-                continue;
-            }
-            let second = entries[idx >> l0];
-            let l1 = u32::from(second >> 8);
-            *p = if l1 > 0 && l0 + l1 <= MAX_LEN {
-                u32::from(first as u8) | u32::from(second as u8) << 8 | (l0 + l1) << 16 | 2 << 24
-            } else {
-                u32::from(first as u8) | l0 << 16 | 1 << 24
-            };
+        let mut runs = Box::new([0u64; 1 << MAX_LEN]);
+        for (idx, run) in runs.iter_mut().enumerate() {
+            *run = run_at(&entries, idx);
         }
-        Ok(DecodeTable { entries, pairs })
+        Ok(DecodeTable { entries, runs })
     }
+}
+
+/// The [`DecodeTable::runs`] entry of the `MAX_LEN` bits `idx`: the codes it starts with,
+/// as many as fit whole (at most [`RUN`]).
+fn run_at(entries: &[Entry; 1 << MAX_LEN], idx: usize) -> u64 {
+    let (mut symbols, mut bits, mut count) = (0u64, 0u32, 0u64);
+    while (count as usize) < RUN {
+        let e = entries[idx >> bits];
+        let l = u32::from(e >> 8);
+        if l == 0 || bits + l > MAX_LEN {
+            break;
+        }
+        symbols |= u64::from(e as u8) << (8 * count);
+        bits += l;
+        count += 1;
+    }
+    symbols | u64::from(bits) << 32 | count << 40
 }
 
 /// Appends LSB-first bits to a byte vector.

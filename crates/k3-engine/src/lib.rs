@@ -135,7 +135,8 @@ pub struct EngineOptions {
     /// Draft trunk directory (`k3 pack --draft-quant`) for hybrid drafting
     /// ([`DecodeMode::Hybrid`]); used as [`EngineOptions::draft_policy`] says.
     pub draft_trunk: Option<PathBuf>,
-    /// Whether to load [`EngineOptions::draft_trunk`].
+    /// Whether to load [`EngineOptions::draft_trunk`]; [`DraftPolicy::Off`] also leaves
+    /// [`EngineOptions::draft_model`] out of the plan and memory (it is still checked).
     pub draft_policy: DraftPolicy,
     /// A DSpark draft model directory (docs/DSPARK.md) for block drafting
     /// ([`DecodeMode::Block`]); checked against the model at open (refused with the file and

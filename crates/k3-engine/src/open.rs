@@ -58,13 +58,16 @@ impl Engine {
         let (model, mut options, comm_counter) = join_group(model, options)?;
         let tokenizer = load_tokenizer(dir, options.tokenizer_dir.as_deref(), config.vocab_size)?;
         let pool = compute_pool(options.threads.unwrap_or_else(default_threads))?;
+        let (use_trunk, use_dspark) = draft_uses(&options);
         // Opened once: its size goes into the plan, its layers into memory (when used).
-        let draft_pack = match (&options.draft_trunk, options.draft_policy) {
-            (Some(d), DraftPolicy::Auto | DraftPolicy::On) => Some(k3_format::TrunkPack::open(d)?),
+        let draft_pack = match &options.draft_trunk {
+            Some(d) if use_trunk => Some(k3_format::TrunkPack::open(d)?),
             _ => None,
         };
+        // Checked whatever the policy (a bad draft is refused); planned and held only when
+        // decoding drafts with it.
         let mut dspark = match &options.draft_model {
-            Some(d) => Some(dspark::DsparkDraft::open(d, &config)?),
+            Some(d) => Some(dspark::DsparkDraft::open(d, &config)?).filter(|_| use_dspark),
             None => None,
         };
         let (stores, plan, ckpt, draft_choice) = open_stores(
@@ -196,9 +199,9 @@ fn open_streaming(
     // slot; the slots hold decoded runs (docs/STREAMING.md#overlapped-decode).
     sizes.scratch_bytes += pack.as_ref().map_or(0, planning::staging_bytes);
     let (plan, choice) = match (dspark, draft_pack) {
-        // A DSpark draft is planned in the form that fits (docs/DSPARK.md#memory); with a
-        // draft trunk as well, the trunk's plan is kept and the DSpark draft stays BF16.
-        (Some(d), None) => {
+        // A DSpark draft is planned in the form that fits (docs/DSPARK.md#memory); never
+        // beside a draft trunk (`draft_uses`).
+        (Some(d), _) => {
             let (plan, hold) =
                 dspark_hold::plan_block_draft(&sizes, budget, options.ctx, options.sessions, d)?;
             d.hold_as(hold)?;
@@ -231,6 +234,19 @@ fn open_streaming(
         &mut report,
     )?;
     Ok((Stores::Streaming(store), Some(plan), Some(ckpt), choice))
+}
+
+/// Which drafts an engine plans and holds: `(draft trunk, DSpark draft)`. One at most:
+/// `--draft off` (or an n-gram length) neither; `--draft hybrid` the draft trunk (a DSpark
+/// draft then has no use); `--draft auto` the DSpark draft when given (block drafts win over
+/// hybrid ones, docs/DSPARK.md#using-it), else the draft trunk where the plan predicts a gain.
+fn draft_uses(options: &EngineOptions) -> (bool, bool) {
+    let (trunk, dspark) = (options.draft_trunk.is_some(), options.draft_model.is_some());
+    match options.draft_policy {
+        DraftPolicy::Off => (false, false),
+        DraftPolicy::On => (trunk, dspark && !trunk),
+        DraftPolicy::Auto => (trunk && !dspark, dspark),
+    }
 }
 
 /// The draft trunk's layers, loaded when the choice turned it on.

@@ -10,10 +10,9 @@ use k3_store::probe::{read_rates, ReadTest, TestRead};
 use k3_store::ShardFile;
 use std::path::{Path, PathBuf};
 
-/// Decoded bytes one core produces per second: k3-codec decodes 1.62 GB/s of bf16 per core
-/// in thread CPU time on a Zen 4 VM, but 1.15 on an EPYC without AVX-512, and 1.12 end to end
-/// there beside the forward pass (docs/PERFORMANCE.md#trunk-compression): on such a CPU this
-/// forecast is optimistic, and `--read-gbps` near the crossover should be read with that.
+/// Decoded bytes one core produces per second when no compressed pack is at hand to time
+/// ([`probe_decode_rate`]): k3-codec decodes 1.63 GB/s of bf16 per core on a 2-vCPU Xeon VM
+/// with AVX-512 (docs/PERFORMANCE.md#trunk-compression).
 pub const DECODE_BYTES_PER_S_PER_CORE: f64 = 1.6e9;
 /// Stored ÷ decoded bytes when no compressed pack is at hand: 0.667 measured on trained-like
 /// BF16 weights (docs/PERFORMANCE.md#trunk-compression).
@@ -41,6 +40,15 @@ pub enum ReadRateSource {
     /// Read from this pack file just now.
     Measured(PathBuf),
     /// [`ASSUMED_READ_BYTES_PER_S`]: nothing given, no pack to read.
+    Assumed,
+}
+
+/// Where the decode rate came from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DecodeRateSource {
+    /// Timed on this compressed pack's chunks just now ([`probe_decode_rate`]).
+    Measured(PathBuf),
+    /// [`DECODE_BYTES_PER_S_PER_CORE`]: no compressed pack, or none of its tensors coded.
     Assumed,
 }
 
@@ -103,6 +111,8 @@ pub struct TrunkCodecPlan {
     pub rates: CodecRates,
     /// Where `rates.disk_bytes_per_s` came from.
     pub read_source: ReadRateSource,
+    /// Where `rates.decode_bytes_per_s_per_core` came from.
+    pub decode_source: DecodeRateSource,
     /// The packs at hand.
     pub packs: TrunkPacks,
 }
@@ -134,15 +144,24 @@ impl TrunkCodecPlan {
             .compressed
             .as_ref()
             .map_or(MEASURED_STORED_RATIO, |c| c.1);
+        let timed = packs.compressed.as_ref().and_then(|(dir, _)| {
+            let pack = TrunkPack::open(dir).ok()?;
+            Some((probe_decode_rate(&pack).ok()?, dir.clone()))
+        });
+        let (decode, decode_source) = match timed {
+            Some((rate, dir)) => (rate, DecodeRateSource::Measured(dir)),
+            None => (DECODE_BYTES_PER_S_PER_CORE, DecodeRateSource::Assumed),
+        };
         TrunkCodecPlan {
             rates: CodecRates {
                 stored_ratio,
                 disk_bytes_per_s: disk,
-                decode_bytes_per_s_per_core: DECODE_BYTES_PER_S_PER_CORE,
+                decode_bytes_per_s_per_core: decode,
                 decoding_cores: decoding_cores.max(1),
                 overlapped,
             },
             read_source,
+            decode_source,
             packs,
         }
     }
@@ -183,9 +202,13 @@ impl TrunkCodecPlan {
             Some((d, _)) => format!("of {}", d.display()),
             None => "measured on trained-like weights".to_string(),
         };
+        let decode = match &self.decode_source {
+            DecodeRateSource::Measured(d) => format!("timed on {}", d.display()),
+            DecodeRateSource::Assumed => "docs/PERFORMANCE.md#trunk-compression".to_string(),
+        };
         let mut lines = vec![
             format!(
-                "trunk codec rates: drive {:.2} GB/s ({rate}), stored ratio {:.3} ({ratio}), decode {:.1} GB/s per core (docs/PERFORMANCE.md#trunk-compression) on {} cores",
+                "trunk codec rates: drive {:.2} GB/s ({rate}), stored ratio {:.3} ({ratio}), decode {:.2} GB/s per core ({decode}) on {} cores",
                 r.disk_bytes_per_s / 1e9,
                 r.stored_ratio,
                 r.decode_bytes_per_s_per_core / 1e9,
@@ -231,6 +254,10 @@ impl TrunkCodecPlan {
             },
             "stored_ratio": r.stored_ratio,
             "decode_bytes_per_s_per_core": r.decode_bytes_per_s_per_core,
+            "decode_rate_source": match &self.decode_source {
+                DecodeRateSource::Measured(_) => "measured",
+                DecodeRateSource::Assumed => "assumed",
+            },
             "decoding_cores": r.decoding_cores,
             "overlapped": r.overlapped,
             "stored_bytes_per_token": f.stored_bytes,
@@ -248,6 +275,63 @@ impl TrunkCodecPlan {
 /// Decoding cores by default: the compute threads a run would start (the physical cores).
 pub fn default_decoding_cores() -> usize {
     crate::open::default_threads()
+}
+
+/// Decoded bytes of the probe: up to 32 MiB of layer 0's coded chunks, decoded three times
+/// on this thread (about 60 ms at 1.6 GB/s).
+const DECODE_PROBE_BYTES: usize = 32 << 20;
+const DECODE_PROBE_ROUNDS: usize = 3;
+
+/// Bytes of bf16 one core decodes per second from `pack`'s coded chunks (first layer holding
+/// any, up to [`DECODE_PROBE_BYTES`]), as a streamed run decodes them (stored checksum, then
+/// the chunk), the best of [`DECODE_PROBE_ROUNDS`] rounds on this thread. An error when the
+/// pack has no coded chunk or its file cannot be read.
+pub fn probe_decode_rate(pack: &TrunkPack) -> Result<f64, String> {
+    use std::os::unix::fs::FileExt;
+    let coded = |l: usize, job: &k3_format::pack::DecodeJob| {
+        let t = pack.layer_entry(l).map(|e| &e.tensors[job.tensor]);
+        matches!(
+            t.and_then(|t| t.stored.as_ref()),
+            Some(k3_format::pack::TensorStore::Coded(_))
+        )
+    };
+    let (l, jobs) = (0..pack.num_layers())
+        .map(|l| (l, pack.decode_jobs(l)))
+        .map(|(l, jobs)| {
+            (
+                l,
+                jobs.into_iter().filter(|j| coded(l, j)).collect::<Vec<_>>(),
+            )
+        })
+        .find(|(_, jobs)| !jobs.is_empty())
+        .ok_or_else(|| format!("{}: no coded chunk to time", pack.path().display()))?;
+    let mut decoded = 0usize;
+    let jobs: Vec<_> = jobs
+        .into_iter()
+        .take_while(|j| {
+            decoded += j.dst.len();
+            decoded - j.dst.len() < DECODE_PROBE_BYTES
+        })
+        .collect();
+    let stored_end = jobs.iter().map(|j| j.src.end).max().unwrap_or(0);
+    let mut stored = vec![0u8; stored_end];
+    let file =
+        std::fs::File::open(pack.path()).map_err(|e| format!("{}: {e}", pack.path().display()))?;
+    file.read_exact_at(&mut stored, pack.layer(l).0)
+        .map_err(|e| format!("{}: {e}", pack.path().display()))?;
+    let out_len = jobs.iter().map(|j| j.dst.len()).max().unwrap_or(0);
+    let (mut out, mut scratch) = (vec![0u8; out_len], Vec::new());
+    let decoded: usize = jobs.iter().map(|j| j.dst.len()).sum();
+    let mut best = f64::MAX;
+    for _ in 0..DECODE_PROBE_ROUNDS {
+        let t0 = std::time::Instant::now();
+        for j in &jobs {
+            pack.decode_job(l, j, &stored, &mut out[..j.dst.len()], &mut scratch)
+                .map_err(|e| e.to_string())?;
+        }
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    Ok(decoded as f64 / best.max(1e-9))
 }
 
 /// The O_DIRECT rate of sequential 64 MiB reads from `file`'s start (bytes/s); a smaller file

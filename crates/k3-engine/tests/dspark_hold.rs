@@ -106,3 +106,45 @@ fn the_draft_is_held_in_the_form_the_budget_allows() {
     let q8 = format!("q8 {}", k3_plan::plan::fmt_bytes(bytes[1]));
     assert!(msg.contains(&q8), "{msg}");
 }
+
+#[test]
+fn one_draft_is_held_when_both_are_given() {
+    use k3_engine::DraftPolicy;
+    let tmp = tempfile::tempdir().unwrap();
+    let trunk = tmp.path().join("draft-q8");
+    k3_engine::draft::write_draft_trunk(
+        &fixture("tiny-k3"),
+        &trunk,
+        DraftQuant::Q8,
+        false,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let open = |policy| {
+        let options = EngineOptions {
+            threads: Some(2),
+            ctx: CTX,
+            budget: Some(Budget::Total(1 << 30)),
+            draft_model: Some(fixture("tiny-k3-dspark")),
+            draft_trunk: Some(trunk.clone()),
+            draft_policy: policy,
+            ..EngineOptions::default()
+        };
+        Engine::open(&fixture("tiny-k3"), options).unwrap()
+    };
+    // `--draft auto`: block drafts, the DSpark draft in the plan, no draft trunk loaded.
+    let auto = open(DraftPolicy::Auto);
+    assert!(auto.dspark().is_some() && auto.draft_info().is_none());
+    let table = auto.plan().unwrap().table(None);
+    assert!(table.contains("weights (bf16) + context KV"), "{table}");
+    let (drafted, plain) = both_ways(&auto);
+    assert_eq!(drafted, plain);
+    // `--draft hybrid`: the draft trunk, and no DSpark draft held beside it.
+    let hybrid = open(DraftPolicy::On);
+    assert!(hybrid.dspark().is_none() && hybrid.draft_info().is_some());
+    let table = hybrid.plan().unwrap().table(None);
+    assert!(!table.contains("DSpark draft"), "{table}");
+    // `--draft off`: neither.
+    let off = open(DraftPolicy::Off);
+    assert!(off.dspark().is_none() && off.draft_info().is_none());
+}
