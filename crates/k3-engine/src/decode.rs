@@ -11,6 +11,7 @@ use k3_format::pack::DecodeJob;
 use k3_format::TrunkPack;
 use rayon::prelude::*;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// One piece of a layer in a compressed pack: its bytes of the decoded run, and where its
@@ -31,11 +32,19 @@ pub(crate) struct PackDecoder {
     reader_pool: OnceLock<Option<rayon::ThreadPool>>,
     /// Units are these pieces (`None`: units are whole layers).
     pieces: Option<Vec<PieceSpan>>,
+    /// Per unit: its chunks' stored hashes all checked once (later reads skip them).
+    hashed: Vec<AtomicBool>,
+}
+
+/// Per unit, not yet hashed.
+fn unhashed(units: usize) -> Vec<AtomicBool> {
+    (0..units).map(|_| AtomicBool::new(false)).collect()
 }
 
 impl PackDecoder {
     pub(crate) fn new(pack: TrunkPack, pool: Arc<rayon::ThreadPool>) -> PackDecoder {
         PackDecoder {
+            hashed: unhashed(pack.num_layers()),
             pack,
             pool,
             reader_pool: OnceLock::new(),
@@ -50,6 +59,7 @@ impl PackDecoder {
         pieces: Vec<PieceSpan>,
     ) -> PackDecoder {
         PackDecoder {
+            hashed: unhashed(pieces.len()),
             pack,
             pool,
             reader_pool: OnceLock::new(),
@@ -142,14 +152,20 @@ impl k3_store::RunDecoder for PackDecoder {
         self.unit(u).1.len() as u64
     }
 
-    /// Every chunk's stored hash is checked before it is decoded (`TrunkPack::decode_job`);
-    /// the decoded run's checksum is checked by the streaming store the first time the layer
-    /// is bound, as for a plain pack.
+    /// The first time a unit is read, every chunk's stored hash is checked before it is
+    /// decoded (`TrunkPack::decode_job_hashed`), and the streaming store checks the decoded
+    /// run's checksum the first time the layer is bound, as for a plain pack; later reads
+    /// run the decoder's own checks only (hashing every read cost a fifth of the decode).
     fn decode(&self, u: usize, stored: &[u8], out: &mut [u8]) -> Result<(), String> {
         let (l, decoded, base) = self.unit(u);
         let jobs = jobs_in(&self.pack, l, &decoded, out);
+        let hash = !self
+            .hashed
+            .get(u)
+            .is_some_and(|h| h.load(Ordering::Acquire));
         let run = |job: &DecodeJob, dst: &mut [u8], scratch: &mut Vec<u8>| {
-            self.pack.decode_job_in(l, job, stored, base, dst, scratch)
+            self.pack
+                .decode_job_hashed(l, job, stored, base, dst, scratch, hash)
         };
         // A synchronous read on a compute thread decodes on its own pool; the reader thread
         // on its decode pool.
@@ -169,6 +185,62 @@ impl k3_store::RunDecoder for PackDecoder {
                     .try_for_each(|(job, dst)| run(&job, dst, &mut scratch))
                     .map_err(|e| e.to_string())
             }
+        }?;
+        if let Some(h) = self.hashed.get(u) {
+            h.store(true, Ordering::Release);
         }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k3_format::pack::{write_compressed_pack_with, CompressOptions, PackOptions};
+    use k3_format::{bind_model, Checkpoint, K3Config};
+    use k3_store::RunDecoder;
+
+    /// A unit's stored hashes are checked until one read of it succeeds, then skipped.
+    #[test]
+    fn a_unit_is_hashed_until_it_decodes_once() {
+        let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-k3");
+        let out = tempfile::tempdir().unwrap();
+        let cfg = K3Config::load(model.join("config.json")).unwrap();
+        let ck = Checkpoint::open(&model).unwrap();
+        let b = bind_model(&ck, &cfg).unwrap();
+        let c = CompressOptions {
+            chunk_values: 1000,
+            min_coded_bytes: 0,
+        };
+        let pack = write_compressed_pack_with(
+            &ck,
+            &b,
+            &cfg,
+            out.path(),
+            &PackOptions::default(),
+            &c,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        let (off, len) = pack.layer(0);
+        let bin = std::fs::read(pack.path()).unwrap();
+        let stored = &bin[off as usize..(off + len) as usize];
+        let mut damaged = stored.to_vec();
+        let last = damaged.len() - 1; // a sign+mantissa byte: only the hash sees it
+        damaged[last] ^= 1;
+        let pool = Arc::new(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .build()
+                .unwrap(),
+        );
+        let dec = PackDecoder::new(pack, pool);
+        let mut decoded = vec![0u8; dec.decoded_len(0) as usize];
+        let err = dec.decode(0, &damaged, &mut decoded).unwrap_err();
+        assert!(err.contains("stored bytes hash to"), "{err}");
+        assert!(!dec.hashed[0].load(Ordering::Acquire));
+        dec.decode(0, stored, &mut decoded).unwrap();
+        assert!(dec.hashed[0].load(Ordering::Acquire));
+        dec.decode(0, &damaged, &mut decoded).unwrap();
     }
 }
