@@ -247,13 +247,6 @@ fn run_row(
     let decoded = n.saturating_sub(1).max(1) as f64;
     let spec = s.spec_stats();
     let passes = spec.passes.max(1) as f64;
-    // drafts fed again: those a rolled-back pass had accepted ride with the next pass
-    let refed: usize = s.block_passes().map_or(0, |ps| {
-        ps.iter()
-            .filter(|p| p.kept < p.verified)
-            .map(|p| p.kept)
-            .sum()
-    });
     let row = Row {
         label: p.map_or("plain".into(), |p| format!("block p={p:.3}")),
         ids: [prompt, g.ids].concat(),
@@ -263,8 +256,10 @@ fn run_row(
             None => 1.0,
         },
         verified_per_pass: spec.drafted as f64 / passes,
+        // every id the passes fed: their own, their drafts, and after a rollback the ids the
+        // rolled-back passes had accepted (fed again, however many rejections in a row)
         positions_per_pass: match p {
-            Some(_) => (spec.passes + spec.drafted + refed as u64) as f64 / passes,
+            Some(_) => spec.positions as f64 / passes,
             None => 1.0,
         },
         trunk_per_token: io.trunk_bytes_read as f64 / decoded,

@@ -114,6 +114,9 @@ pub struct SpecStats {
     pub passes: u64,
     /// Tokens drafted.
     pub drafted: u64,
+    /// Positions the verifying passes fed: each pass's owed ids (its own token, and after a
+    /// rollback the ids the rolled-back passes had accepted) plus its drafts.
+    pub positions: u64,
     /// Drafted tokens accepted (each one a token generated without its own pass).
     pub accepted: u64,
     /// Passes that rejected a draft and rolled the state back.
@@ -213,6 +216,7 @@ impl<'e> Session<'e> {
             let rows = self.run_tail(&batch, k + 1)?;
             self.spec_stats.passes += 1;
             self.spec_stats.drafted += k as u64;
+            self.spec_stats.positions += batch.len() as u64;
             let vocab = rows.len() / (k + 1);
             let accepted_before = self.spec_stats.accepted;
             for j in 0..=k {
