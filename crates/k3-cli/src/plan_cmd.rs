@@ -111,8 +111,25 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
     let Some(draft) = &args.draft_trunk else {
         let codec = crate::plan_codec::codec_plan(&model_dir, &args)?;
         let pack = crate::plan_codec::chosen_pack(&codec)?;
-        let (plan, available, fits) =
-            forecast_pack(&model_dir, budget, args.ctx, args.sessions, pack.as_ref())?;
+        let mut planned = forecast_pack(&model_dir, budget, args.ctx, args.sessions, pack.as_ref());
+        // As a run does: when the chosen pack's plan is refused (a compressed pack's staging
+        // does not fit), the other pack at hand is planned instead.
+        if let (Err(refused), Some(other)) = (&planned, codec.candidates().get(1)) {
+            let other_pack =
+                k3_format::TrunkPack::open(other).map_err(|e| CliError::usage(e.to_string()))?;
+            eprintln!(
+                "k3: note: {refused}; planning the trunk from {} instead",
+                other.display()
+            );
+            planned = forecast_pack(
+                &model_dir,
+                budget,
+                args.ctx,
+                args.sessions,
+                Some(&other_pack),
+            );
+        }
+        let (plan, available, fits) = planned?;
         let codec = (plan.trunk.streamed_per_token > 0).then_some(codec);
         match args.json {
             true => crate::plan_codec::print_json(&plan, codec.as_ref(), fits.is_ok()),
@@ -206,6 +223,8 @@ pub fn presets(args: PresetsArgs) -> Result<(), CliError> {
     if args.sessions == 0 {
         return Err(CliError::usage("--sessions must be at least 1"));
     }
+    use k3_engine::trunk_choice::{TrunkPacks, MEASURED_STORED_RATIO};
+    let mut packs = TrunkPacks::default();
     let (sizes, what, moe_layers) = match &args.model_dir {
         None => {
             let (sizes, moe) = k3_engine::release_sizes::released_sizes();
@@ -213,6 +232,7 @@ pub fn presets(args: PresetsArgs) -> Result<(), CliError> {
         }
         Some(dir) => {
             let dir = &k3_hub::store::resolve_model(dir)?;
+            packs = TrunkPacks::in_model_dir(dir);
             let cfg = k3_format::K3Config::load(dir.join("config.json"))
                 .map_err(|e| CliError::usage(e.to_string()))?;
             let ck =
@@ -225,9 +245,14 @@ pub fn presets(args: PresetsArgs) -> Result<(), CliError> {
             (model_sizes(&cfg, &binding)?, dir.display().to_string(), moe)
         }
     };
+    let read = args.read_gbps * 1e9;
+    // The trunk read from a compressed pack (the model's own ratio when it has one): an I/O
+    // floor like the others, reached when decoding keeps up, which `k3 plan MODEL` forecasts
+    // for this machine (the table depends on the planner alone, not on the machine).
+    let ratio = packs.compressed.map_or(MEASURED_STORED_RATIO, |c| c.1);
     println!(
-        "{:<12} {:>9} {:>9} {:>10} {:>7} {:>11} {:>10}",
-        "preset", "trunk GB", "cache GB", "RAM", "hit", "read/token", "s/token"
+        "{:<12} {:>9} {:>9} {:>10} {:>7} {:>11} {:>10} {:>12}",
+        "preset", "trunk GB", "cache GB", "RAM", "hit", "read/token", "s/token", "compressed"
     );
     for p in Preset::ALL {
         let (t, c) = p.gb();
@@ -237,16 +262,18 @@ pub fn presets(args: PresetsArgs) -> Result<(), CliError> {
         let hit = k3_plan::forecast::hit_rate(p, &plan, &sizes);
         let trunk = plan.trunk.streamed_per_token as f64;
         let experts = moe_layers * f64::from(sizes.top_k) * (1.0 - hit) * sizes.expert_bytes as f64;
-        let secs = (trunk + experts) / (args.read_gbps * 1e9);
+        let secs = (trunk + experts) / read;
+        let compressed = (ratio * trunk + experts) / read;
         println!(
-            "{:<12} {:>9} {:>9} {:>10} {:>6.1}% {:>11} {:>10}",
+            "{:<12} {:>9} {:>9} {:>10} {:>6.1}% {:>11} {:>10} {:>12}",
             p.name(),
             t,
             c,
             fmt_bytes(plan.total_bytes()),
             hit * 100.0,
             fmt_bytes((trunk + experts) as u64),
-            format!("≥ {secs:.2}")
+            format!("≥ {secs:.2}"),
+            format!("≥ {compressed:.2}")
         );
     }
     let sessions = match args.sessions {
@@ -256,6 +283,9 @@ pub fn presets(args: PresetsArgs) -> Result<(), CliError> {
     println!(
         "\n{what}, ctx {}{sessions}: RAM is the plan's total; s/token is the I/O floor at {} GB/s (compute not included; hit rates: docs/PERFORMANCE.md decode view).",
         args.ctx, args.read_gbps
+    );
+    println!(
+        "compressed: the same floor with the trunk read from a compressed pack (stored ratio {ratio:.3}), when decoding keeps up; `k3 plan MODEL_DIR` says whether it does here (docs/PERFORMANCE.md#trunk-compression)."
     );
     println!("--mem-gb TOTAL splits a total trunk-first; --trunk-gb X --cache-gb Y sets both.");
     Ok(())

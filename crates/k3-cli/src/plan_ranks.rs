@@ -112,4 +112,5 @@ fn print_table(what: &str, ranks: usize, budget: Budget, rows: &[RankRow], x: &T
         fmt_bytes(x.bytes_received_per_rank)
     );
     println!("experts/token: the rank's share of every MoE layer's top-k, read only on cache misses (expert cache: slots/owned experts).");
+    println!("trunk/token: each rank's share of the shards' trunk rows; with a packed trunk (plain or compressed) every rank streams whole layers, as `k3 plan MODEL --trunk DIR` plans and forecasts them (docs/DISTRIBUTED.md#memory-per-rank).");
 }

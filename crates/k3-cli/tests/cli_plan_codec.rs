@@ -138,3 +138,47 @@ fn a_model_dir_with_both_packs_runs_from_the_chosen_one() {
         "{err}"
     );
 }
+
+#[test]
+fn a_chosen_compressed_pack_that_does_not_fit_gives_way_to_the_plain_one() {
+    use k3_format::pack::{write_compressed_pack_with, CompressOptions, PackOptions};
+    let dir = scratch_dir("plan-codec", "fallback");
+    copy_tiny(&dir);
+    let d = dir.to_str().unwrap();
+    let plain = format!("{d}/trunk");
+    let o = k3(&["pack", d, &plain]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Every BF16 tensor coded (small chunks): fewer stored bytes than the plain pack, so on
+    // a slow enough drive the forecast chooses it.
+    let cfg = k3_format::K3Config::load(dir.join("config.json")).unwrap();
+    let ck = k3_format::Checkpoint::open(&*dir).unwrap();
+    let b = k3_format::bind_model(&ck, &cfg).unwrap();
+    let c = CompressOptions {
+        chunk_values: 1000,
+        min_coded_bytes: 0,
+    };
+    let comp = dir.join("trunk-compressed");
+    write_compressed_pack_with(
+        &ck,
+        &b,
+        &cfg,
+        &comp,
+        &PackOptions::default(),
+        &c,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let o = k3(&["plan", d, "--mem-gb", SMALLEST, "--read-gbps", "0.001"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("use the compressed pack {}", comp.display())),
+        "{}",
+        stdout(&o)
+    );
+    // its two staging buffers do not fit the plain pack's smallest budget: planned plain
+    assert!(
+        stderr(&o).contains(&format!("planning the trunk from {plain} instead")),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -43,6 +43,10 @@ fn presets_show_ram_and_predicted_speed() {
         let laptop = out.lines().find(|l| l.starts_with("laptop")).unwrap();
         assert!(laptop.contains("GB") || laptop.contains("MB"), "{laptop}");
         assert!(laptop.contains("≥ "), "{laptop}");
+        // the I/O floor from a compressed trunk beside the plain one
+        assert!(header.contains("compressed"), "{out}");
+        assert_eq!(laptop.matches("≥ ").count(), 2, "{laptop}");
+        assert!(out.contains("stored ratio 0.667"), "{out}");
     }
     let o = k3(&["presets", "--read-gbps", "0"]);
     assert_eq!(o.status.code(), Some(2));
