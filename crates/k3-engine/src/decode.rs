@@ -153,7 +153,7 @@ impl k3_store::RunDecoder for PackDecoder {
     }
 
     /// The first time a unit is read, every chunk's stored hash is checked before it is
-    /// decoded (`TrunkPack::decode_job_hashed`), and the streaming store checks the decoded
+    /// decoded (`TrunkPack::decode_job_in`), and the streaming store checks the decoded
     /// run's checksum the first time the layer is bound, as for a plain pack; later reads
     /// run the decoder's own checks only (hashing every read cost a fifth of the decode).
     fn decode(&self, u: usize, stored: &[u8], out: &mut [u8]) -> Result<(), String> {
@@ -165,7 +165,7 @@ impl k3_store::RunDecoder for PackDecoder {
             .is_some_and(|h| h.load(Ordering::Acquire));
         let run = |job: &DecodeJob, dst: &mut [u8], scratch: &mut Vec<u8>| {
             self.pack
-                .decode_job_hashed(l, job, stored, base, dst, scratch, hash)
+                .decode_job_in(l, job, stored, base, dst, scratch, hash)
         };
         // A synchronous read on a compute thread decodes on its own pool; the reader thread
         // on its decode pool.

@@ -235,29 +235,17 @@ impl TrunkPack {
         dst: &mut [u8],
         scratch: &mut Vec<u8>,
     ) -> Result<(), PackError> {
-        self.decode_job_in(l, job, stored, 0, dst, scratch)
+        self.decode_job_in(l, job, stored, 0, dst, scratch, true)
     }
 
     /// [`TrunkPack::decode_job`] where `stored` holds the stored run's bytes from `base` on
-    /// (a reader that read only part of the run, e.g. one piece of the layer).
-    pub fn decode_job_in(
-        &self,
-        l: usize,
-        job: &DecodeJob,
-        stored: &[u8],
-        base: usize,
-        dst: &mut [u8],
-        scratch: &mut Vec<u8>,
-    ) -> Result<(), PackError> {
-        self.decode_job_hashed(l, job, stored, base, dst, scratch, true)
-    }
-
-    /// [`TrunkPack::decode_job_in`], checking the stored bytes' XXH3-64 only when `hash`:
-    /// a streaming reader checks each unit's chunks the first time it reads them, as it
-    /// checks a plain pack's runs (hashing every read cost a fifth of the decode). The
-    /// decoder's own checks (stream lengths, codes, bit counts) run either way.
+    /// (a reader that read only part of the run, e.g. one piece of the layer), checking the
+    /// stored bytes' XXH3-64 only when `hash`: a streaming reader checks each unit's chunks
+    /// the first time it reads them, as it checks a plain pack's runs (hashing every read
+    /// cost a fifth of the decode). The decoder's own checks (stream lengths, codes, bit
+    /// counts) run either way.
     #[allow(clippy::too_many_arguments)]
-    pub fn decode_job_hashed(
+    pub fn decode_job_in(
         &self,
         l: usize,
         job: &DecodeJob,
