@@ -271,29 +271,36 @@ fn use_stored_trunk(
             pack_dir.display()
         );
     }
-    let both = packs.plain.is_some() && packs.compressed.is_some();
-    let cores = options.threads.unwrap_or_else(default_decoding_cores);
-    // Only a choice between two packs needs the drive's rate (a 0.3 s read).
-    let codec = TrunkCodecPlan::new(packs, (!both).then_some(1.0), cores, true);
+    // Only a choice between two packs needs the forecast (a 0.3 s read probe, a 60 ms
+    // decode probe); `why` says what chose.
+    let (candidates, why) = match (&packs.plain, &packs.compressed) {
+        (Some(_), Some(_)) => {
+            let cores = options.threads.unwrap_or_else(default_decoding_cores);
+            let codec = TrunkCodecPlan::new(packs, None, cores, true);
+            let order = codec.candidates().into_iter().map(Path::to_path_buf);
+            (order.collect(), Some(codec.rates.decision()))
+        }
+        (Some(p), None) | (None, Some((p, _))) => (vec![p.clone()], None),
+        (None, None) => (Vec::new(), None),
+    };
     let mut matching = Vec::new();
-    for pack_dir in codec.candidates() {
-        match stored_trunk_matches(dir, pack_dir) {
-            Ok(()) if !matching.is_empty() => matching.push(pack_dir.to_path_buf()),
+    for pack_dir in candidates {
+        match stored_trunk_matches(dir, &pack_dir) {
+            Ok(()) if !matching.is_empty() => matching.push(pack_dir),
             Ok(()) => {
-                matching.push(pack_dir.to_path_buf());
-                if progress && both {
-                    eprintln!(
-                        "k3: reading the trunk from {} (as --trunk): {}",
-                        pack_dir.display(),
-                        codec.rates.decision()
-                    );
-                } else if progress {
-                    eprintln!(
+                match (&why, progress) {
+                    (Some(why), true) => eprintln!(
+                        "k3: reading the trunk from {} (as --trunk): {why}",
+                        pack_dir.display()
+                    ),
+                    (None, true) => eprintln!(
                         "reading the trunk from the packed trunk {} (as --trunk)",
                         pack_dir.display()
-                    );
+                    ),
+                    (_, false) => {}
                 }
-                options.trunk_dir = Some(pack_dir.to_path_buf());
+                options.trunk_dir = Some(pack_dir.clone());
+                matching.push(pack_dir);
             }
             Err(why) if progress => eprintln!(
                 "k3: note: not using the packed trunk {}: {why}; reading the shards (repack with `k3 pack {} {}`)",

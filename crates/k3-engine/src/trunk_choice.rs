@@ -277,56 +277,52 @@ pub fn default_decoding_cores() -> usize {
     crate::open::default_threads()
 }
 
-/// Decoded bytes of the probe: up to 32 MiB of layer 0's coded chunks, decoded three times
-/// on this thread (about 60 ms at 1.6 GB/s).
+/// Decoded bytes of the probe: about 32 MiB of the first coded layer's chunks, decoded three
+/// times on this thread (about 60 ms at 1.6 GB/s).
 const DECODE_PROBE_BYTES: usize = 32 << 20;
 const DECODE_PROBE_ROUNDS: usize = 3;
 
 /// Bytes of bf16 one core decodes per second from `pack`'s coded chunks (first layer holding
-/// any, up to [`DECODE_PROBE_BYTES`]), as a streamed run decodes them (stored checksum, then
-/// the chunk), the best of [`DECODE_PROBE_ROUNDS`] rounds on this thread. An error when the
-/// pack has no coded chunk or its file cannot be read.
+/// any, up to [`DECODE_PROBE_BYTES`]) as a streamed run decodes them once it has checked
+/// them: the first round checks the stored hashes, the best of [`DECODE_PROBE_ROUNDS`] on
+/// this thread is timed. An error when the pack has no coded chunk or its file cannot be
+/// read.
 pub fn probe_decode_rate(pack: &TrunkPack) -> Result<f64, String> {
+    use k3_format::pack::{DecodeJob, TensorStore};
     use std::os::unix::fs::FileExt;
-    let coded = |l: usize, job: &k3_format::pack::DecodeJob| {
+    let coded = |l: usize, job: &DecodeJob| {
         let t = pack.layer_entry(l).map(|e| &e.tensors[job.tensor]);
         matches!(
             t.and_then(|t| t.stored.as_ref()),
-            Some(k3_format::pack::TensorStore::Coded(_))
+            Some(TensorStore::Coded(_))
         )
     };
-    let (l, jobs) = (0..pack.num_layers())
+    let (l, all) = (0..pack.num_layers())
         .map(|l| (l, pack.decode_jobs(l)))
-        .map(|(l, jobs)| {
-            (
-                l,
-                jobs.into_iter().filter(|j| coded(l, j)).collect::<Vec<_>>(),
-            )
-        })
-        .find(|(_, jobs)| !jobs.is_empty())
+        .find(|(l, jobs)| jobs.iter().any(|j| coded(*l, j)))
         .ok_or_else(|| format!("{}: no coded chunk to time", pack.path().display()))?;
+    let mut jobs = Vec::new();
     let mut decoded = 0usize;
-    let jobs: Vec<_> = jobs
-        .into_iter()
-        .take_while(|j| {
-            decoded += j.dst.len();
-            decoded - j.dst.len() < DECODE_PROBE_BYTES
-        })
-        .collect();
-    let stored_end = jobs.iter().map(|j| j.src.end).max().unwrap_or(0);
-    let mut stored = vec![0u8; stored_end];
-    let file =
-        std::fs::File::open(pack.path()).map_err(|e| format!("{}: {e}", pack.path().display()))?;
-    file.read_exact_at(&mut stored, pack.layer(l).0)
-        .map_err(|e| format!("{}: {e}", pack.path().display()))?;
-    let out_len = jobs.iter().map(|j| j.dst.len()).max().unwrap_or(0);
-    let (mut out, mut scratch) = (vec![0u8; out_len], Vec::new());
-    let decoded: usize = jobs.iter().map(|j| j.dst.len()).sum();
+    for j in all.into_iter().filter(|j| coded(l, j)) {
+        if decoded >= DECODE_PROBE_BYTES {
+            break;
+        }
+        decoded += j.dst.len();
+        jobs.push(j);
+    }
+    let at = |e: std::io::Error| format!("{}: {e}", pack.path().display());
+    let mut stored = vec![0u8; jobs.iter().map(|j| j.src.end).max().unwrap_or(0)];
+    std::fs::File::open(pack.path())
+        .and_then(|f| f.read_exact_at(&mut stored, pack.layer(l).0))
+        .map_err(at)?;
+    let mut out = vec![0u8; jobs.iter().map(|j| j.dst.len()).max().unwrap_or(0)];
+    let mut scratch = Vec::new();
     let mut best = f64::MAX;
-    for _ in 0..DECODE_PROBE_ROUNDS {
+    for round in 0..DECODE_PROBE_ROUNDS {
         let t0 = std::time::Instant::now();
         for j in &jobs {
-            pack.decode_job(l, j, &stored, &mut out[..j.dst.len()], &mut scratch)
+            let dst = &mut out[..j.dst.len()];
+            pack.decode_job_in(l, j, &stored, 0, dst, &mut scratch, round == 0)
                 .map_err(|e| e.to_string())?;
         }
         best = best.min(t0.elapsed().as_secs_f64());

@@ -160,17 +160,8 @@ impl PassCost {
         Self::expected_tokens(conf, n) / self.bytes(n)
     }
 
-    /// What the drafter maximises: expected tokens per second with the time terms, else
-    /// per byte.
-    pub fn gain(&self, conf: &[f32], n: usize) -> f64 {
-        match self.seconds(n, true) {
-            Some(t) if t > 0.0 => Self::expected_tokens(conf, n) / t,
-            _ => self.tokens_per_byte(conf, n),
-        }
-    }
-
-    /// The number of drafts to verify, `0 ..= cap.min(conf.len())`, maximising
-    /// [`PassCost::gain`] (first maximum: ties go to fewer drafts).
+    /// The number of drafts to verify, `0 ..= cap.min(conf.len())`, for a pass owing only
+    /// its own token: [`PassCost::choose_after`] with one owed id.
     pub fn choose(&self, conf: &[f32], cap: usize) -> usize {
         self.choose_after(conf, cap, 1)
     }
@@ -226,9 +217,9 @@ impl PassCost {
     }
 
     /// Bytes and seconds per generated token when passes carry `positions` positions on
-    /// average and yield `tau` tokens each. A pass carries its own token, its verified drafts
-    /// and, after a rejection, the drafts the previous pass accepted (the state is rolled
-    /// back to before that pass, so they are fed again with this one). The union is taken at
+    /// average and yield `tau` tokens each. A pass carries the ids it owes (its own token,
+    /// and after a rejection every id the rolled-back passes had owed and accepted: the state
+    /// goes back to before them, so they are fed again) and its verified drafts. The union is taken at
     /// the average pass (`u(positions)`); `u` is concave, so passes of unequal sizes read a
     /// little less than this.
     pub fn per_token_at(&self, tau: f64, positions: f64, drafted: bool) -> PerToken {
