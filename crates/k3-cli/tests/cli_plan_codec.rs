@@ -175,6 +175,12 @@ fn a_chosen_compressed_pack_that_does_not_fit_gives_way_to_the_plain_one() {
         "{}",
         stdout(&o)
     );
+    // its coded chunks are timed for the decode rate (the raw pack above is not)
+    assert!(
+        stdout(&o).contains(&format!("per core (timed on {}) on", comp.display())),
+        "{}",
+        stdout(&o)
+    );
     // its two staging buffers do not fit the plain pack's smallest budget: planned plain
     assert!(
         stderr(&o).contains(&format!("planning the trunk from {plain} instead")),
