@@ -95,8 +95,8 @@ struct Row {
     seconds_per_token: f64,
     tau: f64,
     verified_per_pass: f64,
-    /// Positions a verifying pass carries: its token, its drafts, and the drafts a rolled
-    /// back pass before it had accepted (fed again).
+    /// Positions a verifying pass carries: its token and its drafts (and any id an earlier
+    /// pass could not keep from its journal, fed again).
     positions_per_pass: f64,
     trunk_per_token: f64,
     experts_per_token: f64,
@@ -256,8 +256,7 @@ fn run_row(
             None => 1.0,
         },
         verified_per_pass: spec.drafted as f64 / passes,
-        // every id the passes fed: their own, their drafts, and after a rollback the ids the
-        // rolled-back passes had accepted (fed again, however many rejections in a row)
+        // every id the passes fed: their own and their drafts (and any fed again)
         positions_per_pass: match p {
             Some(_) => spec.positions as f64 / passes,
             None => 1.0,

@@ -139,6 +139,7 @@ pub fn chat(args: ChatArgs, ranks: &crate::mpi_comm::Group) -> Result<(), CliErr
     let max_new = args.max_new(&file);
     let mut options = args.engine.options(&file, ctx, ranks.comm())?;
     options.draft_policy = args.sampling.draft_policy(options.draft_trunk.as_deref())?;
+    options.max_drafts = args.sampling.planned_drafts();
     let resident = args.engine.resident;
     args.engine.set_numerics()?;
     let engine = crate::engine_args::open_engine(&model_dir, options, resident, true)?;

@@ -225,6 +225,7 @@ pub fn run(mut args: RunArgs, group: &crate::mpi_comm::Group) -> Result<(), CliE
     let plan_ctx = args.ctx.unwrap_or(crate::context::default_ctx(trained));
     let mut options = args.engine.options(&file, plan_ctx, group.comm())?;
     options.draft_policy = args.sampling.draft_policy(options.draft_trunk.as_deref())?;
+    options.max_drafts = args.sampling.planned_drafts();
     early_checks(&args, &inputs.prompt, options.budget.is_some())?;
     let resident = args.engine.resident;
     args.engine.set_numerics()?;

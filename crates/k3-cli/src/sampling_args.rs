@@ -96,6 +96,18 @@ impl SamplingArgs {
 }
 
 impl SamplingArgs {
+    /// The drafts a verifying pass is planned for (`EngineOptions::max_drafts`): none with
+    /// `--draft off`, N with `--draft N`, `--draft-max` for DSpark blocks, else the
+    /// planner's default for the drafter.
+    pub fn planned_drafts(&self) -> Option<usize> {
+        match self.draft.unwrap_or(Draft::Auto) {
+            Draft::Off => Some(0),
+            Draft::Tokens(k) => Some(k),
+            Draft::Auto => self.draft_max.map(usize::from),
+            Draft::Hybrid => None,
+        }
+    }
+
     /// Whether the engine loads `--draft-trunk`: `--draft hybrid` always (refused without
     /// one), `auto` where the plan predicts a gain, never with `off` or an n-gram length.
     pub fn draft_policy(

@@ -150,6 +150,17 @@ fn draft_and_lookahead_flags_keep_the_ids_and_report_themselves() {
         let r: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         assert_eq!(r["mode"], mode, "{flags:?}");
+        // the plan holds the journal of the drafts a verifying pass may carry: none with
+        // --draft off; at most N with --draft N (this tight --mem-gb holds fewer)
+        if flags.contains(&"--mem-gb") {
+            let plan = &r["plan"];
+            let drafts = plan["max_drafts"].as_u64().unwrap();
+            let journal = plan["draft_journal_bytes"].as_u64().unwrap();
+            match mode {
+                "incremental" => assert_eq!((drafts, journal), (0, 0), "{plan}"),
+                _ => assert!(drafts <= 4 && (drafts == 0) == (journal == 0), "{plan}"),
+            }
+        }
         if mode == "speculative" {
             assert_eq!(
                 r["draft_passes"], 15,
@@ -163,4 +174,46 @@ fn draft_and_lookahead_flags_keep_the_ids_and_report_themselves() {
             assert_eq!(r["lookahead_reads"], 0, "{flags:?}");
         }
     }
+}
+
+/// The plan reserves the draft journal for the drafts `--draft` asks for
+/// (docs/STREAMING.md#keeping-accepted-drafts): N with `--draft N`, none with `--draft off`.
+#[test]
+fn the_plan_holds_the_journal_of_the_drafts_asked_for() {
+    let dir = scratch("journal");
+    let json = dir.join("out.json");
+    let model = tiny();
+    let plan_of = |draft: &str| {
+        let o = k3(&[
+            "run",
+            model.to_str().unwrap(),
+            "--ids",
+            "637,229,263",
+            "-n",
+            "2",
+            "--mem-gb",
+            "0.01",
+            "--draft",
+            draft,
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "--draft {draft}: {}", stderr(&o));
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let plan = &r["plan"];
+        let n = |k: &str| plan[k].as_u64().unwrap();
+        (n("max_drafts"), n("draft_journal_bytes"))
+    };
+    let (six, journal6) = plan_of("6");
+    let (two, journal2) = plan_of("2");
+    assert_eq!((six, two), (6, 2));
+    // one layer's state copy + each draft's rows: four more drafts, four more rows
+    let per_draft = (journal6 - journal2) / 4;
+    assert_eq!(journal6 - journal2, 4 * per_draft, "{journal6} {journal2}");
+    assert!(
+        per_draft > 0 && journal2 > 2 * per_draft,
+        "{journal6} {journal2}"
+    );
+    assert_eq!(plan_of("off"), (0, 0));
 }

@@ -175,8 +175,7 @@ impl BlockDrafter {
             .truth
             .as_ref()
             .map(|t| vec![t.p as f32; block.ids.len()]);
-        // ids the pass feeds before its drafts: the anchor, and after a rollback the ids the
-        // rolled-back passes had accepted
+        // ids the pass feeds before its drafts: the anchor (and a pending id, if any)
         let owed = context.len().saturating_sub(s.fed_len()).max(1);
         let verified = match (self.verify, &truth_rate, block.confidence.is_empty()) {
             (Some(n), _, _) => n.min(cap).min(block.ids.len()),

@@ -130,10 +130,10 @@ pub(crate) fn mxfp4_rows(
 pub(crate) fn plan_block_draft(
     sizes: &k3_plan::ModelSizes,
     budget: k3_plan::plan::Budget,
-    ctx: usize,
-    sessions: usize,
+    options: &crate::EngineOptions,
     draft: &crate::dspark::DsparkDraft,
 ) -> Result<(k3_plan::plan::MemoryPlan, DraftHold), EngineError> {
+    let (ctx, sessions) = (options.ctx, options.sessions);
     let kv = draft.context_kv_bytes(ctx, sessions);
     let mut last = None;
     for hold in DraftHold::ALL {
@@ -141,6 +141,7 @@ pub(crate) fn plan_block_draft(
         let req = k3_plan::plan::PlanRequest::new(budget, ctx as u64)
             .with_sessions(sessions as u64)
             .with_block_draft_as(bytes, hold.name());
+        let req = crate::planning::with_planned_drafts(req, options);
         let planned = k3_plan::plan::plan(sizes, &req)
             .and_then(|p| p.check(sizes, &k3_store::available_memory()).map(|()| p));
         match planned {

@@ -159,23 +159,23 @@ impl Session<'_> {
         }
     }
 
-    /// Feeds `ids` (a pending id first, if any) in ONE pass, remembering the state before it,
-    /// and returns the logits after every one of them (`[ids.len()][vocab]`): a verifying
-    /// pass over drafts. Follow with [`Session::rewind_verified`] when a draft was rejected.
-    pub fn feed_verify(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
+    /// Feeds `ids` (a pending id first, if any) in ONE pass, its last `drafts` ids tentative
+    /// (k3_model::journal), and returns the logits after every one of them
+    /// (`[ids.len()][vocab]`): a verifying pass over drafts. Follow with
+    /// [`Session::keep_verified`] naming the drafts the reply keeps.
+    pub fn feed_verify(&mut self, ids: &[u32], drafts: usize) -> Result<Vec<f32>, EngineError> {
         if let Some(p) = self.take_pending() {
             self.run_tail(&[p], 0)?;
         }
-        self.snapshot()?;
         self.spec_stats.passes += 1;
-        self.run_tail(ids, ids.len())
+        self.run_verify(ids, drafts, ids.len())
     }
 
-    /// After [`Session::feed_verify`]: returns the state to before that pass. The caller
-    /// keeps the verified ids it accepted and feeds them first in its next feed (their
-    /// logits are known; feeding them again gives the same state, bit for bit).
-    pub fn rewind_verified(&mut self) -> Result<(), EngineError> {
-        self.spec_stats.rollbacks += 1;
-        self.rollback()
+    /// After [`Session::feed_verify`]: `kept` (a prefix of its drafts) enters the state,
+    /// advanced from the pass's journal without another pass; the other drafts never do
+    /// (counted as a rejection when there were any).
+    pub fn keep_verified(&mut self, kept: &[u32], rejected: bool) -> Result<(), EngineError> {
+        self.spec_stats.rollbacks += u64::from(rejected);
+        self.keep_drafts(kept)
     }
 }

@@ -142,6 +142,11 @@ pub struct EngineOptions {
     /// ([`DecodeMode::Block`]); checked against the model at open (refused with the file and
     /// the key or tensor).
     pub draft_model: Option<PathBuf>,
+    /// Most drafts one verifying pass carries, as planned (their journal is in the plan,
+    /// docs/STREAMING.md#keeping-accepted-drafts; [`Engine::max_drafts`]); `None`: 4, or 7
+    /// with a DSpark draft (`k3_plan::plan::DEFAULT_DRAFTS`, `BLOCK_DRAFTS`); `Some(0)`: no
+    /// speculation (`--draft off`).
+    pub max_drafts: Option<usize>,
     /// Run as one rank of a group (docs/DISTRIBUTED.md): trunk rows and routed experts are
     /// dealt across the group's ranks, logits stay bit-identical. `None`: one process. Every
     /// rank must open the same model and make the same calls in the same order.
@@ -178,6 +183,7 @@ impl Default for EngineOptions {
             draft_trunk: None,
             draft_policy: DraftPolicy::Auto,
             draft_model: None,
+            max_drafts: None,
             comm: None,
             trunk_pieces: true,
         }
@@ -284,6 +290,14 @@ impl Engine {
         planned
             .min(self.max_prefill_chunk.unwrap_or(usize::MAX))
             .max(1)
+    }
+
+    /// Most drafts one verifying pass may carry: the plan's (its draft journal is planned for
+    /// them, docs/STREAMING.md#keeping-accepted-drafts); unbounded without a plan.
+    pub fn max_drafts(&self) -> usize {
+        self.plan
+            .as_ref()
+            .map_or(usize::MAX, |p| p.request.drafts as usize)
     }
 
     /// The memory plan in force (`None` when weights are used in place from the maps).

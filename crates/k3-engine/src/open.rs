@@ -202,8 +202,7 @@ fn open_streaming(
         // A DSpark draft is planned in the form that fits (docs/DSPARK.md#memory); never
         // beside a draft trunk (`draft_uses`).
         (Some(d), _) => {
-            let (plan, hold) =
-                dspark_hold::plan_block_draft(&sizes, budget, options.ctx, options.sessions, d)?;
+            let (plan, hold) = dspark_hold::plan_block_draft(&sizes, budget, options, d)?;
             d.hold_as(hold)?;
             (plan, None)
         }
@@ -331,8 +330,7 @@ fn plan_with_draft(
     options: &EngineOptions,
     draft: Option<&k3_format::TrunkPack>,
 ) -> Result<(MemoryPlan, Option<planning::DraftChoice>), EngineError> {
-    let plan =
-        |draft: u64| planning::plan_checked(sizes, budget, options.ctx, options.sessions, draft);
+    let plan = |draft: u64| planning::plan_checked(sizes, budget, options, draft);
     let Some(pack) = draft else {
         return Ok((plan(0)?, None));
     };

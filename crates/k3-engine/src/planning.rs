@@ -66,6 +66,8 @@ pub fn model_sizes(cfg: &K3Config, b: &ModelBinding) -> Result<ModelSizes, Engin
         prefill_bytes_per_token: k3_model::scratch::Scratch::bytes_per_token(&k3_model::Dims::new(
             cfg,
         )?),
+        journal_bytes_per_draft: n_kda * (6 * p + cfg.kda_num_heads as u64) * F32,
+        tentative_state_bytes: kda_per_layer * F32,
     })
 }
 
@@ -85,13 +87,17 @@ pub fn rank_sizes(
     let share = crate::rank_share::share_binding(b, rank, size)?;
     let mut sizes = model_sizes(cfg, &share)?;
     sizes.n_routed_experts = crate::rank_share::owned_experts(b, rank, size);
-    sizes.kda_state_bytes = kda_state_share(cfg, sizes.kda_state_bytes, rank, size);
+    let heads_share = |whole| kda_state_share(cfg, whole, rank, size);
+    sizes.kda_state_bytes = heads_share(sizes.kda_state_bytes);
+    sizes.journal_bytes_per_draft = heads_share(sizes.journal_bytes_per_draft);
+    sizes.tentative_state_bytes = heads_share(sizes.tentative_state_bytes);
     Ok(sizes)
 }
 
 /// A rank's part of the KDA state (`whole` bytes for all heads): every byte of the state
 /// (recurrent matrices and conv histories) belongs to one head, and a rank holds its heads'
-/// (`k3_model::share::Split::Heads`, docs/DISTRIBUTED.md#the-seam).
+/// (`k3_model::share::Split::Heads`, docs/DISTRIBUTED.md#the-seam); the same holds for the
+/// draft journal and the tentative state copy, which are per KDA head too.
 pub(crate) fn kda_state_share(cfg: &K3Config, whole: u64, rank: usize, size: usize) -> u64 {
     let heads = cfg.kda_num_heads;
     if heads == 0 || size <= 1 {
@@ -107,17 +113,26 @@ pub(crate) fn kda_state_share(cfg: &K3Config, whole: u64, rank: usize, size: usi
 pub fn plan_checked(
     sizes: &ModelSizes,
     budget: Budget,
-    ctx: usize,
-    sessions: usize,
+    options: &crate::EngineOptions,
     draft_trunk_bytes: u64,
 ) -> Result<MemoryPlan, EngineError> {
     let sizes = sizes.clone();
-    let req = PlanRequest::new(budget, ctx as u64)
-        .with_sessions(sessions as u64)
+    let req = PlanRequest::new(budget, options.ctx as u64)
+        .with_sessions(options.sessions as u64)
         .with_draft(draft_trunk_bytes);
+    let req = with_planned_drafts(req, options);
     let plan = k3_plan::plan::plan(&sizes, &req)?;
     plan.check(&sizes, &available_memory())?;
     Ok(plan)
+}
+
+/// `req` with the drafts `options` ask for ([`crate::EngineOptions::max_drafts`]), when
+/// they ask.
+pub(crate) fn with_planned_drafts(req: PlanRequest, options: &crate::EngineOptions) -> PlanRequest {
+    match options.max_drafts {
+        Some(n) => req.with_drafts(n as u64),
+        None => req,
+    }
 }
 
 /// What `k3 plan` prints: the plan for `dir` under `budget` without reading any weight, and

@@ -110,6 +110,8 @@ fn plan_json(engine: &Engine) -> serde_json::Value {
         "trunk_ring_slots": p.trunk.ring_slots,
         "expert_slots": p.expert_slots,
         "prefill_chunk": p.prefill_chunk,
+        "max_drafts": p.request.drafts,
+        "draft_journal_bytes": p.draft_journal_bytes,
     })
 }
 
@@ -176,7 +178,7 @@ fn block_json(
     let bytes = (after.trunk_bytes_read + after.expert_bytes_read)
         .saturating_sub(before.trunk_bytes_read + before.expert_bytes_read);
     let (seconds, failure) = session.block_drafting().unwrap_or((0.0, None));
-    let decode_passes = spec.passes + spec.settle_passes;
+    let decode_passes = spec.passes;
     serde_json::json!({
         "passes": passes.iter().map(|p| serde_json::json!({
             "position": p.position,

@@ -388,6 +388,44 @@ impl<'e> Session<'e> {
         Ok(())
     }
 
+    /// A verifying pass: feeds `ids` (after any pending id) in ONE pass and returns the
+    /// logits of its last `rows` ids, its last `drafts` ids tentative (k3_model::journal):
+    /// they give their logits but stay out of the state until [`Session::keep_drafts`].
+    pub(crate) fn run_verify(
+        &mut self,
+        ids: &[u32],
+        drafts: usize,
+        rows: usize,
+    ) -> Result<Vec<f32>, EngineError> {
+        let fed = ids.len() + usize::from(self.pending.is_some());
+        if fed > self.engine.prefill_chunk() || drafts > ids.len() {
+            return Err(EngineError::Invalid(format!(
+                "a verifying pass of {fed} ids with {drafts} drafts does not fit one pass of {}",
+                self.engine.prefill_chunk()
+            )));
+        }
+        self.state.begin_tentative(drafts);
+        let out = self.run_tail(ids, rows);
+        if out.is_ok() {
+            self.fed.truncate(self.fed.len() - drafts);
+        }
+        out
+    }
+
+    /// After [`Session::run_verify`]: `kept`, a prefix of its drafts, enters the state
+    /// (advanced from the pass's journal; no pass runs), the other drafts are forgotten.
+    pub(crate) fn keep_drafts(&mut self, kept: &[u32]) -> Result<(), EngineError> {
+        let state = &mut self.state;
+        self.engine
+            .pool
+            .install(|| state.keep_tentative(kept.len()))?;
+        self.fed.extend_from_slice(kept);
+        if let Some(log) = self.taps.as_mut() {
+            log.clear_from(self.fed.len());
+        }
+        Ok(())
+    }
+
     /// The engine this session runs on (for `generate_with`).
     /// Takes the pending token (to run it first) for a batched feed.
     pub(crate) fn take_pending(&mut self) -> Option<u32> {

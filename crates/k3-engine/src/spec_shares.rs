@@ -187,8 +187,10 @@ fn one_rank(
         .filter(|&e| k3_model::share::owns_expert(e, rank, size))
         .count() as u64;
     sizes.n_routed_experts = owned * moe;
-    sizes.kda_state_bytes =
-        crate::planning::kda_state_share(cfg, whole.kda_state_bytes, rank, size);
+    let heads_share = |whole| crate::planning::kda_state_share(cfg, whole, rank, size);
+    sizes.kda_state_bytes = heads_share(whole.kda_state_bytes);
+    sizes.journal_bytes_per_draft = heads_share(whole.journal_bytes_per_draft);
+    sizes.tentative_state_bytes = heads_share(whole.tentative_state_bytes);
     // A rank's share of a layer is rows cut from several tensors, not one contiguous run, so
     // it streams whole (as `planning::rank_sizes` finds from the share binding): no pieces.
     sizes.layer_piece_bytes.clear();

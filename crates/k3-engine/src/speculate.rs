@@ -1,13 +1,15 @@
 //! Exact speculative decoding with a free drafter (prompt lookup).
 //!
-//! Each pass feeds the tokens generated but not yet in the state ("owed": usually just the
-//! newest one) followed by up to `max_draft` DRAFTED tokens — the continuation of the most
-//! recent earlier occurrence of the context's last n-gram — in ONE forward pass, with logits
-//! for the last owed token and every draft. The sampler then picks tokens from those rows in
+//! Each pass feeds the newest generated token (not yet in the state) followed by up to
+//! `max_draft` DRAFTED tokens — the continuation of the most recent earlier occurrence of the
+//! context's last n-gram — in ONE forward pass, with logits for the newest token and every
+//! draft. The sampler then picks tokens from those rows in
 //! order, exactly as one-token-per-pass decoding would (same logits bit for bit, same
 //! history, same random stream); every pick that equals the next draft is accepted for free.
-//! At the first pick that differs, the recurrent state is rolled back to before the pass and
-//! the accepted tokens are owed to the next pass (no extra trunk read: they ride along).
+//! The drafts are tentative in that pass (k3_model::journal): they give their logits but enter
+//! the carried state only once accepted, advanced from the pass's KDA journal without another
+//! pass. At the first pick that differs the rest are forgotten, and the next pass feeds only
+//! the newest token and its drafts.
 //!
 //! Why it saves bytes: one pass reads the streamed trunk once whatever the number of tokens
 //! it carries, so every accepted draft saves a whole trunk pass. It does NOT save expert
@@ -114,15 +116,12 @@ pub struct SpecStats {
     pub passes: u64,
     /// Tokens drafted.
     pub drafted: u64,
-    /// Positions the verifying passes fed: each pass's owed ids (its own token, and after a
-    /// rollback the ids the rolled-back passes had accepted) plus its drafts.
+    /// Positions the verifying passes fed: each pass's own token plus its drafts.
     pub positions: u64,
     /// Drafted tokens accepted (each one a token generated without its own pass).
     pub accepted: u64,
-    /// Passes that rejected a draft and rolled the state back.
+    /// Passes that rejected a draft (it and the drafts after it never entered the state).
     pub rollbacks: u64,
-    /// Extra passes at the end of a generation that stopped inside accepted drafts.
-    pub settle_passes: u64,
 }
 
 impl SpecStats {
@@ -190,16 +189,18 @@ impl<'e> Session<'e> {
             self.keep_pending(first)?;
             return Ok(StopReason::Length);
         }
-        let mut owed = vec![first];
+        let mut newest = first; // sampled, not yet in the state
         loop {
             // The last token of the generation is never drafted: it comes from the row after
             // the last draft, so a run of accepted drafts never ends inside the state.
             // A verifying pass never exceeds the planner's prefill chunk: split, it would
             // stream the trunk twice and lose what the drafts save.
-            let chunk_room = self.owner().prefill_chunk().saturating_sub(owed.len());
+            // ... nor the drafts the plan's journal holds.
+            let chunk_room = self.owner().prefill_chunk().saturating_sub(1);
             let room = (n - generated - 1)
-                .min(self.room_after(owed.len()))
+                .min(self.room_after(1))
                 .min(chunk_room)
+                .min(self.owner().max_drafts())
                 .min(if adaptive {
                     length.allowed()
                 } else {
@@ -208,12 +209,8 @@ impl<'e> Session<'e> {
             let mut drafts = drafter(self, &history, room);
             drafts.truncate(room);
             let k = drafts.len();
-            if k > 0 {
-                self.snapshot()?;
-            }
-            let mut batch = owed.clone();
-            batch.extend_from_slice(&drafts);
-            let rows = self.run_tail(&batch, k + 1)?;
+            let batch = [&[newest], &drafts[..]].concat();
+            let rows = self.run_verify(&batch, k, k + 1)?;
             self.spec_stats.passes += 1;
             self.spec_stats.drafted += k as u64;
             self.spec_stats.positions += batch.len() as u64;
@@ -231,24 +228,16 @@ impl<'e> Session<'e> {
                 }
                 length.learn(k, (self.spec_stats.accepted - accepted_before) as usize);
                 if j < k {
-                    // The state holds drafts j.. that must not be there: back to before the
-                    // pass; owed + the j accepted drafts are owed again.
+                    // drafts j.. are not in the reply: they never enter the state
                     self.spec_stats.accepted += u64::from(next == drafts[j]);
                     self.spec_stats.rollbacks += 1;
-                    self.rollback()?;
-                    owed.extend_from_slice(&drafts[..j]);
-                } else {
-                    owed.clear();
                 }
+                self.keep_drafts(&drafts[..j])?;
                 if ended {
-                    if !owed.is_empty() {
-                        self.spec_stats.settle_passes += 1;
-                        self.run_tail(&owed, 0)?;
-                    }
                     self.keep_pending(next)?;
                     return Ok(stopped.unwrap_or(StopReason::Length));
                 }
-                owed.push(next);
+                newest = next;
                 break;
             }
         }

@@ -43,6 +43,10 @@ fn check(dir: &std::path::Path) {
         (17_547_264, 82_432, 16)
     );
     assert_eq!(s.prefill_bytes_per_token, est.prefill_bytes_per_token);
+    // a draft's KDA journal over 69 layers, and one layer's state copy
+    assert_eq!(s.journal_bytes_per_draft, est.journal_bytes_per_draft);
+    assert_eq!(s.journal_bytes_per_draft, 69 * (6 * 12_288 + 96) * 4);
+    assert_eq!(s.tentative_state_bytes, est.tentative_state_bytes);
     for p in Preset::ALL {
         let plan = k3_plan::plan::plan(&s, &PlanRequest::new(Budget::Preset(p), 4096)).unwrap();
         let (trunk, cache) = p.gb();

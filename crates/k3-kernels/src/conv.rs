@@ -30,6 +30,21 @@ pub fn shortconv_step(out: &mut [f32], x: &[f32], w: &[f32], hist: &mut [f32], k
     silu_inplace_best(out);
 }
 
+/// The history update of [`shortconv_step`] alone, for `c = x.len()` channels: each
+/// channel's `hist[c]` (`[k−1]`, oldest first) shifts left and takes `x[c]`. Rebuilds the
+/// history after a prefix of tokens whose outputs are already known.
+pub fn shortconv_push(x: &[f32], hist: &mut [f32], k: usize) {
+    let h = k.saturating_sub(1);
+    assert_eq!(hist.len(), x.len() * h, "shortconv history length");
+    if h == 0 {
+        return;
+    }
+    for (hc, &xc) in hist.chunks_exact_mut(h).zip(x) {
+        hc.copy_within(1.., 0);
+        hc[h - 1] = xc;
+    }
+}
+
 crate::simd::per_level! {
     /// `x = x·σ(x)` in place (SiLU), compiled for the vector level in use.
     fn silu_inplace_best(x: &mut [f32]) = silu_inplace_any;
@@ -80,6 +95,21 @@ mod tests {
             }
         }
         crate::simd::set_force_scalar(false);
+    }
+
+    #[test]
+    fn push_is_the_history_update_of_a_step() {
+        let (c, k) = (37, 4);
+        let w: Vec<f32> = (0..c * k).map(|i| (i as f32 * 0.3).cos()).collect();
+        let mut stepped: Vec<f32> = (0..c * (k - 1)).map(|i| i as f32 * 0.5).collect();
+        let mut pushed = stepped.clone();
+        for tok in 0..5 {
+            let x: Vec<f32> = (0..c).map(|i| ((i * 7 + tok) as f32).sin()).collect();
+            let mut out = vec![0f32; c];
+            shortconv_step(&mut out, &x, &w, &mut stepped, k);
+            shortconv_push(&x, &mut pushed, k);
+            assert_eq!(pushed, stepped, "token {tok}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use crate::dims::Dims;
 use crate::dist::Dist;
 use crate::error::{check_len, ModelError};
+use crate::journal::RecurrenceRows;
 use crate::pass::{Pass, ROWS_PER_JOB};
 pub use crate::scratch::ops::KdaScratch;
 use crate::share::{kda_split, Split};
@@ -17,6 +18,7 @@ use k3_kernels::kda::{kda_head_tokens, HeadTokens};
 use k3_kernels::norm::{l2norm_inplace, rmsnorm_inplace, L2_EPS};
 use k3_kernels::Matrix;
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Checks every KDA tensor against the config: a dealt tensor may be whole or exactly this
 /// rank's share of rows (crate::share::kda_split); `layer` only labels the error.
@@ -99,7 +101,51 @@ pub fn kda_recurrence(s: &mut [f32], x: &KdaInputs<'_>, o_hm: &mut [f32], u: &mu
         .for_each(|(h, ((sh, oh), uh))| kda_head_tokens(sh, &x.head(h), oh, uh));
 }
 
+/// [`kda_recurrence`] whose tokens `committed..` are tentative (crate::journal): each head
+/// runs tokens `..committed` on its state `s`, then copies it into `w` (`[H][D][D]`) and runs
+/// the rest on the copy. Outputs and the state after the committed tokens are those of one
+/// call over all tokens: a token's update never looks ahead, and splitting a head's tokens
+/// only separates the sweep that wrote the last committed token from the one that decays
+/// for the next (the same operations on every element, in the same order).
+fn kda_recurrence_tentative(
+    s: &mut [f32],
+    w: &mut [f32],
+    x: &KdaInputs<'_>,
+    committed: usize,
+    o_hm: &mut [f32],
+    u: &mut [f32],
+) {
+    let (t, dim) = (x.t, x.dim);
+    let (now, later) = (x.rows(0..committed), x.rows(committed..t));
+    s.par_chunks_mut(dim * dim)
+        .zip(w.par_chunks_mut(dim * dim))
+        .zip(o_hm.par_chunks_mut(t * dim))
+        .zip(u.par_chunks_mut(2 * dim))
+        .enumerate()
+        .with_max_len(1)
+        .for_each(|(h, (((sh, wh), oh), uh))| {
+            let (o_now, o_later) = oh.split_at_mut(committed * dim);
+            kda_head_tokens(sh, &now.head(h), o_now, uh);
+            wh.copy_from_slice(sh);
+            kda_head_tokens(wh, &later.head(h), o_later, uh);
+        });
+}
+
 impl<'a> KdaInputs<'a> {
+    /// The inputs of tokens `r` alone.
+    fn rows(&self, r: Range<usize>) -> KdaInputs<'a> {
+        let (p, h) = (self.heads * self.dim, self.heads);
+        let rows = |a: &'a [f32]| &a[r.start * p..r.end * p];
+        KdaInputs {
+            q: rows(self.q),
+            k: rows(self.k),
+            v: rows(self.v),
+            alpha: rows(self.alpha),
+            beta: &self.beta[r.start * h..r.end * h],
+            t: r.len(),
+            ..*self
+        }
+    }
     /// Head `h`'s view of the call's tokens.
     fn head(&self, h: usize) -> HeadTokens<'a> {
         HeadTokens {
@@ -322,25 +368,55 @@ fn batch_convs(
         taps("kda k_conv1d", w.k_conv)?,
     );
     let v_conv = taps("kda v_conv1d", w.v_conv)?;
+    let taps = [q_conv, k_conv, v_conv];
     for i in 0..pass.n_seqs() {
         let seq = pass.seq(i);
-        let r = seq.start * z.pl..(seq.start + seq.len) * z.pl;
-        let (_, qh, kh, vh) = kda_state(states, i, z.state_shape())?.parts_mut();
-        let (qc, kc, vc) = (
-            &mut sc.qc[r.clone()],
-            &mut sc.kc[r.clone()],
-            &mut sc.vc[r.clone()],
-        );
-        // the three convs carry separate histories; their channel blocks run in parallel
-        let (xq, xk, xv) = (&sc.q[r.clone()], &sc.k[r.clone()], &sc.v[r]);
-        let jobs = [
-            (qc, xq, q_conv, qh),
-            (kc, xk, k_conv, kh),
-            (vc, xv, v_conv, vh),
-        ];
-        conv_tokens(jobs, z.pl, z.k, seq.len);
+        let st = kda_state(states, i, z.state_shape())?;
+        let tail = st.journal_mut().tail_of(seq.len);
+        let cut = seq.start + seq.len - tail;
+        let (_, qh, kh, vh) = st.parts_mut();
+        conv_rows(sc, seq.start..cut, taps, [qh, kh, vh], z);
+        if tail > 0 {
+            // tentative tokens: journaled, then run on a copy of the histories
+            let r = cut * z.pl..(seq.start + seq.len) * z.pl;
+            let raw = [&sc.q[r.clone()], &sc.k[r.clone()], &sc.v[r]];
+            st.journal_mut().record_conv_inputs(raw, z.pl);
+            let mut copy = std::mem::take(&mut sc.tentative_conv);
+            copy.clear();
+            copy.extend_from_slice(st.conv());
+            let n = copy.len() / 3;
+            let (qh, rest) = copy.split_at_mut(n);
+            let (kh, vh) = rest.split_at_mut(n);
+            conv_rows(sc, cut..seq.start + seq.len, taps, [qh, kh, vh], z);
+            sc.tentative_conv = copy;
+        }
     }
     Ok(())
+}
+
+/// The q, k and v short convs of token rows `tokens` on histories `hist` (`[P][K−1]` each);
+/// their channel blocks run in parallel.
+fn conv_rows(
+    sc: &mut KdaScratch,
+    tokens: Range<usize>,
+    taps: [&[f32]; 3],
+    hist: [&mut [f32]; 3],
+    z: &BatchSizes,
+) {
+    let r = tokens.start * z.pl..tokens.end * z.pl;
+    let [qh, kh, vh] = hist;
+    let (qc, kc, vc) = (
+        &mut sc.qc[r.clone()],
+        &mut sc.kc[r.clone()],
+        &mut sc.vc[r.clone()],
+    );
+    let (xq, xk, xv) = (&sc.q[r.clone()], &sc.k[r.clone()], &sc.v[r]);
+    let jobs = [
+        (qc, xq, taps[0], qh),
+        (kc, xk, taps[1], kh),
+        (vc, xv, taps[2], vh),
+    ];
+    conv_tokens(jobs, z.pl, z.k, tokens.len());
 }
 
 /// Steps 3–5, tokens in parallel (every norm is one head's own): q and k L2-normed per
@@ -405,8 +481,27 @@ fn batch_recurrence(
             heads: z.hl,
             dim: z.dd,
         };
-        let (s, ..) = kda_state(states, i, z.state_shape())?.parts_mut();
-        kda_recurrence(s, &inputs, &mut sc.o_hm[r], &mut sc.u[..2 * z.pl]);
+        let st = kda_state(states, i, z.state_shape())?;
+        let tail = st.journal_mut().tail_of(seq.len);
+        let (o_hm, u) = (&mut sc.o_hm[r], &mut sc.u[..2 * z.pl]);
+        if tail == 0 {
+            let (s, ..) = st.parts_mut();
+            kda_recurrence(s, &inputs, o_hm, u);
+            continue;
+        }
+        let later = inputs.rows(seq.len - tail..seq.len);
+        let rows = RecurrenceRows {
+            k: later.k,
+            v: later.v,
+            alpha: later.alpha,
+            beta: later.beta,
+        };
+        st.journal_mut().record_recurrence(&rows, tail);
+        let mut copy = std::mem::take(&mut sc.tentative_s);
+        copy.resize(st.recurrent().len(), 0.0);
+        let (s, ..) = st.parts_mut();
+        kda_recurrence_tentative(s, &mut copy, &inputs, seq.len - tail, o_hm, u);
+        sc.tentative_s = copy;
     }
     Ok(())
 }

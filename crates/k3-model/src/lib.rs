@@ -31,6 +31,7 @@ pub mod dspark;
 mod dspark_rope;
 pub mod error;
 pub mod forward;
+pub mod journal;
 pub mod kda;
 pub mod layer;
 pub mod local;

@@ -11,6 +11,7 @@
 //! are exposed read/write so a session can be saved and restored byte for byte.
 
 use crate::dims::Dims;
+use crate::journal::KdaJournal;
 use crate::scratch::Scratch;
 use std::ops::Range;
 
@@ -29,6 +30,8 @@ pub struct KdaState {
     s: Vec<f32>,
     /// `[3][P][K−1]` conv histories of q, k, v.
     conv: Vec<f32>,
+    /// The tentative tokens of the last armed call ([`State::begin_tentative`]).
+    journal: KdaJournal,
 }
 
 impl KdaState {
@@ -38,6 +41,7 @@ impl KdaState {
         KdaState {
             s: vec![0.0; heads * dim * dim],
             conv: vec![0.0; 3 * p * (conv_k - 1)],
+            journal: KdaJournal::default(),
         }
     }
     /// The recurrent state `[H][D][D]`.
@@ -60,6 +64,7 @@ impl KdaState {
     pub fn reset(&mut self) {
         self.s.fill(0.0);
         self.conv.fill(0.0);
+        self.journal.clear();
     }
     /// Copies heads `heads` of a whole state (every head: `whole_s` `[H][D][D]`,
     /// `whole_conv` `[q|k|v][P][K−1]`) into this state, which holds exactly those heads of
@@ -93,6 +98,42 @@ impl KdaState {
             mine.copy_from_slice(&whole_conv[src..src + part]);
         }
         Ok(())
+    }
+    /// Tentative tokens the journal holds (0 when none are).
+    pub fn journal_tokens(&self) -> usize {
+        self.journal.tokens()
+    }
+    /// The journal of this layer's tentative tokens.
+    pub(crate) fn journal_mut(&mut self) -> &mut KdaJournal {
+        &mut self.journal
+    }
+    /// Copies `src`'s recurrent state and conv histories (not its journal).
+    fn copy_carried(&mut self, src: &KdaState) {
+        self.s.copy_from_slice(&src.s);
+        self.conv.copy_from_slice(&src.conv);
+    }
+    /// The carried buffers of `self` without any journal (a snapshot's copy).
+    fn carried(&self) -> KdaState {
+        KdaState {
+            s: self.s.clone(),
+            conv: self.conv.clone(),
+            journal: KdaJournal::default(),
+        }
+    }
+    /// Advances this state by the first `m` tentative tokens of its journal (conv width
+    /// `conv_k`, heads of width `dim`), then clears the journal.
+    fn keep_journaled(
+        &mut self,
+        m: usize,
+        dim: usize,
+        conv_k: usize,
+    ) -> Result<(), crate::ModelError> {
+        let journal = std::mem::take(&mut self.journal);
+        let (s, q, k, v) = self.parts_mut();
+        let done = journal.replay(m, s, [q, k, v], (dim, conv_k));
+        self.journal = journal;
+        self.journal.clear();
+        done
     }
     /// `(S, q_hist, k_hist, v_hist)` borrowed at once.
     pub(crate) fn parts_mut(&mut self) -> (&mut [f32], &mut [f32], &mut [f32], &mut [f32]) {
@@ -165,6 +206,8 @@ pub struct State {
     kda: Vec<KdaState>,
     mla: Vec<MlaCache>,
     pos: usize,
+    /// Tentative tokens at the end of the next forward call ([`State::begin_tentative`]).
+    tentative: usize,
     max_ctx: usize,
     pub(crate) poisoned: bool,
     pub(crate) scratch: Scratch,
@@ -202,6 +245,7 @@ impl State {
             kda,
             mla,
             pos: 0,
+            tentative: 0,
             max_ctx,
             poisoned: false,
             scratch: scratch.refit(dims, max_ctx),
@@ -217,6 +261,7 @@ impl State {
         self.kda.iter_mut().for_each(KdaState::reset);
         self.mla.iter_mut().for_each(MlaCache::reset);
         self.pos = 0;
+        self.tentative = 0;
         self.poisoned = false;
     }
     /// Tokens consumed so far (the next token's absolute position).
@@ -236,8 +281,11 @@ impl State {
         self.poisoned = false;
         Ok(())
     }
+    /// After a forward call of `t` tokens: the position moves past its committed ones.
     pub(crate) fn advance(&mut self, t: usize) {
-        self.pos += t;
+        self.pos += t - self.tentative.min(t);
+        self.tentative = 0;
+        self.kda.iter_mut().for_each(|k| k.journal.call_done());
     }
     /// Positions this session can hold.
     pub fn max_ctx(&self) -> usize {
@@ -280,18 +328,43 @@ impl State {
         match snap {
             Some(s) if s.kda.len() == self.kda.len() => {
                 for (dst, src) in s.kda.iter_mut().zip(&self.kda) {
-                    dst.s.copy_from_slice(&src.s);
-                    dst.conv.copy_from_slice(&src.conv);
+                    dst.copy_carried(src);
                 }
                 s.pos = self.pos;
             }
             _ => {
                 *snap = Some(Snapshot {
-                    kda: self.kda.clone(),
+                    kda: self.kda.iter().map(KdaState::carried).collect(),
                     pos: self.pos,
                 })
             }
         }
+        Ok(())
+    }
+    /// Makes the last `tail` tokens of the next forward call tentative (crate::journal): they
+    /// run through every layer and give their logits, but the carried state and position
+    /// advance by the call's other tokens only, until [`State::keep_tentative`].
+    pub fn begin_tentative(&mut self, tail: usize) {
+        self.kda.iter_mut().for_each(|k| k.journal.arm(tail));
+        self.tentative = tail;
+    }
+    /// Keeps the first `kept` tentative tokens of the last armed call, as if the call had
+    /// fed only them after its committed ones, and forgets the rest. Their latent KV rows
+    /// were written by the call; the KDA layers advance from their journals.
+    pub fn keep_tentative(&mut self, kept: usize) -> Result<(), crate::ModelError> {
+        let have = self.kda.iter().map(|k| k.journal.tokens()).min();
+        let end = self.pos + kept;
+        if have.is_some_and(|n| n < kept) || end > self.max_ctx {
+            return Err(crate::ModelError::StateMismatch(format!(
+                "{kept} tentative tokens kept but the last pass left {}",
+                have.unwrap_or(0)
+            )));
+        }
+        let (dim, conv_k) = (self.dims.kda_dim, self.dims.conv_k);
+        for k in &mut self.kda {
+            k.keep_journaled(kept, dim, conv_k)?;
+        }
+        self.pos = end;
         Ok(())
     }
     /// Returns to `snap` (taken from this state, at or before the current position): the
@@ -309,8 +382,7 @@ impl State {
             ));
         }
         for (dst, src) in self.kda.iter_mut().zip(&snap.kda) {
-            dst.s.copy_from_slice(&src.s);
-            dst.conv.copy_from_slice(&src.conv);
+            dst.copy_carried(src);
         }
         self.pos = snap.pos;
         self.poisoned = false;

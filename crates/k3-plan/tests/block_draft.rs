@@ -1,7 +1,7 @@
 //! A DSpark block draft in the plan (docs/STREAMING.md#dspark-block-drafts): its weights and
 //! context KV are a fixed cost, and unlike a draft trunk it reserves no session of its own.
 
-use k3_plan::plan::{plan, GB};
+use k3_plan::plan::{plan, BLOCK_DRAFTS, DEFAULT_DRAFTS, GB};
 use k3_plan::{Budget, DraftKind, ModelSizes, PlanRequest, Preset};
 
 /// The published draft in bf16 (5 layers at the released dims, 4.78 GB) and its context KV:
@@ -15,9 +15,17 @@ fn a_block_draft_holds_its_weights_and_context_kv_and_no_second_session() {
     let ctx = 4096;
     let held = DRAFT_WEIGHTS + KV_PER_POSITION * ctx;
     assert_eq!(KV_PER_POSITION * ctx, 47_185_920, "11.25 KB per position");
-    let req = PlanRequest::new(Budget::Preset(Preset::Laptop), ctx);
+    // a block draft's verifying passes are planned for its 7 drafts (n-gram drafting: 4)
+    let ngram = PlanRequest::new(Budget::Preset(Preset::Laptop), ctx);
+    assert_eq!(ngram.drafts, DEFAULT_DRAFTS);
+    assert_eq!(ngram.with_block_draft(held).drafts, BLOCK_DRAFTS);
+    let req = ngram.with_drafts(BLOCK_DRAFTS);
     let plain = plan(&sizes, &req).unwrap();
     let block = plan(&sizes, &req.with_block_draft(held)).unwrap();
+    assert_eq!(
+        block.draft_journal_bytes,
+        sizes.tentative_state_bytes + 7 * sizes.journal_bytes_per_draft
+    );
     let trunk = plan(&sizes, &req.with_draft(held)).unwrap();
     assert_eq!(block.request.draft_kind, DraftKind::Block);
     assert_eq!(trunk.request.draft_kind, DraftKind::Trunk);
@@ -44,6 +52,10 @@ fn a_block_draft_holds_its_weights_and_context_kv_and_no_second_session() {
     let table = block.table(None);
     assert!(table.contains("DSpark draft"), "{table}");
     assert!(table.contains("weights (bf16) + context KV"), "{table}");
+    assert!(
+        table.contains("up to 7 drafts per verifying pass"),
+        "{table}"
+    );
     assert!(!table.contains("draft trunk"), "{table}");
     assert!(!table.contains("session + draft model"), "{table}");
 }

@@ -67,7 +67,10 @@ fn table_has_every_line() {
 #[test]
 fn total_budget_goes_to_the_trunk_first() {
     let s = k3();
-    let fixed = s.head_bytes + s.kda_state_bytes + s.scratch_bytes;
+    // with no context to prefill, the draft journal (4 n-gram drafts) is a cost on top
+    let journal = s.draft_journal_bytes(k3_plan::plan::DEFAULT_DRAFTS);
+    assert_eq!(journal, 88_235_520, "one layer's state + 4 x 20.4 MB");
+    let fixed = s.head_bytes + s.kda_state_bytes + s.scratch_bytes + journal;
     // Enough for the whole trunk: everything pinned, the rest to the cache.
     let p = plan(&s, &PlanRequest::new(Budget::Total(200 * GB), 0)).unwrap();
     assert_eq!(p.trunk.pinned.len(), 93);
@@ -106,7 +109,15 @@ fn refusals_name_the_flag_and_amount() {
     // 0.07 GB scratch, 2.37 GB trunk, 0.30 GB cache = 5.55 GB.
     let e = plan(&s, &PlanRequest::new(Budget::Total(5_500_000_000), 0)).unwrap_err();
     assert!(e.to_string().contains("raise --mem-gb by"), "{e}");
-    assert!(plan(&s, &PlanRequest::new(Budget::Total(5_600_000_000), 0)).is_ok());
+    // a total too small for 4 drafts' journal (88.2 MB) plans fewer, not a refusal
+    let tight = plan(&s, &PlanRequest::new(Budget::Total(5_600_000_000), 0)).unwrap();
+    assert_eq!(
+        tight.request.drafts, 2,
+        "51 MB of slack: 6.7 MB + 2 x 20.4 MB"
+    );
+    assert!(tight.total_bytes() <= 5_600_000_000);
+    let roomy = plan(&s, &PlanRequest::new(Budget::Total(5_700_000_000), 0)).unwrap();
+    assert_eq!(roomy.request.drafts, 4);
     assert!(matches!(
         "huge".parse::<Preset>(),
         Err(PlanError::UnknownPreset(_))
@@ -321,24 +332,36 @@ fn expert_cache_is_capped_at_the_expert_pool() {
 #[test]
 fn prefill_chunk_takes_an_eighth_of_the_budget() {
     let laptop = preset(Preset::Laptop);
-    assert_eq!(laptop.prefill_chunk, 256, "1 + (3 + 1) GB / 8 / 1.96 MB");
+    // the eighth also holds the draft journal of a verifying pass (88.2 MB: 4 drafts)
+    assert_eq!(
+        laptop.prefill_chunk, 211,
+        "1 + ((3 + 1) GB / 8 - 88.2 MB) / 1.96 MB"
+    );
     assert_eq!(
         laptop.prefill_scratch_bytes,
-        255 * k3().prefill_bytes_per_token
+        210 * k3().prefill_bytes_per_token
     );
+    assert_eq!(laptop.draft_journal_bytes, 88_235_520);
+    let without = plan(
+        &k3(),
+        &PlanRequest::new(Budget::Preset(Preset::Laptop), 4096).with_drafts(0),
+    )
+    .unwrap();
+    assert_eq!(without.prefill_chunk, 256, "1 + (3 + 1) GB / 8 / 1.96 MB");
+    assert_eq!(without.draft_journal_bytes, 0);
     let total = |gb: u64, ctx: u64| {
         plan(&k3(), &PlanRequest::new(Budget::Total(gb * GB), ctx))
             .unwrap()
             .prefill_chunk
     };
-    assert_eq!(total(16, 4096), 1023);
-    assert_eq!(total(32, 4096), 2046);
+    assert_eq!(total(16, 4096), 978);
+    assert_eq!(total(32, 4096), 2001);
     assert_eq!(total(32, 300), 300, "never past the context");
     assert_eq!(total(1000, 100_000), 4096, "never past MAX_PREFILL_CHUNK");
     // The chunk's scratch is a fixed cost of a total budget: the cache gets the rest.
     let p = plan(&k3(), &PlanRequest::new(Budget::Total(32 * GB), 4096)).unwrap();
     assert!(p.total_bytes() <= 32 * GB);
-    assert!(p.table(None).contains("2046 tokens per trunk pass"));
+    assert!(p.table(None).contains("2001 tokens per trunk pass"));
     // A total just above the smallest plan prefills token by token rather than refusing.
     let need = match plan(&k3(), &PlanRequest::new(Budget::Total(GB), 4096)) {
         Err(PlanError::TotalTooSmall { need, .. }) => need,

@@ -61,8 +61,6 @@ struct Live<'e> {
     decode_steps: usize,
     /// The prompt just finished: save its state (a prefix of the conversation's next turn).
     save_prompt: bool,
-    /// Verified ids a speculative step accepted but rolled back; fed before `next`.
-    owed: Vec<u32>,
     /// Adaptive draft length of hybrid drafting (`spec_step`).
     draft_len: k3_engine::speculate::DraftLength,
     /// Tokens drafted and accepted for this job, and its verifying passes.
@@ -266,7 +264,6 @@ fn admit<'e>(
         batch_sum: 0,
         decode_steps: 0,
         save_prompt: false,
-        owed: Vec::new(),
         draft_len: k3_engine::speculate::DraftLength::new(spec_step::MAX_DRAFT),
         drafted: 0,
         accepted: 0,
@@ -307,7 +304,7 @@ fn step_ids(live: &[Live<'_>], chunk: usize, ubatch: usize) -> Vec<Vec<u32>> {
     };
     live.iter()
         .map(|l| match l.next {
-            Some(id) if !l.prefilling() => l.owed.iter().copied().chain([id]).collect(),
+            Some(id) if !l.prefilling() => vec![id],
             _ => {
                 let n = (l.job.prompt.len() - l.fed).min(room);
                 room -= n;
@@ -369,7 +366,6 @@ fn step(
             l.decode_started = Some(now);
             l.save_prompt = true;
         } else {
-            l.owed.clear();
             l.decode_bytes += share;
             l.batch_sum += in_step;
             l.decode_steps += 1;

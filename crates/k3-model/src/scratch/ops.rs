@@ -28,6 +28,11 @@ pub struct KdaScratch {
     pub(crate) o_hm: Vec<f32>, // [H][T][D] recurrence output, head-major
     pub(crate) o: Vec<f32>, // [T][P] every rank's heads' outputs (token-major)
     pub(crate) u: Vec<f32>, // [H][2·D] per-head read scratch (u and v − u)
+    /// `[H][D][D]` one layer's recurrent state after a pass's committed tokens, which its
+    /// tentative tokens run on (crate::journal); grown on the first tentative pass.
+    pub(crate) tentative_s: Vec<f32>,
+    /// `[3][P][K−1]` the same for the conv histories.
+    pub(crate) tentative_conv: Vec<f32>,
 }
 
 impl KdaScratch {

@@ -42,7 +42,7 @@ fn cases() -> impl Strategy<Value = Vec<Case>> {
 }
 
 /// A state that has consumed `history` (one prefill call, or none).
-fn fed(m: &Model, w: &OwnedWeights, x: &OwnedExperts, history: &[u32]) -> State {
+pub(super) fn fed(m: &Model, w: &OwnedWeights, x: &OwnedExperts, history: &[u32]) -> State {
     let mut st = m.new_state(16);
     if !history.is_empty() {
         m.forward(w, x, history, &mut st, LogitsMode::None).unwrap();

@@ -3,6 +3,7 @@
 mod batch;
 mod dist;
 mod draft;
+mod journal;
 mod ops;
 mod share;
 

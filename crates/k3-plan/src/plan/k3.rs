@@ -61,6 +61,9 @@ impl ModelSizes {
             latent_kv_bytes_per_pos: 24 * 576 * F32,
             scratch_bytes: 64 << 20,
             prefill_bytes_per_token: RELEASED_PREFILL_BYTES_PER_TOKEN,
+            // 69 KDA layers × (6 · 12,288 + 96) f32; one layer's 1,683,456 f32 of state
+            journal_bytes_per_draft: 69 * (6 * 12_288 + 96) * F32,
+            tentative_state_bytes: 1_683_456 * F32,
         }
     }
 }

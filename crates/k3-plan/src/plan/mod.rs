@@ -55,9 +55,21 @@ pub struct ModelSizes {
     /// Activation scratch each further token of a prefill chunk adds, bytes (every per-token
     /// buffer of every op, which all live at once).
     pub prefill_bytes_per_token: u64,
+    /// What each draft of a verifying pass keeps until it is judged: its KDA journal rows
+    /// over every KDA layer (`6·P + H` f32 a layer), bytes (docs/STREAMING.md#keeping-accepted-drafts).
+    pub journal_bytes_per_draft: u64,
+    /// One KDA layer's state, the copy a verifying pass's drafts run on, bytes.
+    pub tentative_state_bytes: u64,
 }
 
 impl ModelSizes {
+    /// Bytes a verifying pass of up to `drafts` drafts keeps (0 without drafts).
+    pub fn draft_journal_bytes(&self, drafts: u64) -> u64 {
+        match drafts {
+            0 => 0,
+            n => self.tentative_state_bytes + n * self.journal_bytes_per_draft,
+        }
+    }
     /// Per-layer costs for the pinning choice.
     pub fn layer_costs(&self) -> Vec<LayerCost> {
         let pieces = self.layer_piece_bytes.len() == self.layer_run_bytes.len();
@@ -109,25 +121,54 @@ pub fn prefill_chunk(sizes: &ModelSizes, budget: Budget, ctx: u64) -> u64 {
     prefill_chunk_for(sizes, &PlanRequest::new(budget, ctx))
 }
 
+/// The smallest plan's bytes for `req` without a draft journal: fixed costs, one ring slot
+/// and the minimum expert cache.
+fn smallest_without_journal(sizes: &ModelSizes, req: &PlanRequest) -> u64 {
+    let (kda_state, kv) = req.session_bytes(sizes);
+    sizes.head_bytes
+        + req.draft_trunk_bytes
+        + kda_state
+        + kv
+        + sizes.scratch_bytes
+        + min_trunk_budget(&sizes.layer_costs())
+        + sizes.min_expert_slots() * sizes.expert_slot_bytes()
+}
+
+/// The drafts a verifying pass is planned for: `req.drafts`, or under a `--mem-gb` total
+/// too small for their journal as many as it holds (down to none: a tight total drafts less
+/// rather than being refused).
+pub fn fitted_drafts(sizes: &ModelSizes, req: &PlanRequest) -> u64 {
+    let Budget::Total(total) = req.budget else {
+        return req.drafts;
+    };
+    let slack = total.saturating_sub(smallest_without_journal(sizes, req));
+    let room = slack.saturating_sub(sizes.tentative_state_bytes);
+    req.drafts.min(room / sizes.journal_bytes_per_draft.max(1))
+}
+
 /// [`prefill_chunk`] for a whole request (its sessions' state counts as fixed cost).
 pub fn prefill_chunk_for(sizes: &ModelSizes, req: &PlanRequest) -> u64 {
     let (budget, ctx) = (req.budget, req.ctx);
-    let (kda_state, kv) = req.session_bytes(sizes);
+    let req = &req.with_drafts(fitted_drafts(sizes, req));
+    let journal = sizes.draft_journal_bytes(req.drafts);
     let share = match budget {
         Budget::Preset(p) => (p.gb().0 + p.gb().1) * GB / PREFILL_SHARE_DIVISOR,
         Budget::Split { trunk, cache } => trunk.saturating_add(cache) / PREFILL_SHARE_DIVISOR,
         Budget::Total(total) => {
-            let smallest = sizes.head_bytes
-                + req.draft_trunk_bytes
-                + kda_state
-                + kv
-                + sizes.scratch_bytes
-                + min_trunk_budget(&sizes.layer_costs())
-                + sizes.min_expert_slots() * sizes.expert_slot_bytes();
+            let smallest = smallest_without_journal(sizes, req) + journal;
             (total / PREFILL_SHARE_DIVISOR).min(total.saturating_sub(smallest))
         }
     };
-    let further = share / sizes.prefill_bytes_per_token.max(1);
+    // A verifying pass's journal comes out of the share when the share can spare it and
+    // still carry every draft; else it is a cost on top, so small budgets keep their chunk.
+    let per_token = sizes.prefill_bytes_per_token.max(1);
+    let spare = journal + req.drafts * per_token;
+    let share = if journal > 0 && share >= spare {
+        share - journal
+    } else {
+        share
+    };
+    let further = share / per_token;
     (further + 1).min(ctx).clamp(1, MAX_PREFILL_CHUNK)
 }
 
@@ -237,7 +278,20 @@ pub struct PlanRequest {
     /// The form a DSpark block draft's weights are held in (`bf16`, `q8`, `mxfp4`), shown
     /// in the plan's draft row.
     pub draft_form: &'static str,
+    /// Most drafts one verifying pass carries ([`DEFAULT_DRAFTS`]: the n-gram drafts
+    /// `--draft auto` runs when the trunk streams; 0: no speculation); their journal comes
+    /// out of the share of the budget that a prefill chunk's further tokens take when that
+    /// share can spare it and still carry every draft ([`prefill_chunk_for`]), else on top.
+    /// A plan's request holds the drafts it planned ([`fitted_drafts`]), which the engine
+    /// never exceeds.
+    pub drafts: u64,
 }
+
+/// Drafts a verifying pass is planned for unless told: the n-gram drafter's 4.
+pub const DEFAULT_DRAFTS: u64 = 4;
+
+/// Drafts a verifying pass is planned for with a DSpark block draft: a published block's 7.
+pub const BLOCK_DRAFTS: u64 = 7;
 
 /// The kind of draft a plan holds beside the model.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -263,7 +317,14 @@ impl PlanRequest {
             draft_trunk_bytes: 0,
             draft_kind: DraftKind::Trunk,
             draft_form: "bf16",
+            drafts: DEFAULT_DRAFTS,
         }
+    }
+
+    /// The same request planning verifying passes of up to `n` drafts (0: none).
+    pub fn with_drafts(mut self, n: u64) -> Self {
+        self.drafts = n;
+        self
     }
 
     /// The same request with a draft trunk of `bytes` in memory (and its model's state).
@@ -274,10 +335,12 @@ impl PlanRequest {
     }
 
     /// The same request with a DSpark block draft holding `bytes` (its weights and every
-    /// reserved session's context KV): a fixed cost like a draft trunk, but no session state.
+    /// reserved session's context KV): a fixed cost like a draft trunk, but no session state;
+    /// its verifying passes are planned for [`BLOCK_DRAFTS`] drafts.
     pub fn with_block_draft(mut self, bytes: u64) -> Self {
         self.draft_trunk_bytes = bytes;
         self.draft_kind = DraftKind::Block;
+        self.drafts = self.drafts.max(BLOCK_DRAFTS);
         self
     }
 
@@ -338,6 +401,9 @@ pub struct MemoryPlan {
     pub prefill_chunk: u64,
     /// Scratch the chunk's further tokens add, bytes.
     pub prefill_scratch_bytes: u64,
+    /// What a verifying pass's drafts keep until judged (their KDA journal and one layer's
+    /// state copy), bytes (0: no speculation planned).
+    pub draft_journal_bytes: u64,
     /// Draft trunk held in memory for hybrid drafting, bytes (0: none).
     pub draft_trunk_bytes: u64,
 }
@@ -357,6 +423,7 @@ impl MemoryPlan {
             + self.latent_kv_bytes
             + self.scratch_bytes
             + self.prefill_scratch_bytes
+            + self.draft_journal_bytes
             + self.draft_trunk_bytes
     }
 
@@ -371,11 +438,13 @@ impl MemoryPlan {
 
 /// Plans memory for `sizes` under `req`. Errors name the flag to change and by how much.
 pub fn plan(sizes: &ModelSizes, req: &PlanRequest) -> Result<MemoryPlan, PlanError> {
+    let req = &req.with_drafts(fitted_drafts(sizes, req));
     let layers = sizes.layer_costs();
     let (kda_state, kv) = req.session_bytes(sizes);
     let chunk = prefill_chunk_for(sizes, req);
     let prefill = (chunk - 1) * sizes.prefill_bytes_per_token;
-    let fixed = kda_state + kv + prefill + req.draft_trunk_bytes;
+    let journal = sizes.draft_journal_bytes(req.drafts);
+    let fixed = kda_state + kv + prefill + journal + req.draft_trunk_bytes;
     let (trunk, cache) = split_budget(sizes, req.budget, &layers, fixed)?;
     let trunk_plan =
         plan_trunk(&layers, trunk, req.ring_slots).ok_or_else(|| PlanError::TrunkTooSmall {
@@ -412,6 +481,7 @@ pub fn plan(sizes: &ModelSizes, req: &PlanRequest) -> Result<MemoryPlan, PlanErr
         scratch_bytes: sizes.scratch_bytes,
         prefill_chunk: chunk,
         prefill_scratch_bytes: prefill,
+        draft_journal_bytes: journal,
         draft_trunk_bytes: req.draft_trunk_bytes,
     })
 }

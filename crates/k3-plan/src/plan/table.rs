@@ -113,6 +113,10 @@ impl MemoryPlan {
             self.prefill_scratch_bytes,
             &chunk,
         );
+        if self.draft_journal_bytes > 0 {
+            let what = format!("up to {} drafts per verifying pass", self.request.drafts);
+            line(&mut s, "draft journal", self.draft_journal_bytes, &what);
+        }
         if draft {
             let (name, what) = if block {
                 let form = self.request.draft_form;

@@ -2,10 +2,11 @@
 //! alone and the engine holds a drafter — a DSpark draft model (block drafts, as many
 //! verified as the cost model of docs/STREAMING.md#dspark-block-drafts chooses) or a draft
 //! trunk (hybrid drafting, adaptive length) — the drafter proposes ids and one exact pass
-//! over `owed + next + drafts` verifies them; the session's sampler picks from those rows in
+//! over `next + drafts` verifies them; the session's sampler picks from those rows in
 //! order exactly as one-id steps would (same logits bit for bit, same history, same random
-//! stream), so the reply is the one plain decoding gives. At the first pick that differs the
-//! state rolls back and the verified ids ride along with the next step.
+//! stream), so the reply is the one plain decoding gives. The drafts are tentative in that
+//! pass (k3_model::journal): the accepted ones enter the state from the pass's journal, the
+//! rest never do.
 
 use super::{emit, Live};
 use k3_engine::{Engine, EngineError};
@@ -31,10 +32,12 @@ pub(super) fn run(engine: &Engine, l: &mut Live<'_>) -> Result<bool, EngineError
         return Ok(false);
     }
     let left = l.job.max_new.saturating_sub(l.ids.len());
-    let chunk_room = engine.prefill_chunk().saturating_sub(l.owed.len() + 1);
-    let limit = left.saturating_sub(1).min(chunk_room);
-    let mut batch = l.owed.clone();
-    batch.push(next);
+    let chunk_room = engine.prefill_chunk().saturating_sub(1);
+    let limit = left
+        .saturating_sub(1)
+        .min(chunk_room)
+        .min(engine.max_drafts());
+    let mut batch = vec![next];
     // block drafts: the cost model chooses how many; a draft trunk: the adaptive length
     let drafts = match blocks {
         true => l.session.propose_block(&batch, limit),
@@ -47,9 +50,8 @@ pub(super) fn run(engine: &Engine, l: &mut Live<'_>) -> Result<bool, EngineError
         return Ok(false);
     }
     let before = engine.stats();
-    let first = batch.len() - 1; // the row after `next`
     batch.extend_from_slice(&drafts);
-    let rows = l.session.feed_verify(&batch)?;
+    let rows = l.session.feed_verify(&batch, drafts.len())?;
     let vocab = rows.len() / batch.len();
     let history_at_next = l.session.history().len() - drafts.len();
     let now = Instant::now();
@@ -57,7 +59,7 @@ pub(super) fn run(engine: &Engine, l: &mut Live<'_>) -> Result<bool, EngineError
     l.drafted += k;
     let mut accepted = 0;
     for j in 0..=k {
-        let row = &rows[(first + j) * vocab..(first + j + 1) * vocab];
+        let row = &rows[j * vocab..(j + 1) * vocab]; // row j: after `next` and j drafts
         let id = l
             .sampler
             .sample(row, &l.session.history()[..history_at_next + j]);
@@ -66,20 +68,10 @@ pub(super) fn run(engine: &Engine, l: &mut Live<'_>) -> Result<bool, EngineError
             accepted += 1;
             continue;
         }
-        if j < k {
-            // Drafts j.. are in the state but not in the reply: back to before the pass;
-            // owed + next + the accepted drafts are owed again.
-            accepted += usize::from(id == drafts[j]);
-            l.session.rewind_verified()?;
-            l.owed = batch[..first + 1 + j].to_vec();
-        } else {
-            l.owed.clear();
-        }
+        // drafts j.. are not in the reply: they never enter the state
+        l.session.keep_verified(&drafts[..j], j < k)?;
+        accepted += usize::from(j < k && id == drafts[j]);
         if ended {
-            if !l.owed.is_empty() {
-                l.session.feed(&std::mem::take(&mut l.owed))?;
-                l.decode_steps += 1; // a settling pass: the accepted ids into the state
-            }
             l.session.settle_block();
             l.session.keep_pending(id)?;
             l.next = None;
