@@ -371,3 +371,59 @@ fn a_session_saved_over_two_ranks_is_the_one_process_file_and_loads_at_any_rank_
         }
     }
 }
+
+/// Speculative decoding over ranks: every rank journals its own KDA heads' rows of a pass's
+/// tentative drafts and keeps the accepted ones from them
+/// (docs/STREAMING.md#keeping-accepted-drafts). With drafts right except every third, the
+/// ids and the logits after them equal one process decoding plainly, and every pass feeds
+/// its own token and its drafts only.
+#[test]
+fn speculative_decoding_over_ranks_keeps_accepted_drafts_like_one_process() {
+    use k3_engine::{DecodeMode, Sampler, StopConditions};
+    const N: usize = 12;
+    let plain = |engine: &Engine| {
+        let mut s = engine.new_session(64).unwrap();
+        s.feed(&PROMPT).unwrap();
+        let stop = StopConditions::none();
+        let mode = DecodeMode::Incremental;
+        let mut sampler = Sampler::greedy();
+        let g = s
+            .generate_with(N, mode, &mut sampler, &stop, |_| true)
+            .unwrap();
+        (g.ids, bits(s.logits()).collect::<Vec<u32>>())
+    };
+    for name in ["tiny-k3", "tiny-k3-wide"] {
+        let want = on_ranks(name, 1, plain).remove(0);
+        let truth = [&PROMPT[..], &want.0[..]].concat();
+        let spec = |engine: &Engine| {
+            let mut s = engine.new_session(64).unwrap();
+            s.feed(&PROMPT).unwrap();
+            let mut drafted = 0usize;
+            let drafter = |ctx: &[u32], limit: usize| {
+                (ctx.len()..(ctx.len() + limit).min(truth.len()))
+                    .map(|p| {
+                        drafted += 1;
+                        match drafted % 3 {
+                            0 => (truth[p] + 1) % 512,
+                            _ => truth[p],
+                        }
+                    })
+                    .collect()
+            };
+            let stop = StopConditions::none();
+            let mut sampler = Sampler::greedy();
+            let g = s
+                .generate_with_drafter(N, &mut sampler, &stop, drafter, |_| true)
+                .unwrap();
+            let st = s.spec_stats();
+            assert!(st.accepted > 0 && st.rollbacks > 0, "{name}: {st:?}");
+            assert_eq!(st.positions, st.passes + st.drafted, "{name}: {st:?}");
+            (g.ids, bits(s.logits()).collect::<Vec<u32>>())
+        };
+        for ranks in [1, 2, 3] {
+            for (rank, got) in on_ranks(name, ranks, spec).into_iter().enumerate() {
+                assert_eq!(got, want, "{name} N={ranks} rank {rank}");
+            }
+        }
+    }
+}
