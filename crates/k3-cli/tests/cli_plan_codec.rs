@@ -177,7 +177,7 @@ fn a_chosen_compressed_pack_that_does_not_fit_gives_way_to_the_plain_one() {
     );
     // its coded chunks are timed for the decode rate (the raw pack above is not)
     assert!(
-        stdout(&o).contains(&format!("per core (timed on {}) on", comp.display())),
+        stdout(&o).contains(&format!("per core (timed on {}), mat-vec", comp.display())),
         "{}",
         stdout(&o)
     );

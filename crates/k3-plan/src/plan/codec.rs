@@ -14,6 +14,10 @@ pub struct CodecRates {
     pub decode_bytes_per_s_per_core: f64,
     /// Cores decoding.
     pub decoding_cores: usize,
+    /// Trunk bytes one core runs the forward pass's mat-vecs through per second (0: not
+    /// counted). Decoding and the forward pass share the same cores, so a compressed pack's
+    /// decode adds to the compute its reads must hide.
+    pub compute_bytes_per_s_per_core: f64,
     /// True when the next run's read overlaps the current run's decode (a second staging
     /// buffer); false when a run is read, then decoded.
     pub overlapped: bool,
@@ -35,34 +39,51 @@ pub struct CodecForecast {
 }
 
 impl CodecRates {
-    /// The forecast for `decoded_bytes` per token: plain `D / B`; compressed `r·D / B + D /
-    /// (c·T)` read then decoded, `max(r·D / B, D / (c·T))` overlapped.
+    /// Seconds of the forward pass's mat-vecs over `d` trunk bytes on the decoding cores
+    /// (`C = D / (k·T)`; 0 when not counted).
+    fn compute_s(&self, d: f64) -> f64 {
+        match self.compute_bytes_per_s_per_core > 0.0 {
+            true => d / (self.compute_bytes_per_s_per_core * self.decoding_cores.max(1) as f64),
+            false => 0.0,
+        }
+    }
+
+    /// The forecast for `decoded_bytes` per token, the reads overlapping the cores' work:
+    /// plain `max(D / B, C)`; compressed `max(r·D / B, C + D / (c·T))` overlapped,
+    /// `max(r·D / B + D / (c·T), C + D / (c·T))` read then decoded, with `C` the forward
+    /// pass's mat-vecs on the same cores.
     pub fn forecast(&self, decoded_bytes: u64) -> CodecForecast {
         let d = decoded_bytes as f64;
         let read = self.stored_ratio * d / self.disk_bytes_per_s.max(1.0);
         let decode =
             d / (self.decode_bytes_per_s_per_core * self.decoding_cores.max(1) as f64).max(1.0);
+        let compute = self.compute_s(d);
         CodecForecast {
             decoded_bytes,
             stored_bytes: (self.stored_ratio * d).round() as u64,
-            plain_s: d / self.disk_bytes_per_s.max(1.0),
-            compressed_s: if self.overlapped {
-                read.max(decode)
-            } else {
-                read + decode
+            plain_s: (d / self.disk_bytes_per_s.max(1.0)).max(compute),
+            compressed_s: match self.overlapped {
+                true => read.max(compute + decode),
+                false => (read + decode).max(compute + decode),
             },
             decode_s: decode,
         }
     }
 
-    /// The drive rate below which the compressed pack is faster: `(1 − r)·c·T` read then
-    /// decoded, `c·T` overlapped (bytes/s).
+    /// The drive rate below which the compressed pack is faster (bytes/s): `1 / (1/(k·T) +
+    /// 1/(c·T))` overlapped — the decode and the mat-vecs must both fit in the plain pack's
+    /// read time — and at most `(1 − r)·c·T` read then decoded; `c·T` and `(1 − r)·c·T`
+    /// when compute is not counted.
     pub fn crossover_bytes_per_s(&self) -> f64 {
-        let ct = self.decode_bytes_per_s_per_core * self.decoding_cores.max(1) as f64;
-        if self.overlapped {
-            ct
-        } else {
-            (1.0 - self.stored_ratio) * ct
+        let cores = self.decoding_cores.max(1) as f64;
+        let ct = self.decode_bytes_per_s_per_core * cores;
+        let shared = match self.compute_bytes_per_s_per_core > 0.0 {
+            true => 1.0 / (1.0 / (self.compute_bytes_per_s_per_core * cores) + 1.0 / ct),
+            false => ct,
+        };
+        match self.overlapped {
+            true => shared,
+            false => shared.min((1.0 - self.stored_ratio) * ct),
         }
     }
 
@@ -76,8 +97,13 @@ impl CodecRates {
     /// seconds, and both packs' seconds per token.
     pub fn summary(&self, decoded_bytes: u64) -> String {
         let f = self.forecast(decoded_bytes);
+        let compute = self.compute_s(decoded_bytes as f64);
+        let beside = match compute > 0.0 {
+            true => format!(" beside {compute:.2} s of mat-vecs"),
+            false => String::new(),
+        };
         format!(
-            "compressed trunk: {} read + {} decoded per token, decode {:.2} s on {} cores ({:.2} s/token vs {:.2} s plain{})",
+            "compressed trunk: {} read + {} decoded per token, decode {:.2} s{beside} on {} cores ({:.2} s/token vs {:.2} s plain{})",
             fmt_bytes(f.stored_bytes),
             fmt_bytes(f.decoded_bytes),
             f.decode_s,
@@ -130,7 +156,39 @@ mod tests {
             decode_bytes_per_s_per_core: 2e9,
             decoding_cores: cores,
             overlapped,
+            compute_bytes_per_s_per_core: 0.0,
         }
+    }
+
+    /// The forward pass's mat-vecs share the decoding cores: at 6 GB/s of trunk per core
+    /// (2 cores: 12 GB/s) beside 2 GB/s of decode per core (4 GB/s), an overlapped pack
+    /// pays below 1 / (1/12 + 1/4) = 3 GB/s, not 4; the forecast agrees on both sides, and
+    /// a drive faster than the cores' compute never makes compression pay.
+    #[test]
+    fn compute_on_the_decoding_cores_lowers_the_crossover() {
+        for overlapped in [true, false] {
+            let r = CodecRates {
+                compute_bytes_per_s_per_core: 6e9,
+                ..rates(2.0, 2, overlapped)
+            };
+            let want: f64 = if overlapped { 3e9 } else { 1.332e9 };
+            assert!((r.crossover_bytes_per_s() - want).abs() < 1e6, "{r:?}");
+            for d in [0.5, 1.3, 1.4, 2.9, 3.1, 6.0, 20.0] {
+                let r = CodecRates {
+                    disk_bytes_per_s: d * 1e9,
+                    ..r
+                };
+                let f = r.forecast(6_000_000_000);
+                assert_eq!(f.compressed_s < f.plain_s, r.pays(), "{r:?} {f:?}");
+            }
+        }
+        // compute-bound (drive 20 GB/s > 12 GB/s of mat-vecs): plain takes the compute time
+        let fast = CodecRates {
+            compute_bytes_per_s_per_core: 6e9,
+            ..rates(20.0, 2, true)
+        };
+        assert_eq!(fast.forecast(6_000_000_000).plain_s, 0.5);
+        assert!(!fast.pays());
     }
 
     #[test]
