@@ -175,13 +175,11 @@ impl BlockDrafter {
             .truth
             .as_ref()
             .map(|t| vec![t.p as f32; block.ids.len()]);
-        // ids the pass feeds before its drafts: the anchor (and a pending id, if any)
-        let owed = context.len().saturating_sub(s.fed_len()).max(1);
         let verified = match (self.verify, &truth_rate, block.confidence.is_empty()) {
             (Some(n), _, _) => n.min(cap).min(block.ids.len()),
-            (None, Some(rate), _) => self.cost.choose_after(rate, cap, owed),
+            (None, Some(rate), _) => self.cost.choose(rate, cap),
             (None, None, true) => cap.min(block.ids.len()),
-            (None, None, false) => self.cost.choose_after(&block.confidence, cap, owed),
+            (None, None, false) => self.cost.choose(&block.confidence, cap),
         };
         let mut proposed = block.ids;
         if let Some(truth) = self.truth.as_mut() {

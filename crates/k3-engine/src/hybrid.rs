@@ -167,8 +167,9 @@ impl Session<'_> {
         if let Some(p) = self.take_pending() {
             self.run_tail(&[p], 0)?;
         }
+        let rows = self.run_verify(ids, drafts, ids.len())?;
         self.spec_stats.passes += 1;
-        self.run_verify(ids, drafts, ids.len())
+        Ok(rows)
     }
 
     /// After [`Session::feed_verify`]: `kept` (a prefix of its drafts) enters the state,

@@ -122,11 +122,6 @@ impl<'e> Session<'e> {
         Ok(s)
     }
 
-    /// Tokens fed into the state so far (its position).
-    pub(crate) fn fed_len(&self) -> usize {
-        self.fed.len()
-    }
-
     /// Every token of the conversation so far (fed and generated).
     pub fn tokens(&self) -> Vec<u32> {
         let mut t = self.fed.clone();

@@ -286,3 +286,27 @@ fn drafter_finds_the_longest_recent_match() {
     assert_eq!(draft(&[], &spec, 4), Vec::<u32>::new());
     assert_eq!(draft(&[7], &spec, 4), Vec::<u32>::new());
 }
+
+/// A verifying pass whose drafts outnumber its ids, or that would not fit one pass, is a
+/// caller's error: refused with what was asked, exit 2, the session unchanged.
+#[test]
+fn a_verifying_pass_that_cannot_be_one_pass_is_refused() {
+    let engine = open("tiny-k3", None);
+    let mut s = engine.new_session(96).unwrap();
+    s.feed(&PROMPT).unwrap();
+    let before = s.tokens();
+    let err = s.feed_verify(&[5, 6], 3).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a verifying pass of 2 ids with 3 drafts does not fit one pass of"),
+        "{err}"
+    );
+    assert_eq!(err.exit_code(), 2);
+    assert_eq!(s.tokens(), before);
+    assert_eq!(s.spec_stats().passes, 0, "a refused pass is not counted");
+    // the same session verifies normally afterwards
+    let rows = s.feed_verify(&[5, 6], 1).unwrap();
+    assert_eq!(rows.len(), 2 * engine.config().vocab_size);
+    s.keep_verified(&[6], false).unwrap();
+    assert_eq!(s.tokens(), [&before[..], &[5, 6]].concat());
+}

@@ -38,12 +38,13 @@ pub struct KdaJournal {
     beta: Vec<f32>,
 }
 
-/// The recurrence inputs of tentative tokens, `[T][P]` rows (`beta` `[T][H]`).
-pub(crate) struct RecurrenceRows<'a> {
-    pub k: &'a [f32],
-    pub v: &'a [f32],
-    pub alpha: &'a [f32],
-    pub beta: &'a [f32],
+/// Buffers a replay works in, shared by every layer of one [`crate::State::keep_tentative`]:
+/// zero queries (the replay's outputs are not wanted), the outputs, the per-head read scratch.
+#[derive(Default)]
+pub(crate) struct ReplayScratch {
+    zeros: Vec<f32>,
+    o_hm: Vec<f32>,
+    u: Vec<f32>,
 }
 
 impl KdaJournal {
@@ -79,13 +80,14 @@ impl KdaJournal {
         }
         self.conv_tokens += rows[0].len() / p;
     }
-    /// Keeps the recurrence inputs of `t` tentative tokens.
-    pub(crate) fn record_recurrence(&mut self, x: &RecurrenceRows<'_>, t: usize) {
+    /// Keeps the recurrence inputs (keys, values, decays, write strengths) of the tentative
+    /// tokens `x`.
+    pub(crate) fn record_recurrence(&mut self, x: &KdaInputs<'_>) {
         for (kept, r) in self.kva.iter_mut().zip([x.k, x.v, x.alpha]) {
             kept.extend_from_slice(r);
         }
         self.beta.extend_from_slice(x.beta);
-        self.rec_tokens += t;
+        self.rec_tokens += x.t;
     }
     /// Tentative tokens that can be kept.
     pub fn tokens(&self) -> usize {
@@ -99,6 +101,7 @@ impl KdaJournal {
         s: &mut [f32],
         hist: [&mut [f32]; 3],
         (dim, conv_k): (usize, usize),
+        work: &mut ReplayScratch,
     ) -> Result<(), ModelError> {
         if m > self.tokens() {
             return Err(ModelError::StateMismatch(format!(
@@ -116,9 +119,11 @@ impl KdaJournal {
                 shortconv_push(row, h, conv_k);
             }
         }
-        let zeros = vec![0.0f32; m * p]; // queries: the replay's outputs are not wanted
+        work.zeros.resize(m * p, 0.0); // never written: zeros stay zeros
+        work.o_hm.resize(m * p, 0.0);
+        work.u.resize(2 * p, 0.0);
         let inputs = KdaInputs {
-            q: &zeros,
+            q: &work.zeros[..m * p],
             k: &self.kva[0][..m * p],
             v: &self.kva[1][..m * p],
             alpha: &self.kva[2][..m * p],
@@ -127,8 +132,7 @@ impl KdaJournal {
             heads,
             dim,
         };
-        let (mut o_hm, mut u) = (vec![0.0f32; m * p], vec![0.0f32; 2 * p]);
-        kda_recurrence(s, &inputs, &mut o_hm, &mut u);
+        kda_recurrence(s, &inputs, &mut work.o_hm[..m * p], &mut work.u[..2 * p]);
         Ok(())
     }
 }

@@ -6,7 +6,6 @@
 use crate::dims::Dims;
 use crate::dist::Dist;
 use crate::error::{check_len, ModelError};
-use crate::journal::RecurrenceRows;
 use crate::pass::{Pass, ROWS_PER_JOB};
 pub use crate::scratch::ops::KdaScratch;
 use crate::share::{kda_split, Split};
@@ -489,14 +488,8 @@ fn batch_recurrence(
             kda_recurrence(s, &inputs, o_hm, u);
             continue;
         }
-        let later = inputs.rows(seq.len - tail..seq.len);
-        let rows = RecurrenceRows {
-            k: later.k,
-            v: later.v,
-            alpha: later.alpha,
-            beta: later.beta,
-        };
-        st.journal_mut().record_recurrence(&rows, tail);
+        st.journal_mut()
+            .record_recurrence(&inputs.rows(seq.len - tail..seq.len));
         let mut copy = std::mem::take(&mut sc.tentative_s);
         copy.resize(st.recurrent().len(), 0.0);
         let (s, ..) = st.parts_mut();

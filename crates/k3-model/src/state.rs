@@ -11,7 +11,7 @@
 //! are exposed read/write so a session can be saved and restored byte for byte.
 
 use crate::dims::Dims;
-use crate::journal::KdaJournal;
+use crate::journal::{KdaJournal, ReplayScratch};
 use crate::scratch::Scratch;
 use std::ops::Range;
 
@@ -120,17 +120,17 @@ impl KdaState {
             journal: KdaJournal::default(),
         }
     }
-    /// Advances this state by the first `m` tentative tokens of its journal (conv width
-    /// `conv_k`, heads of width `dim`), then clears the journal.
+    /// Advances this state by the first `m` tentative tokens of its journal (`dims`: head
+    /// width, conv width), then clears the journal.
     fn keep_journaled(
         &mut self,
         m: usize,
-        dim: usize,
-        conv_k: usize,
+        dims: (usize, usize),
+        work: &mut ReplayScratch,
     ) -> Result<(), crate::ModelError> {
         let journal = std::mem::take(&mut self.journal);
         let (s, q, k, v) = self.parts_mut();
-        let done = journal.replay(m, s, [q, k, v], (dim, conv_k));
+        let done = journal.replay(m, s, [q, k, v], dims, work);
         self.journal = journal;
         self.journal.clear();
         done
@@ -360,9 +360,10 @@ impl State {
                 have.unwrap_or(0)
             )));
         }
-        let (dim, conv_k) = (self.dims.kda_dim, self.dims.conv_k);
+        let dims = (self.dims.kda_dim, self.dims.conv_k);
+        let mut work = ReplayScratch::default();
         for k in &mut self.kda {
-            k.keep_journaled(kept, dim, conv_k)?;
+            k.keep_journaled(kept, dims, &mut work)?;
         }
         self.pos = end;
         Ok(())

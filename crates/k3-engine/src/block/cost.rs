@@ -160,19 +160,13 @@ impl PassCost {
         Self::expected_tokens(conf, n) / self.bytes(n)
     }
 
-    /// The number of drafts to verify, `0 ..= cap.min(conf.len())`, for a pass owing only
-    /// its own token: [`PassCost::choose_after`] with one owed id.
+    /// The number of drafts to verify, `0 ..= cap.min(conf.len())`, maximising
+    /// [`PassCost::gain`] (ties go to fewer).
     pub fn choose(&self, conf: &[f32], cap: usize) -> usize {
-        self.choose_after(conf, cap, 1)
-    }
-
-    /// [`PassCost::choose`] for a pass that feeds `owed` ids before its drafts (its own
-    /// token, and a pending id if any), maximising [`PassCost::gain_after`].
-    pub fn choose_after(&self, conf: &[f32], cap: usize, owed: usize) -> usize {
         let cap = cap.min(conf.len());
-        let mut best = (0, self.gain_after(conf, 0, owed));
+        let mut best = (0, self.gain(conf, 0));
         for n in 1..=cap {
-            let g = self.gain_after(conf, n, owed);
+            let g = self.gain(conf, n);
             if g > best.1 {
                 best = (n, g);
             }
@@ -180,12 +174,13 @@ impl PassCost {
         best.0
     }
 
-    /// Expected tokens per second (per byte without time terms) of a pass feeding `owed` ids
-    /// and `n` drafts with acceptance estimates `conf[..n]`. A rejection costs only this
-    /// pass's positions past it: the drafts are tentative (k3_model::journal), the accepted
-    /// ones enter the state without another pass, and the next pass feeds nothing again.
-    pub fn gain_after(&self, conf: &[f32], n: usize, owed: usize) -> f64 {
-        let m = owed.max(1) as f64 + n as f64;
+    /// Expected tokens per second (per byte without time terms) of a pass feeding its own
+    /// token and `n` drafts with acceptance estimates `conf[..n]`. A rejection costs only
+    /// this pass's positions past it: the drafts are tentative (k3_model::journal), the
+    /// accepted ones enter the state without another pass, and the next pass feeds nothing
+    /// again.
+    pub fn gain(&self, conf: &[f32], n: usize) -> f64 {
+        let m = (n + 1) as f64;
         let tokens = Self::expected_tokens(conf, n);
         match self.seconds_of(m, true) {
             Some(t) if t > 0.0 => tokens / t,
@@ -242,11 +237,11 @@ mod tests {
         let falling = [0.9, 0.8, 0.6, 0.3, 0.1, 0.1, 0.1];
         let n = RELEASED.choose(&falling, 7);
         assert_eq!(n, 3);
-        assert!(RELEASED.gain_after(&falling, 3, 1) > RELEASED.gain_after(&falling, 4, 1));
+        assert!(RELEASED.gain(&falling, 3) > RELEASED.gain(&falling, 4));
         assert_eq!(
-            RELEASED.gain_after(&falling, 3, 1),
+            RELEASED.gain(&falling, 3),
             RELEASED.tokens_per_byte(&falling, 3),
-            "a pass owing its own token: tokens per byte"
+            "without time terms: tokens per byte"
         );
         // with every byte per position (shared = 0) a draft pays only when certain
         let flat = PassCost::bytes_only(0.0, 1.0);
@@ -371,26 +366,5 @@ mod tests {
         assert!(rho.bytes(7) < released.bytes(7));
         let same = RELEASED.with_routing(Routing::independent(896, 16).with_correlation(1.0));
         assert!((same.bytes(7) - RELEASED.bytes(0)).abs() < 1.0);
-    }
-}
-
-#[cfg(test)]
-mod owed_tests {
-    use super::*;
-    use crate::block::routing::Routing;
-
-    /// The ids a pass owes before its drafts cost what any position costs: with 8 owed ids
-    /// a draft at 0.15 pays (the pass is dear anyway), with one it does not.
-    #[test]
-    fn the_choice_counts_the_ids_owed_before_the_drafts() {
-        let released = PassCost::bytes_only(108.8e9, 25.8e9);
-        let weak = [0.15f32; 7];
-        assert_eq!(released.choose_after(&weak, 7, 1), 0);
-        assert_eq!(released.choose_after(&weak, 7, 8), 1);
-        // no draft: one token per pass of the owed positions
-        let one = 1.0 / released.bytes_of(8.0);
-        assert!((released.gain_after(&weak, 0, 8) - one).abs() < one * 1e-12);
-        let union = released.with_routing(Routing::independent(896, 16));
-        assert_eq!(union.choose(&weak, 7), union.choose_after(&weak, 7, 1));
     }
 }
