@@ -6,13 +6,16 @@
 //! 2. Every BF16 trunk tensor of the first N layers, cut into chunks of K KiB, compressed by:
 //!    `zstd-3 raw` (the bf16 bytes as they are), `zstd-1 planes` (exponent plane through zstd,
 //!    sign+mantissa raw: zstd's entropy stage is huff0) and `k3 huffman` (`k3_codec`: one code
-//!    per tensor, four interleaved streams); ratio, encode MB/s, decode GB/s of bf16 output
+//!    per tensor, four interleaved streams, once per instruction-set level this CPU runs:
+//!    `scalar` is the portable build, `avx2+fma` the x86-64-v3 one an AVX2-only CPU runs);
+//!    ratio, encode MB/s, decode GB/s of bf16 output
 //!    with 1 thread (wall and thread CPU time, which a loaded machine does not inflate) and 2
 //!    threads (wall). Every decode is checked bit for bit against the source.
 
 use clap::Args;
 use k3_codec::{CodeLengths, DecodeTable};
 use k3_format::{bind_model, Checkpoint, Dtype, K3Config};
+use k3_kernels::simd::Level;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -89,7 +92,13 @@ fn bench(args: &BenchCodecArgs) -> Result<(), Box<dyn std::error::Error>> {
     println!();
     println!("| codec | ratio | encode MB/s | decode GB/s 1 thread (wall / CPU) | decode GB/s 2 threads (wall) |");
     println!("|---|---:|---:|---:|---:|");
-    for codec in [Codec::ZstdRaw, Codec::ZstdPlanes, Codec::Huffman] {
+    let huffman = k3_kernels::simd::available_levels()
+        .into_iter()
+        .map(Codec::Huffman);
+    for codec in [Codec::ZstdRaw, Codec::ZstdPlanes]
+        .into_iter()
+        .chain(huffman)
+    {
         measure(codec, &tensors, &chunks, args.repeats)?;
     }
     Ok(())
@@ -154,15 +163,19 @@ fn chunk<'a>(tensors: &[Tensor<'a>], size: usize) -> Vec<Chunk<'a>> {
 enum Codec {
     ZstdRaw,
     ZstdPlanes,
-    Huffman,
+    /// `k3_codec`, decoded by the build for this level.
+    Huffman(Level),
 }
 
 impl Codec {
-    fn name(self) -> &'static str {
+    fn name(self) -> String {
         match self {
-            Codec::ZstdRaw => "zstd-3 raw bf16",
-            Codec::ZstdPlanes => "zstd-1 exponent plane + raw sign+mantissa",
-            Codec::Huffman => "k3 huffman: exponent 4 streams + raw sign+mantissa",
+            Codec::ZstdRaw => "zstd-3 raw bf16".into(),
+            Codec::ZstdPlanes => "zstd-1 exponent plane + raw sign+mantissa".into(),
+            Codec::Huffman(level) => format!(
+                "k3 huffman: exponent 4 streams + raw sign+mantissa ({})",
+                level.name()
+            ),
         }
     }
 }
@@ -191,7 +204,7 @@ fn encode(codec: Codec, c: &Chunk, tables: &[(CodeLengths, DecodeTable)]) -> Vec
             out.extend_from_slice(&s);
             out
         }
-        Codec::Huffman => {
+        Codec::Huffman(_) => {
             let mut out = Vec::new();
             k3_codec::encode_chunk(c.bytes, &tables[c.tensor].0, &mut out).expect("encode");
             out
@@ -222,8 +235,8 @@ fn decode(
             zstd::bulk::decompress_to_buffer(z, scratch).map_err(|e| e.to_string())?;
             k3_codec::join_planes(scratch, s, out);
         }
-        Codec::Huffman => {
-            k3_codec::decode_chunk(enc, out.len() / 2, table, out, scratch)
+        Codec::Huffman(level) => {
+            k3_codec::decode_chunk_at(level, enc, out.len() / 2, table, out, scratch)
                 .map_err(|e| e.to_string())?;
         }
     }

@@ -98,6 +98,7 @@ fn machine_facts(model_dir: Option<&Path>) {
         "  simd              {} (the kernels' dispatch level)",
         k3_kernels::simd::simd_level()
     );
+    println!("  trunk decoder     {}", k3_codec::decoder_build());
     println!("  numerics fast     {}", numerics_fast());
     if m.online_cores > m.usable_cores {
         println!(

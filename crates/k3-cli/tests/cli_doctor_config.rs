@@ -49,6 +49,7 @@ fn doctor_without_a_model_prints_machine_facts() {
     for key in [
         "cpu",
         "simd",
+        "trunk decoder",
         "numerics fast",
         "logical cores",
         "RAM total",

@@ -14,13 +14,18 @@
 //! chunk carries no table. The four streams are decoded interleaved, which keeps four
 //! independent dependency chains in flight (docs/PERFORMANCE.md#trunk-compression).
 //! Decoding never panics on bad input: a chunk that does not decode to exactly `n` values,
-//! consuming exactly its streams' bits, is an error.
+//! consuming exactly its streams' bits, is an error. The decoder is one body of safe Rust,
+//! compiled once per instruction-set level and chosen at run time (`level.rs`); every level
+//! gives the same bytes.
 
-#![forbid(unsafe_code)]
+// The only unsafe code is `level.rs`'s calls into the per-level builds of the decoder.
+#![deny(unsafe_code)]
 
 pub mod huffman;
+mod level;
 
 pub use huffman::{CodeLengths, DecodeTable, MAX_LEN};
+pub use level::{decode_chunk_at, decoder_build, join_planes_at};
 
 use huffman::BitWriter;
 
@@ -30,7 +35,7 @@ pub const STREAMS: usize = 4;
 pub const HEADER: usize = 4 * STREAMS;
 
 /// Why a chunk or a table was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CodecError {
     /// The code lengths are not a valid length-limited prefix code.
     #[error("bad code table: {0}")]
@@ -95,8 +100,14 @@ pub fn split_planes(bf16: &[u8]) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// Interleaves an exponent plane and a sign+mantissa plane back into bf16 bytes
-/// (`out.len() == 2 · exp.len()`).
+/// (`out.len() == 2 · exp.len()`), on the instruction-set level in use.
 pub fn join_planes(exp: &[u8], sm: &[u8], out: &mut [u8]) {
+    join_planes_at(k3_kernels::simd::active_level(), exp, sm, out)
+}
+
+/// [`join_planes`]' body, inlined into each level's build.
+#[inline(always)]
+fn join_planes_body(exp: &[u8], sm: &[u8], out: &mut [u8]) {
     for ((o, &e), &m) in out.chunks_exact_mut(2).zip(exp).zip(sm) {
         let v = (u16::from(m & 0x80) << 8) | (u16::from(e) << 7) | u16::from(m & 0x7f);
         o.copy_from_slice(&v.to_le_bytes());
@@ -188,10 +199,30 @@ impl Reader {
     }
 }
 
-/// Decodes a chunk of `n` values encoded with `table` into `out` (`2n` bytes of bf16).
-/// `scratch` holds the exponent plane (reused between calls). Refuses, without a partial
-/// result being meaningful, a chunk whose length, stream lengths or bits do not add up.
+/// Decodes a chunk of `n` values encoded with `table` into `out` (`2n` bytes of bf16), on the
+/// instruction-set level in use (`K3_FORCE_SCALAR=1` selects the portable build). `scratch`
+/// holds the exponent plane (reused between calls). Refuses, without a partial result being
+/// meaningful, a chunk whose length, stream lengths or bits do not add up.
 pub fn decode_chunk(
+    chunk: &[u8],
+    n: usize,
+    table: &DecodeTable,
+    out: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), CodecError> {
+    decode_chunk_at(
+        k3_kernels::simd::active_level(),
+        chunk,
+        n,
+        table,
+        out,
+        scratch,
+    )
+}
+
+/// [`decode_chunk`]'s body, inlined into each level's build.
+#[inline(always)]
+fn decode_chunk_body(
     chunk: &[u8],
     n: usize,
     table: &DecodeTable,
@@ -232,7 +263,7 @@ pub fn decode_chunk(
         }
     }
     let sm = &chunk[chunk.len() - n..];
-    join_planes(exp, sm, out);
+    join_planes_body(exp, sm, out);
     Ok(())
 }
 
@@ -240,7 +271,9 @@ pub fn decode_chunk(
 /// each yielding every code that fits whole in its 11 bits, up to four ([`DecodeTable`]'s
 /// runs: 1.43× the decode rate of two per lookup, measured on Gaussian bf16 with 2.7-bit
 /// exponent codes), the four streams' dependency chains side by side, while every stream
-/// can load 8 bytes and has room for 20 more symbols. Returns how many values of each stream it decoded (stream `s` from `s·q`).
+/// can load 8 bytes and has room for 20 more symbols. Returns how many values of each stream it
+/// decoded (stream `s` from `s·q`).
+#[inline(always)]
 fn decode_fast(
     chunk: &[u8],
     n: usize,

@@ -150,3 +150,73 @@ proptest! {
         let _ = decode_chunk(&c, n, &table, &mut out, &mut Vec::new());
     }
 }
+
+/// Each level's build of the decoder, as the CPU runs it (the portable build where it lacks a
+/// level's features).
+fn levels() -> Vec<k3_kernels::simd::Level> {
+    k3_kernels::simd::available_levels()
+}
+
+/// What one level's decoder makes of `chunk`: the bf16 bytes or the refusal's message.
+fn decode_at(
+    level: k3_kernels::simd::Level,
+    chunk: &[u8],
+    n: usize,
+    table: &DecodeTable,
+) -> Result<Vec<u8>, CodecError> {
+    let mut out = vec![0u8; 2 * n];
+    decode_chunk_at(level, chunk, n, table, &mut out, &mut Vec::new()).map(|()| out)
+}
+
+#[test]
+fn every_level_decodes_and_refuses_alike() {
+    let w = weights(70_001, 11);
+    let lens = lens_of(&w);
+    let table = DecodeTable::new(&lens).unwrap();
+    let mut chunk = Vec::new();
+    encode_chunk(&w, &lens, &mut chunk).unwrap();
+    for level in levels() {
+        assert_eq!(
+            decode_at(level, &chunk, 70_001, &table).as_ref(),
+            Ok(&w),
+            "{}",
+            level.name()
+        );
+    }
+    // Damaged chunks: the same refusal (or the same wrong bytes) at every level.
+    let coded = chunk.len() - 70_001;
+    for bit in (0..coded * 8).step_by(997) {
+        let mut c = chunk.clone();
+        c[bit / 8] ^= 1 << (bit % 8);
+        let portable = decode_at(k3_kernels::simd::Level::Scalar, &c, 70_001, &table);
+        for level in levels() {
+            assert_eq!(
+                decode_at(level, &c, 70_001, &table),
+                portable,
+                "{} bit {bit}",
+                level.name()
+            );
+        }
+    }
+    let (exp, sm) = split_planes(&w);
+    for level in levels() {
+        let mut out = vec![0u8; w.len()];
+        join_planes_at(level, &exp, &sm, &mut out);
+        assert_eq!(out, w, "{}", level.name());
+    }
+}
+
+proptest! {
+    #[test]
+    fn every_level_agrees_on_any_chunk_bytes(
+        c in proptest::collection::vec(any::<u8>(), 0..600),
+        n in 0usize..300,
+    ) {
+        let w = weights(300, 9);
+        let table = DecodeTable::new(&lens_of(&w)).unwrap();
+        let portable = decode_at(k3_kernels::simd::Level::Scalar, &c, n, &table);
+        for level in levels() {
+            prop_assert_eq!(decode_at(level, &c, n, &table), portable.clone(), "{}", level.name());
+        }
+    }
+}

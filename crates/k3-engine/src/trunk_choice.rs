@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 /// Decoded bytes one core produces per second when no compressed pack is at hand to time
 /// ([`probe_decode_rate`]): k3-codec decodes 1.63 GB/s of bf16 per core on a 2-vCPU Xeon VM
-/// with AVX-512 (docs/PERFORMANCE.md#trunk-compression).
+/// with AVX-512 and 3.5–3.9 on a Zen 4 VM; the slower figure is assumed
+/// (docs/PERFORMANCE.md#trunk-compression).
 pub const DECODE_BYTES_PER_S_PER_CORE: f64 = 1.6e9;
 /// Stored ÷ decoded bytes when no compressed pack is at hand: 0.667 measured on trained-like
 /// BF16 weights (docs/PERFORMANCE.md#trunk-compression).

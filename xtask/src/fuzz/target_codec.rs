@@ -4,10 +4,12 @@
 //! Input: 256 bytes of code lengths (each taken mod 12, so over-long and over-subscribed
 //! codes occur), a u32 LE value count (mod 2^16), then the chunk's bytes. A table the codec
 //! refuses, or a chunk it refuses, is fine; a panic is a crash, and so is a chunk that decodes
-//! but whose values, re-encoded with the same code, decode to other values.
+//! but whose values, re-encoded with the same code, decode to other values, and a chunk that
+//! the decoder's builds for this CPU's instruction-set levels decode or refuse differently.
 
 use super::Target;
 use k3_codec::{CodeLengths, DecodeTable};
+use k3_kernels::simd::Level;
 
 pub struct TrunkChunk;
 
@@ -61,8 +63,18 @@ impl Target for TrunkChunk {
         let table = DecodeTable::new(&lens).map_err(|e| e.to_string())?;
         let mut out = vec![0u8; 2 * n];
         let mut scratch = Vec::new();
-        k3_codec::decode_chunk(chunk, n, &table, &mut out, &mut scratch)
-            .map_err(|e| e.to_string())?;
+        let decoded =
+            k3_codec::decode_chunk_at(Level::Scalar, chunk, n, &table, &mut out, &mut scratch);
+        for level in k3_kernels::simd::available_levels() {
+            let mut other = vec![0u8; 2 * n];
+            let res = k3_codec::decode_chunk_at(level, chunk, n, &table, &mut other, &mut scratch);
+            assert!(
+                res == decoded && (res.is_err() || other == out),
+                "the {} build decodes this chunk otherwise than the portable one",
+                level.name()
+            );
+        }
+        decoded.map_err(|e| e.to_string())?;
         // Decoded: the same code must carry these values through another round trip.
         let mut again = Vec::new();
         if let Err(e) = k3_codec::encode_chunk(&out, &lens, &mut again) {
