@@ -86,39 +86,36 @@ pub fn join_planes_at(level: Level, exp: &[u8], sm: &[u8], out: &mut [u8]) {
     join_planes_body(exp, sm, out)
 }
 
+/// One build per level: `decode_NAME` and `join_NAME`, the bodies compiled with `FEATURES`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! level_build {
+    ($decode:ident, $join:ident, $features:literal) => {
+        #[target_feature(enable = $features)]
+        pub(super) fn $decode(
+            chunk: &[u8],
+            n: usize,
+            table: &DecodeTable,
+            out: &mut [u8],
+            scratch: &mut Vec<u8>,
+        ) -> Result<(), CodecError> {
+            decode_chunk_body(chunk, n, table, out, scratch)
+        }
+
+        #[target_feature(enable = $features)]
+        pub(super) fn $join(exp: &[u8], sm: &[u8], out: &mut [u8]) {
+            join_planes_body(exp, sm, out)
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
 
-    #[target_feature(enable = "avx2,bmi1,bmi2,lzcnt")]
-    pub(super) fn decode_avx2(
-        chunk: &[u8],
-        n: usize,
-        table: &DecodeTable,
-        out: &mut [u8],
-        scratch: &mut Vec<u8>,
-    ) -> Result<(), CodecError> {
-        decode_chunk_body(chunk, n, table, out, scratch)
-    }
-
-    #[target_feature(enable = "avx512f,avx512bw,avx2,bmi1,bmi2,lzcnt")]
-    pub(super) fn decode_avx512(
-        chunk: &[u8],
-        n: usize,
-        table: &DecodeTable,
-        out: &mut [u8],
-        scratch: &mut Vec<u8>,
-    ) -> Result<(), CodecError> {
-        decode_chunk_body(chunk, n, table, out, scratch)
-    }
-
-    #[target_feature(enable = "avx2,bmi1,bmi2,lzcnt")]
-    pub(super) fn join_avx2(exp: &[u8], sm: &[u8], out: &mut [u8]) {
-        join_planes_body(exp, sm, out)
-    }
-
-    #[target_feature(enable = "avx512f,avx512bw,avx2,bmi1,bmi2,lzcnt")]
-    pub(super) fn join_avx512(exp: &[u8], sm: &[u8], out: &mut [u8]) {
-        join_planes_body(exp, sm, out)
-    }
+    level_build!(decode_avx2, join_avx2, "avx2,bmi1,bmi2,lzcnt");
+    level_build!(
+        decode_avx512,
+        join_avx512,
+        "avx512f,avx512bw,avx2,bmi1,bmi2,lzcnt"
+    );
 }
