@@ -6,9 +6,9 @@
 //! 2. Every BF16 trunk tensor of the first N layers, cut into chunks of K KiB, compressed by:
 //!    `zstd-3 raw` (the bf16 bytes as they are), `zstd-1 planes` (exponent plane through zstd,
 //!    sign+mantissa raw: zstd's entropy stage is huff0) and `k3 huffman` (`k3_codec`: one code
-//!    per tensor, four interleaved streams, once per instruction-set level this CPU runs:
-//!    `scalar` is the portable build, `avx2+fma` the x86-64-v3 one an AVX2-only CPU runs);
-//!    ratio, encode MB/s, decode GB/s of bf16 output
+//!    per tensor, four interleaved streams, once per build of the decoder this CPU runs:
+//!    portable, x86-64-v3 (the one an AVX2-only CPU runs), AVX-512); ratio, encode MB/s,
+//!    decode GB/s of bf16 output
 //!    with 1 thread (wall and thread CPU time, which a loaded machine does not inflate) and 2
 //!    threads (wall). Every decode is checked bit for bit against the source.
 
@@ -173,8 +173,8 @@ impl Codec {
             Codec::ZstdRaw => "zstd-3 raw bf16".into(),
             Codec::ZstdPlanes => "zstd-1 exponent plane + raw sign+mantissa".into(),
             Codec::Huffman(level) => format!(
-                "k3 huffman: exponent 4 streams + raw sign+mantissa ({})",
-                level.name()
+                "k3 huffman: exponent 4 streams + raw sign+mantissa, {}",
+                k3_codec::build_name(level)
             ),
         }
     }
@@ -255,7 +255,10 @@ fn measure(
     let enc_secs = t0.elapsed().as_secs_f64();
     let raw: usize = chunks.iter().map(|c| c.bytes.len()).sum();
     let packed: usize = enc.iter().map(Vec::len).sum();
-    let mut outs: Vec<Vec<u8>> = chunks.iter().map(|c| vec![0u8; c.bytes.len()]).collect();
+    // Filled, not zeroed, so the pages are mapped before the first timed decode (a zeroed
+    // allocation is mapped on first write: with `--repeats 1` the 1-thread rows read
+    // 1.46 GB/s instead of 3.5).
+    let mut outs: Vec<Vec<u8>> = chunks.iter().map(|c| vec![0xA5u8; c.bytes.len()]).collect();
     let mut rates = Vec::new();
     for threads in [1usize, 2] {
         let pool = rayon::ThreadPoolBuilder::new()

@@ -37,15 +37,19 @@ pub fn features_present(level: Level) -> bool {
     }
 }
 
-/// The build of the decoder [`crate::decode_chunk`] runs on this CPU now, as `k3 doctor`
-/// prints it.
-pub fn decoder_build() -> &'static str {
-    let level = k3_kernels::simd::active_level();
+/// The build of the decoder [`decode_chunk_at`] runs for `level` on this CPU, by name.
+pub fn build_name(level: Level) -> &'static str {
     match level {
         Level::Avx512 if features_present(level) => "AVX-512 build (AVX-512F/BW, BMI2)",
         Level::Avx2 if features_present(level) => "x86-64-v3 build (AVX2, BMI2)",
         _ => "portable build",
     }
+}
+
+/// The build of the decoder [`crate::decode_chunk`] runs on this CPU now, as `k3 doctor`
+/// prints it.
+pub fn decoder_build() -> &'static str {
+    build_name(k3_kernels::simd::active_level())
 }
 
 /// [`crate::decode_chunk`] built for `level` (the portable build where the CPU lacks the

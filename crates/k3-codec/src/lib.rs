@@ -25,7 +25,8 @@ pub mod huffman;
 mod level;
 
 pub use huffman::{CodeLengths, DecodeTable, MAX_LEN};
-pub use level::{decode_chunk_at, decoder_build, join_planes_at};
+use level::join_planes_at;
+pub use level::{build_name, decode_chunk_at, decoder_build};
 
 use huffman::BitWriter;
 

@@ -65,13 +65,14 @@ impl Target for TrunkChunk {
         let mut scratch = Vec::new();
         let decoded =
             k3_codec::decode_chunk_at(Level::Scalar, chunk, n, &table, &mut out, &mut scratch);
-        for level in k3_kernels::simd::available_levels() {
+        let builds = k3_kernels::simd::available_levels().into_iter();
+        for level in builds.filter(|&l| l != Level::Scalar) {
             let mut other = vec![0u8; 2 * n];
             let res = k3_codec::decode_chunk_at(level, chunk, n, &table, &mut other, &mut scratch);
             assert!(
                 res == decoded && (res.is_err() || other == out),
-                "the {} build decodes this chunk otherwise than the portable one",
-                level.name()
+                "the {} decodes this chunk otherwise than the portable one",
+                k3_codec::build_name(level)
             );
         }
         decoded.map_err(|e| e.to_string())?;
